@@ -1,0 +1,60 @@
+"""KV caches that can be rewound in O(1), built from mlx-lm's own.
+
+A rewind only lowers each layer's offset (mlx-lm's `trim`); nothing is
+recomputed. Caches that cannot be rewound are swapped or refused up front, so
+a rejected draft can never leave stale entries behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+
+from .errors import SpecmlxError
+
+PREFILL_STEP = 512
+
+
+def make_cache(model: nn.Module, name: str = "model") -> list[Any]:
+    """The model's mlx-lm cache, made rewindable.
+
+    A sliding-window layer's RotatingKVCache overwrites its oldest entries and
+    so cannot be trimmed once full. A full KVCache keeps the whole window and
+    stays exact, because mlx-lm's sliding layers also pass `window_size` to
+    their attention mask. It costs memory linear in the context, not the window.
+    """
+    cache = [
+        KVCache() if isinstance(layer, RotatingKVCache) else layer
+        for layer in make_prompt_cache(model)
+    ]
+    stuck = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
+    if stuck:
+        raise SpecmlxError(
+            f"{name} uses caches that cannot be rewound ({', '.join(stuck)}); "
+            "speculative decoding needs a transformer with KV caches"
+        )
+    return cache
+
+
+def cache_length(cache: list[Any]) -> int:
+    """How many tokens the cache holds."""
+    return cache[0].offset if cache else 0
+
+
+def rewind(cache: list[Any], length: int) -> None:
+    """Keep only the first `length` tokens; a no-op if it holds fewer."""
+    excess = cache_length(cache) - length
+    if excess > 0:
+        for layer in cache:
+            layer.trim(excess)
+
+
+def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:
+    """Run `tokens` through the model into the cache, in chunks, and evaluate."""
+    for start in range(0, len(tokens), PREFILL_STEP):
+        chunk = mx.array(tokens[start : start + PREFILL_STEP], dtype=mx.uint32)
+        model(chunk[None], cache=cache)
+        mx.eval([c.state for c in cache])

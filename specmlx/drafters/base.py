@@ -1,0 +1,54 @@
+"""The drafter protocol: anything that proposes tokens for the target to check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import mlx.core as mx
+
+from ..sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens, possibly still lazy.
+
+    `tokens`: (k,) uint32 ids. `probs`: (k, V) float32, the distribution each
+    token was drawn from, or None when the drafter is deterministic (as at
+    temperature 0, or for prompt lookup); verification then treats q as one-hot.
+    """
+
+    tokens: mx.array
+    probs: mx.array | None = None
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+    @staticmethod
+    def empty() -> "Draft":
+        return Draft(mx.zeros((0,), dtype=mx.uint32))
+
+
+class Drafter(Protocol):
+    """Proposes up to `num_draft` continuations of `tokens`.
+
+    `tokens` is the whole committed sequence (prompt and output so far); its
+    last token has not been scored by the target yet. A drafter with state
+    (a KV cache) keeps it as a prefix of `tokens` and is told via `rewind`
+    how much of what it saw survived verification.
+    """
+
+    name: str
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Absorb a new prompt before the first round (state kept as a prefix)."""
+
+    def draft(
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+    ) -> Draft:
+        """Propose at most `num_draft` tokens; lazily where possible."""
+
+    def rewind(self, length: int) -> None:
+        """Forget everything past the first `length` tokens of the sequence."""

@@ -1,0 +1,61 @@
+"""A separate small language model, sharing the target's tokenizer, as drafter."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..cache import cache_length, make_cache, prefill, rewind
+from ..models import fit_vocab
+from ..sampling import SamplingParams, sample, warp
+from .base import Draft
+
+
+class ModelDrafter:
+    """Drafts autoregressively with its own KV cache, building one lazy graph.
+
+    `vocab_size` is the target's logit width: drafter logits are cut or padded
+    to it so that q and p range over the same ids.
+    """
+
+    def __init__(self, model: nn.Module, vocab_size: int, name: str = "model") -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.name = name
+        self.cache = make_cache(model, name=f"drafter {name}")
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        start = min(cache_length(self.cache), len(tokens) - 1)
+        rewind(self.cache, start)
+        prefill(self.model, self.cache, tokens[start:-1])
+
+    def draft(
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+    ) -> Draft:
+        if num_draft == 0:
+            return Draft.empty()
+        # Everything the cache has not seen: the last token, plus the final
+        # draft of the previous round when all of it was accepted.
+        x = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
+        keys = mx.random.split(key, num_draft)
+        drafted, probs = [], []
+        for i in range(num_draft):
+            logits = self.model(x[None], cache=self.cache)[0, -1]
+            logits = fit_vocab(logits, self.vocab_size)
+            if sampling.greedy:
+                token = mx.argmax(logits)
+            else:
+                logprobs = warp(logits, sampling)
+                token = sample(logprobs, keys[i])
+                probs.append(mx.exp(logprobs))
+            drafted.append(token)
+            x = token.reshape(1).astype(mx.uint32)
+        return Draft(
+            tokens=mx.stack(drafted).astype(mx.uint32),
+            probs=mx.stack(probs) if probs else None,
+        )
+
+    def rewind(self, length: int) -> None:
+        rewind(self.cache, length)

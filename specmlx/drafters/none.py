@@ -1,0 +1,29 @@
+"""No drafter: plain autoregressive decoding through the same round loop.
+
+The baseline for every speed-up: one target forward per token, and the same
+sampling, stats and events as speculative runs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+
+from ..sampling import SamplingParams
+from .base import Draft
+
+
+class NoDrafter:
+    name = "none"
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def draft(
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+    ) -> Draft:
+        return Draft.empty()
+
+    def rewind(self, length: int) -> None:
+        pass

@@ -1,0 +1,203 @@
+"""The speculative decoding loop.
+
+The engine speaks token ids and MLX arrays; text only enters through the
+tokenizer's streaming detokenizer for stop strings and event text. Each round
+drafts, scores the draft with one target forward, verifies, syncs with the
+host once, and rewinds both caches to what was accepted. With `NoDrafter` the
+same loop is plain autoregressive decoding.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any, Iterable, Iterator, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.utils import common_prefix_len
+
+from .cache import cache_length, make_cache, prefill, rewind
+from .drafters import Drafter
+from .errors import SpecmlxError
+from .events import Source, TokenEvent
+from .sampling import SamplingParams, warp
+from .stats import GenerationStats, StatsRecorder
+from .text import TextStream
+from .verify import verify_greedy, verify_sampled
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to generate. `profile` adds one host sync per round so that drafting
+    and verification are timed apart; leave it off to measure speed."""
+
+    max_tokens: int = 256
+    num_draft: int = 4
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    profile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
+        if self.num_draft < 0:
+            raise SpecmlxError(f"number of draft tokens must be >= 0, got {self.num_draft}")
+
+
+class Engine:
+    """A target model, a drafter and their caches, reused across generations.
+
+    A new prompt that extends the previous context (a chat's next turn) is
+    prefilled only past the longest prefix both caches already hold.
+    """
+
+    def __init__(
+        self,
+        target: nn.Module,
+        drafter: Drafter,
+        tokenizer: Any | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+    ) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.tokenizer = tokenizer
+        if eos_token_ids is None:
+            eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else ()
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.cache = make_cache(target, name="target")
+        self.context: list[int] = []  # committed tokens; the caches hold a prefix
+
+    def generate(self, prompt: Sequence[int], config: GenerationConfig = GenerationConfig()) -> "Generation":
+        """Start generating from `prompt` (token ids). Iterate the result for events."""
+        if len(prompt) == 0:
+            raise SpecmlxError("the prompt is empty")
+        return Generation(self, list(prompt), config)
+
+    # -- phases ---------------------------------------------------------------
+
+    def _prefill(self, prompt: list[int]) -> None:
+        """Bring both caches to hold prompt[:-1], reusing what they share with it."""
+        keep = min(common_prefix_len(self.context, prompt), len(prompt) - 1)
+        rewind(self.cache, keep)
+        self.drafter.rewind(keep)
+        prefill(self.target, self.cache, prompt[cache_length(self.cache) : -1])
+        self.drafter.prefill(prompt)
+        self.context = prompt
+
+    def _round(
+        self, tokens: list[int], num_draft: int, sampling: SamplingParams,
+        key: mx.array, profile: bool, rec: StatsRecorder,
+    ) -> tuple[list[int], int, int]:
+        """One round. Returns (accepted drafts, the target's next token, drafted count)."""
+        draft_key, verify_key = mx.random.split(key)
+        start = perf_counter()
+        # 1. propose: lazy for model drafters, host-side for prompt lookup
+        draft = self.drafter.draft(tokens, num_draft, sampling, draft_key)
+        if profile:
+            self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
+        drafted = perf_counter()
+        # 2. score [last, d1..dk] in one target forward (still lazy)
+        pending = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
+        logits = self.target(mx.concatenate([pending, draft.tokens])[None], cache=self.cache)
+        logits = logits[0, -(draft.size + 1) :]
+        # 3. verify (still lazy)
+        if sampling.greedy:
+            accepted, following = verify_greedy(logits, draft.tokens)
+        else:
+            p = mx.exp(warp(logits, sampling))
+            accepted, following = verify_sampled(p, draft.probs, draft.tokens, verify_key)
+        # 4. the round's one blocking host sync
+        proposal, accepted, following = self._sync(rec, draft.tokens, accepted, following)
+        # 5. rewind both caches to the accepted prefix: O(1) offset moves
+        committed = len(tokens) + accepted
+        rewind(self.cache, committed)
+        self.drafter.rewind(committed)
+        rec.draft_s += drafted - start
+        rec.verify_s += perf_counter() - drafted
+        rec.record_round(draft.size, accepted)
+        return proposal[:accepted], following, draft.size
+
+    @staticmethod
+    def _sync(rec: StatsRecorder, *arrays: mx.array) -> list:
+        """Evaluate and bring to the host; every blocking wait goes through here."""
+        mx.eval(*arrays)
+        rec.host_syncs += 1
+        return [a.tolist() for a in arrays]
+
+    def _decode(self, prompt: list[int], config: GenerationConfig, out: "Generation") -> Iterator[TokenEvent]:
+        rec = StatsRecorder(drafter=self.drafter.name, num_draft=config.num_draft)
+        seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(63)
+        key = mx.random.key(seed)
+        text = TextStream(self.tokenizer, config.stop)
+        start = perf_counter()
+        self._prefill(prompt)
+        rec.prefill_s = perf_counter() - start
+        rec.prompt_tokens = len(prompt)
+        tokens = self.context  # grows as tokens are committed
+        finish = ""
+        rec.resume()
+        try:
+            while not finish:
+                budget = config.max_tokens - rec.generation_tokens
+                key, round_key = mx.random.split(key)
+                accepted, following, drafted = self._round(
+                    tokens, min(config.num_draft, budget - 1), config.sampling,
+                    round_key, config.profile, rec,
+                )
+                for i, token in enumerate(accepted + [following]):
+                    tokens.append(token)
+                    if token in self.eos_token_ids:
+                        finish = "eos"
+                        break
+                    event = TokenEvent(token, text.add(token), _source(i, len(accepted), drafted))
+                    rec.generation_tokens += 1
+                    rec.pause()
+                    yield event
+                    rec.resume()
+                    if text.stopped:
+                        finish = "stop"
+                    elif rec.generation_tokens >= config.max_tokens:
+                        finish = "length"
+                    if finish:
+                        break
+        finally:
+            # Whatever stopped us, the caches keep only committed tokens.
+            rewind(self.cache, len(tokens))
+            self.drafter.rewind(len(tokens))
+            out.tail = text.finish()
+            out.stats = rec.freeze(config.profile, finish or "cancelled")
+
+
+def _source(index: int, accepted: int, drafted: int) -> Source:
+    if index < accepted:
+        return Source.DRAFT
+    if drafted == 0:
+        return Source.TARGET
+    return Source.BONUS if accepted == drafted else Source.CORRECTED
+
+
+class Generation:
+    """An iterator of `TokenEvent`s.
+
+    Once iteration ends (or after `close()`), `stats` holds the
+    `GenerationStats` and `tail` any text the detokenizer held back until the
+    end; the full text is the events' text followed by `tail`.
+    """
+
+    def __init__(self, engine: Engine, prompt: list[int], config: GenerationConfig) -> None:
+        self.stats: GenerationStats | None = None
+        self.tail = ""
+        self._events = engine._decode(prompt, config, self)
+
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> TokenEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        """Stop early; the caches keep what was emitted."""
+        self._events.close()

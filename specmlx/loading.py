@@ -1,0 +1,87 @@
+"""Loading targets and drafters: local MLX directories or Hugging Face repos.
+
+mlx-lm does the loading; this module turns every way it can fail into one
+clear line, and decides what a drafter spec (`ngram`, `none`, a path) means.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.nn as nn
+
+from .compat import check_compatible, check_vocab_fits
+from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .errors import SpecmlxError
+from .models import vocab_size
+
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+MODEL_DRAFTERS = "a model directory or repo id, 'ngram' or 'none'"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: nn.Module
+    tokenizer: Any  # mlx-lm TokenizerWrapper
+    path: Path
+    name: str
+
+
+def resolve(source: str) -> Path:
+    """A local model directory, downloading `owner/name` repo ids from the hub."""
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise SpecmlxError(f"{source}: not a model directory (expected a folder with config.json)")
+        if not (path / "config.json").is_file():
+            raise SpecmlxError(f"{source}: no config.json in this directory; is it an MLX model?")
+        return path
+    if REPO_ID.fullmatch(source):
+        return download(source)
+    raise SpecmlxError(f"{source}: no such model directory")
+
+
+def download(repo: str) -> Path:
+    """Fetch an MLX model repo from the Hugging Face hub (with progress bars)."""
+    from huggingface_hub import snapshot_download
+    from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
+
+    try:
+        return Path(snapshot_download(repo, allow_patterns=DEFAULT_ALLOW_PATTERNS))
+    except Exception as err:  # offline, unknown repo, gated repo, disk full...
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise SpecmlxError(f"{repo}: not a local directory, and downloading it failed: {reason}") from None
+
+
+def load(source: str) -> LoadedModel:
+    """Load a model and its tokenizer with mlx-lm; every failure is one line."""
+    path = resolve(source)
+    try:
+        json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecmlxError(f"{path / 'config.json'}: unreadable config ({err})") from None
+    from mlx_lm.utils import load as mlx_load
+
+    try:
+        model, tokenizer = mlx_load(str(path))
+    except Exception as err:  # mlx-lm raises many types for broken directories
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SpecmlxError(f"{source}: cannot load model: {message}") from None
+    loaded = LoadedModel(model, tokenizer, path, source)
+    check_vocab_fits(tokenizer, vocab_size(model), source)
+    return loaded
+
+
+def load_drafter(spec: str, target: LoadedModel) -> Drafter:
+    """`ngram`, `none`, or a model that shares the target's tokenizer."""
+    if spec == "ngram":
+        return PromptLookupDrafter()
+    if spec == "none":
+        return NoDrafter()
+    drafter = load(spec)
+    check_compatible(target.tokenizer, drafter.tokenizer, target.name, drafter.name)
+    return ModelDrafter(drafter.model, vocab_size(target.model), name=spec)

@@ -1,0 +1,123 @@
+"""Counts and timings of a generation: a frozen record and its recorder."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from time import perf_counter
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Counts and timings of one generation.
+
+    A round drafts up to `num_draft` tokens and verifies them in one target
+    forward; `accepted_histogram[n]` counts rounds that accepted n drafts.
+    Unless `profiled`, draft and verify run as one lazy graph with a single
+    host sync, so `verify_s` also holds the drafter's own compute and
+    `draft_s` only the host-side drafting work.
+    """
+
+    drafter: str
+    num_draft: int
+    prompt_tokens: int
+    generation_tokens: int
+    rounds: int
+    drafted: int
+    accepted: int
+    accepted_histogram: tuple[int, ...]
+    target_forwards: int
+    host_syncs: int
+    prefill_s: float
+    decode_s: float
+    draft_s: float
+    verify_s: float
+    profiled: bool
+    finish_reason: str
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens per round: accepted drafts plus the target's own token."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def other_s(self) -> float:
+        return max(self.decode_s - self.draft_s - self.verify_s, 0.0)
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        return self.generation_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["accepted_histogram"] = list(self.accepted_histogram)
+        for name in ("mean_accepted", "acceptance_rate", "other_s", "prompt_tps", "generation_tps"):
+            out[name] = getattr(self, name)
+        return out
+
+
+@dataclass
+class StatsRecorder:
+    """Mutable tally kept by the engine during one generation."""
+
+    drafter: str
+    num_draft: int
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    histogram: list[int] = field(default_factory=list)
+    host_syncs: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    _mark: float | None = None
+
+    def record_round(self, drafted: int, accepted: int) -> None:
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        if len(self.histogram) <= accepted:
+            self.histogram.extend([0] * (accepted + 1 - len(self.histogram)))
+        self.histogram[accepted] += 1
+
+    def resume(self) -> None:
+        """Start the decode clock (again, after the consumer had a token)."""
+        self._mark = perf_counter()
+
+    def pause(self) -> None:
+        """Stop the decode clock: time spent by the consumer is not ours."""
+        if self._mark is not None:
+            self.decode_s += perf_counter() - self._mark
+            self._mark = None
+
+    def freeze(self, profiled: bool, finish_reason: str) -> GenerationStats:
+        self.pause()
+        histogram = self.histogram + [0] * (self.num_draft + 1 - len(self.histogram))
+        return GenerationStats(
+            drafter=self.drafter,
+            num_draft=self.num_draft,
+            prompt_tokens=self.prompt_tokens,
+            generation_tokens=self.generation_tokens,
+            rounds=self.rounds,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            accepted_histogram=tuple(histogram),
+            target_forwards=self.rounds,
+            host_syncs=self.host_syncs,
+            prefill_s=self.prefill_s,
+            decode_s=self.decode_s,
+            draft_s=self.draft_s,
+            verify_s=self.verify_s,
+            profiled=profiled,
+            finish_reason=finish_reason,
+        )

@@ -1,0 +1,57 @@
+"""Verification: how many drafted tokens to accept, and which token comes next.
+
+Pure functions of arrays, built lazily so the engine can fold them into the
+same graph as the target's forward pass and sync once per round.
+
+Shapes: k drafted tokens, V vocabulary entries.
+- `logits` / `p`: (k + 1, V), the target at [last, d1..dk]
+- `q`: (k, V), the drafter's distribution at each drafted position
+- `draft`: (k,)
+Both functions return (accepted, next_token) as scalar arrays.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+
+def verify_greedy(logits: mx.array, draft: mx.array) -> tuple[mx.array, mx.array]:
+    """Temperature 0: accept while the draft equals the target's argmax."""
+    target_tokens = mx.argmax(logits, axis=-1)  # (k + 1,)
+    k = draft.shape[0]
+    if k == 0:
+        return mx.array(0), target_tokens[0]
+    matches = (target_tokens[:k] == draft).astype(mx.int32)
+    accepted = mx.cumprod(matches).sum()
+    return accepted, mx.take(target_tokens, accepted)
+
+
+def verify_sampled(
+    p: mx.array, q: mx.array | None, draft: mx.array, key: mx.array
+) -> tuple[mx.array, mx.array]:
+    """Modified rejection sampling (Leviathan et al. 2023, Chen et al. 2023).
+
+    Draft i is accepted with probability min(1, p_i(d_i) / q_i(d_i)). At the
+    first rejection the next token is drawn from norm(max(0, p_i - q_i)); when
+    all k are accepted, a bonus token is drawn from p_k. `q=None` means a
+    deterministic drafter (q one-hot at the draft).
+    """
+    k = draft.shape[0]
+    accept_key, residual_key = mx.random.split(key)
+    if k == 0:
+        return mx.array(0), mx.random.categorical(mx.log(p[0]), key=residual_key)
+    if q is None:
+        q = (mx.arange(p.shape[-1])[None, :] == draft[:, None]).astype(mx.float32)
+    idx = draft[:, None].astype(mx.int32)
+    p_draft = mx.take_along_axis(p[:k], idx, axis=-1)[:, 0]
+    q_draft = mx.take_along_axis(q, idx, axis=-1)[:, 0]
+    u = mx.random.uniform(shape=(k,), key=accept_key)
+    # u < p/q written without the division, so q(x) = 0 cannot produce NaN
+    accepts = (u * q_draft < p_draft).astype(mx.int32)
+    accepted = mx.cumprod(accepts).sum()
+    # Row i < k is the residual after rejecting draft i; row k is the bonus p_k.
+    rows = mx.concatenate([mx.maximum(p[:k] - q, 0.0), p[k:]], axis=0)
+    chosen = mx.take(rows, accepted, axis=0)
+    # p ≈ q can leave an all-zero residual; then p itself is the right law.
+    chosen = mx.where(chosen.sum() > 0, chosen, mx.take(p, accepted, axis=0))
+    return accepted, mx.random.categorical(mx.log(chosen), key=residual_key)

@@ -1,0 +1,50 @@
+"""Shared fixtures: a real byte-level tokenizer and tiny random models built here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import tiny
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return tiny.train_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def vocab(tokenizer) -> int:
+    return len(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def target_args(vocab):
+    return tiny.qwen2_args(vocab)
+
+
+@pytest.fixture(scope="session")
+def target(target_args):
+    return tiny.build(target_args, seed=0)
+
+
+@pytest.fixture(scope="session")
+def noisy_drafter(target, target_args):
+    """Agrees with the target about half the time."""
+    return tiny.perturbed(target, target_args, noise=0.3, seed=5)
+
+
+@pytest.fixture(scope="session")
+def random_drafter(vocab):
+    """Unrelated random weights: nearly every draft is rejected."""
+    return tiny.build(tiny.qwen2_args(vocab, hidden=32), seed=1)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, tokenizer, target, target_args, noisy_drafter) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "target": tiny.save_model(target, target_args, tokenizer, root / "target"),
+        "drafter": tiny.save_model(noisy_drafter, target_args, tokenizer, root / "drafter"),
+    }

@@ -1,0 +1,52 @@
+"""Rewindable caches."""
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.models.cache import ArraysCache, KVCache
+
+from specmlx.cache import cache_length, make_cache, prefill, rewind
+from specmlx.errors import SpecmlxError
+
+from . import tiny
+
+
+def test_rewind_is_an_offset_move(target):
+    cache = make_cache(target)
+    prefill(target, cache, list(range(1, 40)))
+    keys = cache[0].keys
+    rewind(cache, 30)
+    assert cache_length(cache) == 30
+    assert cache[0].keys is keys  # nothing copied or recomputed
+    rewind(cache, 35)  # rewinding forward is a no-op
+    assert cache_length(cache) == 30
+
+
+def test_prefill_in_chunks_equals_one_pass(target, monkeypatch):
+    tokens = list(range(1, 50))
+    one = make_cache(target)
+    prefill(target, one, tokens)
+    monkeypatch.setattr("specmlx.cache.PREFILL_STEP", 7)
+    chunked = make_cache(target)
+    prefill(target, chunked, tokens)
+    probe = mx.array([[3]])
+    assert mx.allclose(target(probe, cache=one), target(probe, cache=chunked), atol=1e-4).item()
+
+
+def test_sliding_window_caches_become_full_caches(vocab):
+    model = tiny.build(tiny.gemma3_args(vocab, window=8), seed=0)
+    assert all(isinstance(c, KVCache) for c in make_cache(model))
+
+
+class RecurrentModel(nn.Module):
+    """Stands in for a state-space model: its state cannot be trimmed."""
+
+    layers = [None]
+
+    def make_cache(self):
+        return [ArraysCache(size=2)]
+
+
+def test_a_cache_that_cannot_rewind_is_refused_up_front():
+    with pytest.raises(SpecmlxError, match="cannot be rewound.*ArraysCache"):
+        make_cache(RecurrentModel(), name="target x")

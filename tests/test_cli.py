@@ -1,0 +1,131 @@
+"""`python -m specmlx generate` end to end on tiny saved models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from specmlx.cli import main
+
+from . import tiny
+
+PROMPT = "def add(a, b):\n    return"
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["generate", *map(str, argv)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_output_end_to_end(model_dirs, tokenizer, target):
+    """A real subprocess: the module entry point, loading from disk, JSON out."""
+    result = subprocess.run(
+        [sys.executable, "-m", "specmlx", "generate", "--target", model_dirs["target"],
+         "--drafter", model_dirs["drafter"], "--prompt", PROMPT, "--max-tokens", "24", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) == {"text", "tokens", "sources", "stats"}
+    prompt = tokenizer.encode(PROMPT)
+    expected = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=24)]
+    assert data["tokens"] == expected[: len(data["tokens"])]
+    assert data["text"] == tokenizer.decode(data["tokens"])
+    assert len(data["sources"]) == len(data["tokens"])
+    assert set(data["sources"]) <= {"draft", "corrected", "bonus", "target"}
+    stats = data["stats"]
+    assert stats["generation_tokens"] == len(data["tokens"])
+    assert stats["accepted"] == data["sources"].count("draft")
+    assert stats["host_syncs"] == stats["rounds"]
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "none"])
+def test_plain_text_output_and_stats(capsys, model_dirs, drafter):
+    code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", drafter,
+                         "--prompt", PROMPT, "--max-tokens", 10, "--chat", "--system", "be brief")
+    assert code == 0
+    assert out.endswith("\n") and "\033[" not in out  # no colour when not a terminal
+    assert "mean accepted length" in err and "host syncs" in err
+
+
+def test_sampling_flags_and_seed(capsys, model_dirs):
+    args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
+            "--max-tokens", 16, "--temp", 0.8, "--top-p", 0.9, "--top-k", 40, "--seed", 3, "--json")
+    first = json.loads(cli(capsys, *args)[1])
+    second = json.loads(cli(capsys, *args)[1])
+    assert first["tokens"] == second["tokens"]
+
+
+def test_padded_drafter_vocabulary_is_fine(capsys, tmp_path, tokenizer, target, target_args, vocab):
+    args = tiny.qwen2_args(vocab + 64)
+    padded = tiny.build(args, seed=0)
+    target_dir = tiny.save_model(target, target_args, tokenizer, tmp_path / "t")
+    drafter_dir = tiny.save_model(padded, args, tokenizer, tmp_path / "d")
+    code, out, err = cli(capsys, "--target", target_dir, "--drafter", drafter_dir, "--prompt", PROMPT,
+                         "--max-tokens", 12, "--json")
+    assert code == 0, err
+    prompt = tokenizer.encode(PROMPT)
+    expected = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=12)]
+    assert json.loads(out)["tokens"] == expected
+
+
+def broken_dirs(root, model_dirs):
+    import shutil
+
+    corrupt = root / "corrupt"
+    shutil.copytree(model_dirs["target"], corrupt)
+    (corrupt / "config.json").write_text("{ not json")
+    empty = root / "empty"
+    empty.mkdir()
+    no_weights = root / "no-weights"
+    shutil.copytree(model_dirs["target"], no_weights)
+    (no_weights / "model.safetensors").unlink()
+    truncated = root / "truncated"
+    shutil.copytree(model_dirs["target"], truncated)
+    weights = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    a_file = root / "file.txt"
+    a_file.write_text("x")
+    return {"corrupt": corrupt, "empty": empty, "no-weights": no_weights, "truncated": truncated,
+            "file": a_file, "missing": root / "nowhere" / "model"}
+
+
+@pytest.mark.parametrize("case", ["corrupt", "empty", "no-weights", "truncated", "file", "missing"])
+def test_bad_target_is_one_line_and_exit_2(capsys, tmp_path, model_dirs, case):
+    path = broken_dirs(tmp_path, model_dirs)[case]
+    code, out, err = cli(capsys, "--target", path, "--prompt", PROMPT)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("specmlx: error: ") and str(path) in err
+    assert "Traceback" not in err
+
+
+def test_incompatible_drafter_is_one_line_naming_both(capsys, tmp_path, model_dirs, vocab):
+    other_tok = tiny.train_tokenizer(vocab_size=300)
+    args = tiny.qwen2_args(len(other_tok))
+    other = tiny.save_model(tiny.build(args, seed=4), args, other_tok, tmp_path / "other")
+    code, _, err = cli(capsys, "--target", model_dirs["target"], "--drafter", other, "--prompt", PROMPT)
+    assert code == 2 and err.count("\n") == 1
+    assert str(other) in err and str(model_dirs["target"]) in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--prompt-file", "/nonexistent/prompt.txt"], "no such prompt file"),
+    (["--prompt", "x", "--temp", "-1"], "temperature"),
+    (["--prompt", "x", "--max-tokens", "0"], "max tokens"),
+    (["--prompt", "x", "--system", "s"], "--system needs --chat"),
+])
+def test_bad_options_are_one_line_and_exit_2(capsys, model_dirs, flags, message):
+    code, _, err = cli(capsys, "--target", model_dirs["target"], *flags)
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_offline_hub_repo_is_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = cli(capsys, "--target", "mlx-community/no-such-model-4bit", "--prompt", "x")
+    assert code == 2 and err.count("\n") == 1 and "mlx-community/no-such-model-4bit" in err

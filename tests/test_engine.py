@@ -1,0 +1,207 @@
+"""The round loop on tiny random models: exactness, rewinds, syncs, stops."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
+
+from specmlx.cache import cache_length
+from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.events import Source
+from specmlx.sampling import SamplingParams
+
+from . import tiny
+
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
+    "The quick brown fox jumps over the lazy dog. The quick",
+    "for i in range(10):\n    print(i",
+]
+
+
+def reference_greedy(model: nn.Module, prompt: list[int], n: int) -> list[int]:
+    """The target's own greedy output, from mlx-lm's generate_step."""
+    steps = generate_step(mx.array(prompt), model, max_tokens=n)
+    return [int(token) for token, _ in steps]
+
+
+def run(engine: Engine, prompt: list[int], **config):
+    generation = engine.generate(prompt, GenerationConfig(**config))
+    events = list(generation)
+    return events, generation.stats
+
+
+def drafter_for(name: str, request, vocab: int):
+    if name == "none":
+        return NoDrafter()
+    if name == "ngram":
+        return PromptLookupDrafter()
+    model = request.getfixturevalue({"self": "target", "random": "random_drafter", "noisy": "noisy_drafter"}[name])
+    return ModelDrafter(model, vocab, name=name)
+
+
+@pytest.mark.parametrize("drafter_name", ["self", "random", "noisy", "ngram", "none"])
+@pytest.mark.parametrize("num_draft", [1, 4, 7])
+def test_greedy_output_equals_the_targets_own(request, tokenizer, vocab, target, drafter_name, num_draft):
+    engine = Engine(target, drafter_for(drafter_name, request, vocab), eos_token_ids=[])
+    for text in PROMPTS:
+        prompt = tokenizer.encode(text)
+        events, stats = run(engine, prompt, max_tokens=40, num_draft=num_draft)
+        assert [e.token for e in events] == reference_greedy(target, prompt, 40)
+        assert stats.generation_tokens == 40
+        assert stats.host_syncs == stats.rounds  # one blocking sync per round
+        if drafter_name == "self":  # a model drafting for itself is never wrong
+            assert stats.accepted == stats.drafted
+        if drafter_name == "random":
+            assert stats.acceptance_rate < 0.5
+
+
+def test_greedy_exact_on_more_random_targets(tokenizer, vocab):
+    for seed in range(3):
+        args = tiny.qwen2_args(vocab)
+        target = tiny.build(args, seed=10 + seed)
+        drafter = tiny.perturbed(target, args, noise=0.3, seed=seed)
+        engine = Engine(target, ModelDrafter(drafter, vocab), eos_token_ids=[])
+        prompt = tokenizer.encode(PROMPTS[seed])
+        events, stats = run(engine, prompt, max_tokens=32, num_draft=4)
+        assert [e.token for e in events] == reference_greedy(target, prompt, 32)
+        assert 0 < stats.accepted < stats.drafted  # rounds with both outcomes were exercised
+
+
+def test_sources_describe_each_round(tokenizer, vocab, target, noisy_drafter):
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    events, stats = run(engine, tokenizer.encode(PROMPTS[0]), max_tokens=40, num_draft=3)
+    sources = [e.source for e in events]
+    assert sources.count(Source.DRAFT) == stats.accepted
+    # every round ends with one target token; a round left no budget to draft is TARGET
+    own = [Source.BONUS, Source.CORRECTED, Source.TARGET]
+    assert sum(sources.count(s) for s in own) == stats.rounds
+    assert sources.count(Source.BONUS) == stats.accepted_histogram[3]
+    assert sum(stats.accepted_histogram) == stats.rounds
+    assert stats.mean_accepted == pytest.approx(40 / stats.rounds)
+
+
+def test_caches_hold_exactly_the_committed_tokens_after_a_rejection(tokenizer, vocab, target, noisy_drafter):
+    drafter = ModelDrafter(noisy_drafter, vocab)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[1])
+    generation = engine.generate(prompt, GenerationConfig(max_tokens=200, num_draft=4))
+    for event in generation:
+        if event.source is Source.CORRECTED:
+            break  # stop right after a round that rejected a draft
+    generation.close()
+    committed = engine.context
+    assert cache_length(engine.cache) == len(committed) - 1
+    for model, cache in [(target, engine.cache), (noisy_drafter, drafter.cache)]:
+        n = cache_length(cache)
+        assert n == len(committed) - 1  # everything but the token not yet scored
+        fresh = make_prompt_cache(model)
+        model(mx.array(committed[:n])[None], cache=fresh)
+        tail = mx.array(committed[n:])[None]
+        assert mx.allclose(model(tail, cache=cache), model(tail, cache=fresh), atol=1e-4).item()
+
+
+def test_next_generation_reuses_the_cached_prefix(tokenizer, vocab, target, noisy_drafter):
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    first = tokenizer.encode(PROMPTS[0])
+    events, _ = run(engine, first, max_tokens=12)
+    follow_up = first + [e.token for e in events] + tokenizer.encode("\nprint(add(1, 2))")
+    events, stats = run(engine, follow_up, max_tokens=16)
+    assert [e.token for e in events] == reference_greedy(target, follow_up, 16)
+    assert stats.prompt_tokens == len(follow_up)
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(temp=0.7), SamplingParams(temp=1.0, top_p=0.9, top_k=50)])
+def test_seed_makes_sampling_reproducible(tokenizer, vocab, target, noisy_drafter, sampling):
+    prompt = tokenizer.encode(PROMPTS[2])
+    outputs = []
+    for seed in (1, 1, 2):
+        engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+        events, _ = run(engine, prompt, max_tokens=30, sampling=sampling, seed=seed)
+        outputs.append([e.token for e in events])
+    assert outputs[0] == outputs[1]
+    assert outputs[0] != outputs[2]
+
+
+def test_stops_at_eos_without_emitting_it(tokenizer, vocab, target):
+    prompt = tokenizer.encode(PROMPTS[0])
+    reference = reference_greedy(target, prompt, 30)
+    eos = reference[9]
+    cut = reference.index(eos)
+    engine = Engine(target, ModelDrafter(target, vocab), eos_token_ids=[eos])
+    events, stats = run(engine, prompt, max_tokens=30, num_draft=6)
+    assert [e.token for e in events] == reference[:cut]
+    assert stats.finish_reason == "eos"
+    assert engine.context == prompt + reference[: cut + 1]
+    assert cache_length(engine.cache) <= len(engine.context)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 5, 13])
+def test_max_tokens_is_never_overshot(tokenizer, vocab, target, max_tokens):
+    engine = Engine(target, ModelDrafter(target, vocab), eos_token_ids=[])
+    events, stats = run(engine, tokenizer.encode(PROMPTS[1]), max_tokens=max_tokens, num_draft=4)
+    assert len(events) == max_tokens == stats.generation_tokens
+    assert stats.finish_reason == "length"
+
+
+def test_stop_string_ends_generation_and_is_not_emitted(tokenizer, vocab, target):
+    prompt = tokenizer.encode(PROMPTS[0])
+    full = tokenizer.decode(reference_greedy(target, prompt, 40))
+    stop = full[17:20]
+    assert stop and full.index(stop) == 17
+    engine = Engine(target, ModelDrafter(target, vocab), tokenizer=tokenizer_wrapper(tokenizer), eos_token_ids=[])
+    generation = engine.generate(prompt, GenerationConfig(max_tokens=40, num_draft=5, stop=(stop,)))
+    text = "".join(e.text for e in generation) + generation.tail
+    assert text == full[:17]
+    assert generation.stats.finish_reason == "stop"
+
+
+def test_event_text_streams_the_decoded_output(tokenizer, vocab, target, noisy_drafter):
+    prompt = tokenizer.encode("naïve café 東京")
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), tokenizer=tokenizer_wrapper(tokenizer), eos_token_ids=[])
+    generation = engine.generate(prompt, GenerationConfig(max_tokens=30))
+    events = list(generation)
+    assert "".join(e.text for e in events) + generation.tail == tokenizer.decode([e.token for e in events])
+
+
+def test_profile_splits_timing_with_one_more_sync(tokenizer, vocab, target, noisy_drafter):
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[0])
+    events, stats = run(engine, prompt, max_tokens=20, profile=True)
+    assert [e.token for e in events] == reference_greedy(target, prompt, 20)
+    assert stats.host_syncs == 2 * stats.rounds
+    assert stats.draft_s > 0 and stats.verify_s > 0
+
+
+def test_quantized_target_through_the_same_path(tokenizer, vocab, target_args):
+    target = tiny.build(target_args, seed=0)
+    nn.quantize(target, group_size=64, bits=4)
+    drafter = ModelDrafter(tiny.build(target_args, seed=0), vocab)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[2])
+    events, stats = run(engine, prompt, max_tokens=24)
+    assert [e.token for e in events] == reference_greedy(target, prompt, 24)
+    assert stats.accepted > 0
+
+
+def test_sliding_window_target_stays_exact_past_its_window(tokenizer, vocab):
+    """Gemma 3's sliding layers use rotating caches that cannot rewind when full."""
+    args = tiny.gemma3_args(vocab, window=8)
+    target = tiny.build(args, seed=2)
+    drafter = tiny.perturbed(target, args, noise=0.2, seed=3)
+    engine = Engine(target, ModelDrafter(drafter, vocab), eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[0])
+    assert len(prompt) > 8  # the window is full before the first round
+    events, stats = run(engine, prompt, max_tokens=30, num_draft=4)
+    assert [e.token for e in events] == reference_greedy(target, prompt, 30)
+    assert 0 < stats.accepted < stats.drafted
+
+
+def tokenizer_wrapper(tokenizer):
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    return TokenizerWrapper(tokenizer)

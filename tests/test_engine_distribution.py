@@ -1,0 +1,113 @@
+"""Above temperature 0 the engine's output distribution is the target's.
+
+Over a five-token vocabulary, every three-token continuation's probability
+under the target is computed exactly by enumeration; seeded speculative runs
+(several rounds each, with rejections) must match it by a chi-square test.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from specmlx.drafters import Draft, ModelDrafter, PromptLookupDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.sampling import SamplingParams, warp
+
+from . import tiny
+
+VOCAB, LENGTH, RUNS = 5, 3, 3000
+PROMPT = [0, 1, 2, 3, 0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    args = tiny.qwen2_args(VOCAB)
+    target = tiny.build(args, seed=7, sharpness=2.0)
+    return target, tiny.perturbed(target, args, noise=0.6, seed=8)
+
+
+def exact_distribution(target, sampling: SamplingParams) -> dict[tuple[int, ...], float]:
+    """P(x1..xL | prompt) = prod_i p(x_i | prompt, x_<i), by full forwards."""
+    probs = {}
+    for seq in itertools.product(range(VOCAB), repeat=LENGTH):
+        logits = target(mx.array(PROMPT + list(seq[:-1]))[None])[0, len(PROMPT) - 1 :]
+        p = mx.exp(warp(logits, sampling))
+        probs[seq] = float(np.prod([p[i, seq[i]].item() for i in range(LENGTH)]))
+    return probs
+
+
+def sample_sequences(engine: Engine, sampling: SamplingParams) -> tuple[list[tuple[int, ...]], float]:
+    seqs, rounds = [], 0
+    for seed in range(RUNS):
+        generation = engine.generate(
+            PROMPT, GenerationConfig(max_tokens=LENGTH, num_draft=2, sampling=sampling, seed=seed)
+        )
+        seqs.append(tuple(e.token for e in generation))
+        rounds += generation.stats.rounds
+    return seqs, rounds / RUNS
+
+
+def chi_square_pvalue(samples: list[tuple[int, ...]], probs: dict[tuple[int, ...], float]) -> float:
+    """Sequences expected fewer than 5 times are pooled into one bin."""
+    counts = {s: 0 for s in probs}
+    for s in samples:
+        counts[s] += 1
+    assert sum(counts[s] for s in probs if probs[s] == 0) == 0, "emitted an impossible sequence"
+    total = sum(probs.values())
+    expect = {s: p / total * len(samples) for s, p in probs.items() if p > 0}
+    big = [s for s in expect if expect[s] >= 5]
+    small = [s for s in expect if expect[s] < 5]
+    observed = [counts[s] for s in big] + ([sum(counts[s] for s in small)] if small else [])
+    expected = [expect[s] for s in big] + ([sum(expect[s] for s in small)] if small else [])
+    return chisquare(observed, expected).pvalue
+
+
+SAMPLINGS = {
+    "temperature 1": SamplingParams(temp=1.0),
+    "temperature 0.6": SamplingParams(temp=0.6),
+    "top-k 3": SamplingParams(temp=1.0, top_k=3),
+    "top-p 0.7": SamplingParams(temp=0.8, top_p=0.7),
+    "min-p 0.2": SamplingParams(temp=1.0, min_p=0.2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLINGS))
+def test_model_drafter_reproduces_the_target_distribution(pair, name):
+    target, drafter = pair
+    sampling = SAMPLINGS[name]
+    engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
+    samples, rounds_per_run = sample_sequences(engine, sampling)
+    assert 1 < rounds_per_run < LENGTH  # multi-round, with both accepts and rejections
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
+
+
+def test_prompt_lookup_reproduces_the_target_distribution(pair):
+    target, _ = pair
+    sampling = SamplingParams(temp=1.0)
+    engine = Engine(target, PromptLookupDrafter(), eos_token_ids=[])
+    samples, _ = sample_sequences(engine, sampling)
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
+
+
+class MisreportingDrafter(ModelDrafter):
+    """Samples from q but tells verification q is uniform: no longer exact."""
+
+    def draft(self, tokens, num_draft, sampling, key) -> Draft:
+        draft = super().draft(tokens, num_draft, sampling, key)
+        if draft.probs is None:
+            return draft
+        return Draft(draft.tokens, mx.full(draft.probs.shape, 1.0 / VOCAB))
+
+
+def test_the_check_detects_a_drafter_that_misreports_q(pair):
+    """Negative control: the same test fails when exactness is broken."""
+    target, drafter = pair
+    sampling = SamplingParams(temp=1.0)
+    engine = Engine(target, MisreportingDrafter(drafter, VOCAB), eos_token_ids=[])
+    samples, _ = sample_sequences(engine, sampling)
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling)) < 1e-3
