@@ -17,7 +17,7 @@ import mlx.nn as nn
 from .compat import check_compatible, check_vocab_fits
 from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .errors import SpecmlxError
-from .models import vocab_size
+from .vocab import vocab_size
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 MODEL_DRAFTERS = "a model directory or repo id, 'ngram' or 'none'"

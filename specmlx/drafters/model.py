@@ -8,7 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..cache import cache_length, make_cache, prefill, rewind
-from ..models import fit_vocab
+from ..vocab import fit_vocab
 from ..sampling import SamplingParams, sample, warp
 from .base import Draft
 
