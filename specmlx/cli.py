@@ -8,10 +8,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import mlx.core as mx
+
+from .blas import describe
 from .engine import Engine, GenerationConfig
 from .errors import SpecmlxError
 from .events import Source
-from .loading import MODEL_DRAFTERS, load, load_drafter
+from .loading import MODEL_DRAFTERS, load_pair
+from .presets import default_preset_name
 from .sampling import SamplingParams
 from .stats import GenerationStats
 
@@ -23,8 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specmlx", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="generate text from a prompt")
-    gen.add_argument("--target", required=True, help="target model: directory or Hugging Face repo id")
-    gen.add_argument("--drafter", default="ngram", help=f"drafter: {MODEL_DRAFTERS} (default: ngram)")
+    gen.add_argument("--target", default=None, help="target: a preset name, model directory or "
+                     "Hugging Face repo id (default: the default preset)")
+    gen.add_argument("--drafter", help=f"drafter: {MODEL_DRAFTERS} (default: the preset's "
+                     "drafter, else ngram)")
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
@@ -93,8 +99,7 @@ def generate(args: argparse.Namespace) -> int:
         stop=tuple(args.stop), profile=args.profile,
     )
     text = read_prompt(args)
-    target = load(args.target)
-    drafter = load_drafter(args.drafter, target)
+    target, drafter = load_pair(args.target or default_preset_name(), args.drafter)
     prompt = encode(target.tokenizer, text, args.chat, args.system)
     engine = Engine(target.model, drafter, target.tokenizer)
     run = engine.generate(prompt, config)
@@ -119,6 +124,7 @@ def generate(args: argparse.Namespace) -> int:
         if color:
             print(f"({DRAFT_STYLE}green{RESET}: accepted draft tokens)", file=sys.stderr)
         print(format_stats(run.stats), file=sys.stderr)
+        print(f"backend: {mx.default_device()}, BLAS: {describe()}", file=sys.stderr)
     return 0
 
 

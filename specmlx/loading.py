@@ -17,10 +17,12 @@ import mlx.nn as nn
 from .compat import check_compatible, check_vocab_fits
 from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .errors import SpecmlxError
+from .memory import check_fits
+from .presets import fetched_path, get_preset, is_preset
 from .vocab import vocab_size
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-MODEL_DRAFTERS = "a model directory or repo id, 'ngram' or 'none'"
+MODEL_DRAFTERS = "a preset name, model directory or repo id, 'ngram' or 'none'"
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,10 @@ class LoadedModel:
 
 
 def resolve(source: str) -> Path:
-    """A local model directory, downloading `owner/name` repo ids from the hub."""
+    """A local model directory: a path, a preset name (its target), or an
+    `owner/name` repo id downloaded from the hub."""
+    if is_preset(source):
+        return fetched_path(get_preset(source))
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -57,9 +62,9 @@ def download(repo: str) -> Path:
         raise SpecmlxError(f"{repo}: not a local directory, and downloading it failed: {reason}") from None
 
 
-def load(source: str) -> LoadedModel:
+def load(source: str, path: Path | None = None) -> LoadedModel:
     """Load a model and its tokenizer with mlx-lm; every failure is one line."""
-    path = resolve(source)
+    path = resolve(source) if path is None else path
     try:
         json.loads((path / "config.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -76,12 +81,38 @@ def load(source: str) -> LoadedModel:
     return loaded
 
 
-def load_drafter(spec: str, target: LoadedModel) -> Drafter:
+def drafter_source(spec: str | None, target: str) -> str:
+    """What to draft with: `spec`, a preset's drafter, or prompt lookup.
+
+    A preset name stands for that preset's own drafter; with no spec, a preset
+    target brings its drafter and any other target gets prompt lookup.
+    """
+    if spec is None:
+        return drafter_source(target, target) if is_preset(target) else "ngram"
+    if is_preset(spec):
+        preset = get_preset(spec)
+        if preset.drafter in ("ngram", "none"):
+            return preset.drafter
+        return str(fetched_path(preset, preset.drafter))
+    return spec
+
+
+def load_drafter(spec: str, target: LoadedModel, path: Path | None = None) -> Drafter:
     """`ngram`, `none`, or a model that shares the target's tokenizer."""
     if spec == "ngram":
         return PromptLookupDrafter()
     if spec == "none":
         return NoDrafter()
-    drafter = load(spec)
+    drafter = load(spec, path)
     check_compatible(target.tokenizer, drafter.tokenizer, target.name, drafter.name)
     return ModelDrafter(drafter.model, vocab_size(target.model), name=spec)
+
+
+def load_pair(target: str, drafter: str | None = None) -> tuple[LoadedModel, Drafter]:
+    """Resolve both, check they fit in memory together, then load and check them."""
+    drafter = drafter_source(drafter, target)
+    target_path = resolve(target)
+    drafter_path = None if drafter in ("ngram", "none") else resolve(drafter)
+    check_fits(target_path, drafter_path)
+    loaded = load(target, target_path)
+    return loaded, load_drafter(drafter, loaded, drafter_path)

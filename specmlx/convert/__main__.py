@@ -1,0 +1,5 @@
+"""Entry point of `python -m specmlx.convert`."""
+
+from specmlx.convert.cli import main
+
+raise SystemExit(main())

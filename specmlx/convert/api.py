@@ -1,0 +1,48 @@
+"""`convert()`: one entry point for every kind of source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specmlx.convert.gguf_convert import convert_gguf
+from specmlx.convert.gguf_file import GGUF_MAGIC
+from specmlx.convert.hf import convert_hf, looks_like_repo_id
+from specmlx.convert.options import resolve_format
+from specmlx.errors import SpecmlxError
+
+
+def convert(
+    source: str | Path,
+    out: str | Path,
+    dtype: str | None = None,
+    quantize: bool | None = None,
+    force: bool = False,
+    sha256: str | None = None,
+    q_bits: int | None = None,
+    q_group_size: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Convert `source` into an MLX model directory at `out` that `mlx_lm.load(out)` loads.
+
+    `source` is a GGUF file, a local Hugging Face directory with safetensors, or a hub repo id.
+    `dtype`/`quantize` default to the backend (float32 on CPU, 4-bit on Metal, see
+    `options.resolve_format`). `out` appears only when complete; an existing `out` is replaced
+    only with `force`. `sha256` is checked for GGUF files (known checkpoints are always checked).
+    Every failure the user can cause raises `SpecmlxError`.
+    """
+    fmt = resolve_format(dtype, quantize, q_bits, q_group_size)
+    path = Path(source).expanduser()
+    if path.is_file():
+        if not _has_gguf_magic(path):
+            raise SpecmlxError(f"{path}: not a GGUF file, and not a Hugging Face model directory")
+        return convert_gguf(path, Path(out), fmt, force=force, sha256=sha256, progress=progress)
+    if sha256 is not None:
+        raise SpecmlxError("--sha256 applies to a GGUF file source only")
+    if path.is_dir() or looks_like_repo_id(str(source)):
+        return convert_hf(path if path.is_dir() else str(source), Path(out), fmt, force=force, progress=progress)
+    raise SpecmlxError(f"no such file or directory: {source}")
+
+
+def _has_gguf_magic(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(4) == GGUF_MAGIC

@@ -1,0 +1,62 @@
+"""Command line for presets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from ..errors import SpecmlxError
+from ..presets import default_preset_name, get_preset, is_fetched, model_path, presets
+from .fetch import fetch_preset
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specmlx.models", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="list the presets and whether they are fetched")
+    fetch = commands.add_parser("fetch", help="download or convert a preset's models into models/NAME/")
+    fetch.add_argument("name", nargs="?", help="preset (default: the default preset)")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if present")
+    path = commands.add_parser("path", help="print where a preset's target (or a drafter) is")
+    path.add_argument("name", nargs="?")
+    path.add_argument("--role", default="target", help="'target' or a drafter's name")
+    return parser
+
+
+def list_presets() -> None:
+    default = default_preset_name()
+    for preset in presets().values():
+        mark = " (default)" if preset.name == default else ""
+        print(f"{preset.name}{mark}: {preset.description}")
+        for source in preset.sources:
+            path = model_path(preset, source.role)
+            state = f"fetched at {path}" if is_fetched(path) else "not fetched"
+            print(f"  {source.role}: {state} [hub {source.hub or '-'}, offline {source.offline or '-'}]")
+        print(f"  drafter: {preset.drafter}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "list":
+            list_presets()
+            return 0
+        preset = get_preset(args.name or default_preset_name())
+        if args.command == "fetch":
+            fetch_preset(preset, force=args.force, log=lambda m: print(m, file=sys.stderr))
+            print(model_path(preset))
+            return 0
+        path = model_path(preset, args.role)
+        if args.role != "target" and args.role not in {d.role for d in preset.drafters}:
+            raise SpecmlxError(f"preset {preset.name} has no model {args.role!r}")
+        if not is_fetched(path):
+            raise SpecmlxError(f"{preset.name}/{args.role} is not fetched; run: python -m specmlx.models fetch {preset.name}")
+        print(path)
+        return 0
+    except SpecmlxError as err:
+        print(f"specmlx.models: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nspecmlx.models: interrupted; nothing half-written was kept", file=sys.stderr)
+        return 130

