@@ -12,7 +12,7 @@ import mlx.core as mx
 
 from .blas import describe
 from .engine import Engine, GenerationConfig
-from .errors import SpecmlxError
+from .errors import SpecmlxError, run_cli
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
 from .presets import default_preset_name
@@ -130,11 +130,4 @@ def generate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return generate(args)
-    except SpecmlxError as err:
-        print(f"specmlx: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\nspecmlx: interrupted", file=sys.stderr)
-        return 130
+    return run_cli("specmlx", lambda: generate(args))

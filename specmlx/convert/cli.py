@@ -7,7 +7,7 @@ import sys
 
 from specmlx.convert.api import convert
 from specmlx.convert.options import DTYPES
-from specmlx.errors import SpecmlxError
+from specmlx.errors import run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the converter; 0 on success, 2 (one line on stderr) on a user-facing error."""
     args = build_parser().parse_args(argv)
-    try:
+
+    def body() -> int:
         out = convert(
             args.source,
             args.out,
@@ -46,14 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             q_group_size=args.q_group_size,
             progress=not args.no_progress,
         )
-    except SpecmlxError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # disk full, permission denied: the system's message says enough
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    print(out)
-    return 0
+        print(out)
+        return 0
+
+    return run_cli("specmlx.convert", body)

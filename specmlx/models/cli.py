@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..errors import SpecmlxError
+from ..errors import SpecmlxError, run_cli
 from ..presets import default_preset_name, get_preset, is_fetched, model_path, presets
 from .fetch import fetch_preset
 
@@ -38,25 +38,22 @@ def list_presets() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "list":
-            list_presets()
-            return 0
-        preset = get_preset(args.name or default_preset_name())
-        if args.command == "fetch":
-            fetch_preset(preset, force=args.force, log=lambda m: print(m, file=sys.stderr))
-            print(model_path(preset))
-            return 0
-        path = model_path(preset, args.role)
-        if args.role != "target" and args.role not in {d.role for d in preset.drafters}:
-            raise SpecmlxError(f"preset {preset.name} has no model {args.role!r}")
-        if not is_fetched(path):
-            raise SpecmlxError(f"{preset.name}/{args.role} is not fetched; run: python -m specmlx.models fetch {preset.name}")
-        print(path)
+    return run_cli("specmlx.models", lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "list":
+        list_presets()
         return 0
-    except SpecmlxError as err:
-        print(f"specmlx.models: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\nspecmlx.models: interrupted; nothing half-written was kept", file=sys.stderr)
-        return 130
+    preset = get_preset(args.name or default_preset_name())
+    if args.command == "fetch":
+        fetch_preset(preset, force=args.force, log=lambda m: print(m, file=sys.stderr))
+        print(model_path(preset))
+        return 0
+    path = model_path(preset, args.role)
+    if args.role != "target" and args.role not in {d.role for d in preset.drafters}:
+        raise SpecmlxError(f"preset {preset.name} has no model {args.role!r}")
+    if not is_fetched(path):
+        raise SpecmlxError(f"{preset.name}/{args.role} is not fetched; run: python -m specmlx.models fetch {preset.name}")
+    print(path)
+    return 0
