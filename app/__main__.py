@@ -1,0 +1,41 @@
+"""`python -m app`: the terminal chat, on the default preset unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m app",
+        description="Offline terminal chat with exact speculative decoding; "
+                    "shows which tokens the drafter guessed right.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--target", help="target model: an MLX model directory or Hugging Face repo id")
+    source.add_argument("--preset", help="a preset name (python -m specmlx.models list); default: the default preset")
+    parser.add_argument("--drafter", help="drafter: a model directory or repo id, 'ngram' or 'none' "
+                                          "(default: the preset's drafter, or ngram with --target)")
+    parser.add_argument("--system", default="", help="system prompt for new chats")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from specmlx.blas import ensure_fast_blas
+
+    ensure_fast_blas()  # before MLX is imported (Linux CPU): may re-execute this process
+    from .app import SpecApp
+
+    app = SpecApp(target=args.target, drafter=args.drafter, preset=args.preset, system=args.system)
+    try:
+        app.run()
+    finally:
+        app.close_resources()
+    return app.return_code or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

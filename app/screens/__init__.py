@@ -1,0 +1,1 @@
+"""Screens: loading, chat, settings, history, missing model."""

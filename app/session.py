@@ -1,0 +1,219 @@
+"""The model side of a chat: conversation, prompts and engine runs. No Textual here.
+
+Every answer's prompt is the tokenizer's chat template over the whole
+conversation, so it extends the engine's context (last prompt + last answer)
+and the engine prefills only the new suffix: the target's and the drafter's
+KV caches are reused across turns. A session's methods run MLX work and must
+all be called from one thread (see `mlx_thread`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from time import perf_counter
+from typing import Callable, Iterable, Iterator, Sequence
+
+from mlx_lm.utils import common_prefix_len
+
+from specmlx.drafters import Drafter, NoDrafter, PromptLookupDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
+from specmlx.events import Source, TokenEvent
+from specmlx.stats import GenerationStats
+
+from .settings import ChatSettings
+
+# Without a chat template the conversation is a plain transcript, cut at the next turn.
+PLAIN_STOP = ("\nUser:",)
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str  # "user" or "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """An answer began: the prompt and what the caches already held of it."""
+
+    prompt_tokens: int
+    reused: int
+    drafter: str  # "model", "ngram" or "none"
+    config: GenerationConfig
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """Tokens emitted since the last update; `elapsed` is seconds since the first token."""
+
+    events: tuple[TokenEvent, ...]
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The answer is over (done, stopped or cut); `text` is all of it, `tail` included."""
+
+    text: str
+    tail: str
+    stats: GenerationStats
+
+
+Update = Started | Streamed | Finished
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Plain decoding speed of the target, measured on this machine."""
+
+    tps: float
+    tokens: int
+
+
+def batched(events: Iterable[TokenEvent], stop: Callable[[], bool]) -> Iterator[Streamed]:
+    """Group events by engine round: a batch ends with the target's own token.
+
+    A round's tokens are computed together and the next pull starts the next
+    round, so a batch never waits on the model: the screen and the history
+    are never behind. `stop()` is asked after every token, so a stop takes
+    effect before the next round starts.
+    """
+    pending: list[TokenEvent] = []
+    first = None
+    for event in events:
+        now = perf_counter()
+        first = now if first is None else first
+        pending.append(event)
+        if event.source is not Source.DRAFT or stop():
+            yield Streamed(tuple(pending), now - first)
+            pending = []
+        if stop():
+            break
+    if pending:  # a round cut before its target token (EOS, stop string, max tokens)
+        yield Streamed(tuple(pending), perf_counter() - first)
+
+
+class Session:
+    """One conversation over one engine.
+
+    `drafters` maps the settings' choices to drafter objects; the engine's
+    drafter is swapped between answers. A swapped-out drafter keeps its
+    cache, so when it comes back it is rewound to what it shares with the
+    engine's context at that time.
+    """
+
+    def __init__(self, engine: Engine, *, target_name: str = "target", model_drafter: Drafter | None = None) -> None:
+        self.engine = engine
+        self.target_name = target_name
+        current = engine.drafter
+        self.drafters: dict[str, Drafter] = {
+            "ngram": current if isinstance(current, PromptLookupDrafter) else PromptLookupDrafter(),
+            "none": current if isinstance(current, NoDrafter) else NoDrafter(),
+        }
+        if model_drafter is None and not isinstance(current, (PromptLookupDrafter, NoDrafter)):
+            model_drafter = current
+        if model_drafter is not None:
+            self.drafters["model"] = model_drafter
+        self._seen: dict[str, list[int]] = {}  # drafter choice -> context when swapped out
+        self.history: list[ChatMessage] = []
+        self._last: tuple[list[int], GenerationConfig, int] | None = None  # prompt, config, tokens
+
+    # -- what the UI asks about -------------------------------------------------
+
+    @property
+    def drafter_name(self) -> str:
+        """The model drafter's name, or "" when there is none."""
+        drafter = self.drafters.get("model")
+        return drafter.name if drafter is not None else ""
+
+    @property
+    def default_drafter(self) -> str:
+        """The choice matching the drafter the engine came with."""
+        current = self.engine.drafter
+        return next(k for k, d in self.drafters.items() if d is current)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.engine.tokenizer, "has_chat_template", False))
+
+    def reset(self, history: Sequence[ChatMessage] = ()) -> None:
+        """Start over (a new chat) or continue a stored one. The caches stay:
+        a new chat with the same system prompt still shares its prefix."""
+        self.history = list(history)
+        self._last = None
+
+    def prompt_ids(self, system: str = "") -> list[int]:
+        """The whole conversation, ready for the assistant's next answer."""
+        tokenizer = self.engine.tokenizer
+        if not self.has_chat_template:
+            return list(tokenizer.encode(plain_transcript(self.history, system)))
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [{"role": m.role, "content": m.content} for m in self.history]
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    # -- running the engine ----------------------------------------------------
+
+    def stream(self, text: str, settings: ChatSettings, stop: Callable[[], bool] = lambda: False) -> Iterator[Update]:
+        """Answer `text`: yields Started, then Streamed batches, then Finished.
+
+        After `stop()` turns true, the generation is closed at the next token
+        and what was emitted is kept, in the history too.
+        """
+        self.history.append(ChatMessage("user", text))
+        choice = self._select(settings.active_drafter)
+        prompt = self.prompt_ids(settings.system)
+        reused = min(common_prefix_len(self.engine.context, prompt), len(prompt) - 1)
+        config = settings.generation_config(stop=() if self.has_chat_template else PLAIN_STOP)
+        generation = self.engine.generate(prompt, config)
+        yield Started(len(prompt), reused, choice, config)
+        emitted: list[str] = []
+        try:
+            for update in batched(generation, stop):
+                emitted.extend(e.text for e in update.events)
+                yield update
+        finally:
+            generation.close()  # the caches keep what was emitted
+        answer = "".join(emitted) + generation.tail
+        self.history.append(ChatMessage("assistant", answer))
+        self._last = (prompt, config, generation.stats.generation_tokens)
+        yield Finished(answer, generation.tail, generation.stats)
+
+    def measure_baseline(self, stop: Callable[[], bool] = lambda: False) -> Baseline:
+        """Decode the last prompt again with no drafter, as many tokens as its
+        answer had, and report plain tokens/s: the speedup's denominator."""
+        if self._last is None:
+            raise SpecmlxError("nothing to compare with yet: send a message first")
+        prompt, config, tokens = self._last
+        self._select("none")
+        run = self.engine.generate(prompt, replace(config, max_tokens=max(tokens, 8), num_draft=0))
+        try:
+            for _ in run:
+                if stop():
+                    break
+        finally:
+            run.close()
+        if stop():
+            raise SpecmlxError("measuring plain decoding was stopped")
+        return Baseline(run.stats.generation_tps, run.stats.generation_tokens)
+
+    def _select(self, choice: str) -> str:
+        """Make `choice` the engine's drafter, in step with the engine's context."""
+        if choice not in self.drafters:
+            raise SpecmlxError("no drafter model was loaded; choose prompt lookup or none")
+        new, old = self.drafters[choice], self.engine.drafter
+        if new is not old:
+            self._seen[self._choice_of(old)] = list(self.engine.context)
+            new.rewind(common_prefix_len(self._seen.get(choice, []), self.engine.context))
+            self.engine.drafter = new
+        return choice
+
+    def _choice_of(self, drafter: Drafter) -> str:
+        return next(k for k, d in self.drafters.items() if d is drafter)
+
+
+def plain_transcript(history: Sequence[ChatMessage], system: str = "") -> str:
+    """A chat as plain text, for tokenizers without a chat template."""
+    lines = [system] if system else []
+    lines += [f"{m.role.capitalize()}: {m.content}" for m in history]
+    return "\n".join(lines + ["Assistant:"])

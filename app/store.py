@@ -1,0 +1,271 @@
+"""Chat history in SQLite: conversations, messages, each token's text and source, stats.
+
+Writes are committed as they happen (the user's message at once, an answer's
+tokens batch by batch, before the batch is shown), so a crash or kill loses
+nothing that was on screen. WAL with synchronous=NORMAL makes a commit cheap
+and survives a killed process. One connection is shared by the UI thread and
+the workers, behind a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from specmlx.events import Source, TokenEvent
+from specmlx.stats import GenerationStats
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    system TEXT NOT NULL DEFAULT '',
+    target TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    stats TEXT,
+    finished INTEGER NOT NULL DEFAULT 1,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    source TEXT NOT NULL,
+    PRIMARY KEY (message_id, position)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+"""
+
+
+class StoreError(Exception):
+    """History could not be read or written; the chat goes on without it."""
+
+
+def data_dir() -> Path:
+    """$SPECMLX_DATA_DIR, else the platform's user data directory."""
+    if os.environ.get("SPECMLX_DATA_DIR"):
+        return Path(os.environ["SPECMLX_DATA_DIR"]).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "specmlx"
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "specmlx"
+
+
+@dataclass(frozen=True)
+class ConversationInfo:
+    id: int
+    title: str
+    updated: float
+    messages: int
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    role: str
+    content: str
+    events: tuple[TokenEvent, ...] = ()
+    tail: str = ""
+    stats: GenerationStats | None = None
+    finished: bool = True
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    system: str
+    messages: tuple[StoredMessage, ...]
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.path = path
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=5)
+        self._lock = threading.Lock()
+        self._positions: dict[int, int] = {}  # answer id -> next token position
+        try:
+            self._setup()
+        except BaseException:
+            self._db.close()
+            raise
+
+    @classmethod
+    def open(cls, path: Path) -> tuple["Store", str | None]:
+        """Open the history, or say why not and carry on: a corrupt file is moved
+        aside and a new one started; if even that fails, history lives in memory."""
+        try:
+            return cls(path), None
+        except (sqlite3.Error, OSError) as err:
+            problem = err
+        try:
+            aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+            if path.exists():
+                path.rename(aside)
+            return cls(path), f"History {path} was unreadable ({problem}); kept it as {aside.name} and started a new one."
+        except (sqlite3.Error, OSError) as err:
+            return cls(":memory:"), f"History is unavailable ({err}); chats will not be saved this session."
+
+    def _setup(self) -> None:
+        db = self._db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"written by a newer specmlx (schema {version})")
+        check = db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(check)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
+        with db:
+            db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction, committed on exit; SQLite errors become StoreError."""
+        with self._lock:
+            try:
+                with self._db:
+                    yield self._db
+            except sqlite3.Error as err:
+                raise StoreError(f"cannot save history: {err}") from None
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as err:
+                raise StoreError(f"cannot read history: {err}") from None
+
+    # -- writing -----------------------------------------------------------------
+
+    def new_conversation(self, title: str, system: str = "", target: str = "") -> int:
+        now = time.time()
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO conversations (title, system, target, created, updated) VALUES (?, ?, ?, ?, ?)",
+                (title, system, target, now, now),
+            )
+            return cursor.lastrowid
+
+    def set_system(self, conversation: int, system: str) -> None:
+        with self._write() as db:
+            db.execute("UPDATE conversations SET system = ? WHERE id = ?", (system, conversation))
+
+    def add_message(self, conversation: int, role: str, content: str) -> int:
+        """A complete message (the user's), committed now."""
+        return self._insert_message(conversation, role, content, finished=True)
+
+    def begin_answer(self, conversation: int) -> int:
+        """An empty assistant message that tokens are appended to as they stream."""
+        message = self._insert_message(conversation, "assistant", "", finished=False)
+        self._positions[message] = 0
+        return message
+
+    def add_tokens(self, message: int, events: Sequence[TokenEvent], content: str) -> None:
+        """Append streamed tokens; `content` is the answer's text so far."""
+        start = self._positions.get(message, 0)
+        rows = [(message, start + i, e.token, e.text, e.source.value) for i, e in enumerate(events)]
+        with self._write() as db:
+            db.executemany("INSERT INTO tokens VALUES (?, ?, ?, ?, ?)", rows)
+            db.execute("UPDATE messages SET content = ? WHERE id = ?", (content, message))
+        self._positions[message] = start + len(rows)
+
+    def finish_answer(self, message: int, content: str, stats: GenerationStats) -> None:
+        with self._write() as db:
+            db.execute(
+                "UPDATE messages SET content = ?, stats = ?, finished = 1 WHERE id = ?",
+                (content, json.dumps(stats.to_dict()), message),
+            )
+        self._positions.pop(message, None)
+
+    def delete(self, conversation: int) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
+
+    def _insert_message(self, conversation: int, role: str, content: str, finished: bool) -> int:
+        now = time.time()
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO messages (conversation_id, role, content, finished, created) VALUES (?, ?, ?, ?, ?)",
+                (conversation, role, content, int(finished), now),
+            )
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation))
+            return cursor.lastrowid
+
+    # -- reading -----------------------------------------------------------------
+
+    def conversations(self) -> list[ConversationInfo]:
+        """Newest first."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT c.id, c.title, c.updated, COUNT(m.id) FROM conversations c "
+                "LEFT JOIN messages m ON m.conversation_id = c.id GROUP BY c.id ORDER BY c.updated DESC, c.id DESC"
+            ).fetchall()
+        return [ConversationInfo(*row) for row in rows]
+
+    def load(self, conversation: int) -> Conversation:
+        with self._read() as db:
+            head = db.execute("SELECT title, system FROM conversations WHERE id = ?", (conversation,)).fetchone()
+            if head is None:
+                raise StoreError(f"no conversation {conversation} in the history")
+            rows = db.execute(
+                "SELECT id, role, content, stats, finished FROM messages WHERE conversation_id = ? ORDER BY id",
+                (conversation,),
+            ).fetchall()
+            tokens = {
+                message: db.execute(
+                    "SELECT token, text, source FROM tokens WHERE message_id = ? ORDER BY position", (message,)
+                ).fetchall()
+                for message, role, *_ in rows if role == "assistant"
+            }
+        try:
+            messages = tuple(_message(role, content, tokens.get(i, []), stats, finished)
+                             for i, role, content, stats, finished in rows)
+        except ValueError as err:  # a token source this version does not know
+            raise StoreError(f"cannot read conversation {conversation}: {err}") from None
+        return Conversation(conversation, head[0], head[1], messages)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _message(role: str, content: str, tokens: list[tuple], stats: str | None, finished: int) -> StoredMessage:
+    events = tuple(TokenEvent(token, text, Source(source)) for token, text, source in tokens)
+    shown = "".join(e.text for e in events)
+    tail = content[len(shown):] if content.startswith(shown) else ""
+    return StoredMessage(role, content, events, tail, _stats(stats), bool(finished))
+
+
+def _stats(text: str | None) -> GenerationStats | None:
+    """Stats from their JSON; None when absent or written by another version."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        values = {f.name: data[f.name] for f in fields(GenerationStats)}
+        values["accepted_histogram"] = tuple(values["accepted_histogram"])
+        return GenerationStats(**values)
+    except (ValueError, KeyError, TypeError):
+        return None

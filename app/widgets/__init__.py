@@ -1,0 +1,1 @@
+"""Widgets of the chat screen: answers with per-token spans, stats, legend."""

@@ -1,0 +1,102 @@
+"""The live stats panel: speed, speedup over plain decoding, acceptance, a sparkline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the panel shows about the latest answer.
+
+    `acceptance` is None while an answer streams: it needs the number of
+    drafted tokens, which only the engine's final stats hold.
+    """
+
+    drafter: str = ""
+    num_draft: int | None = None  # None: speculation off
+    tokens: int = 0
+    tps: float | None = None
+    acceptance: float | None = None
+    mean_accepted: float | None = None
+    accepted_per_round: tuple[int, ...] = ()
+    prompt_tokens: int = 0
+    reused: int = 0
+    baseline_tps: float | None = None
+    measuring: bool = False
+
+
+def sparkline(values: Sequence[int], top: int, width: int) -> str:
+    """The last `width` values as bars on a fixed 0..top scale (▁ = no draft accepted)."""
+    if not values:
+        return ""
+    top = max(top, max(values), 1)
+    return "".join(BARS[round(v / top * (len(BARS) - 1))] for v in values[-width:])
+
+
+def speedup(figures: Figures) -> str:
+    if figures.measuring:
+        return "measuring…"
+    if figures.baseline_tps is None:
+        return "n/a — press ctrl+b\nto measure"
+    if not figures.tps or figures.baseline_tps <= 0:
+        return "n/a"
+    return f"{figures.tps / figures.baseline_tps:.2f}×\nvs plain {figures.baseline_tps:.1f} tok/s"
+
+
+class StatsPanel(Static):
+    def __init__(self, figures: Figures = Figures(), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.figures = figures
+
+    def on_mount(self) -> None:
+        self.show(self.figures)
+
+    def show(self, figures: Figures) -> None:
+        self.figures = figures
+        self.update(self._content(figures))
+
+    def on_resize(self) -> None:
+        self.show(self.figures)  # the sparkline fits the width
+
+    def _content(self, f: Figures) -> Group:
+        def number(value: float | None, fmt: str) -> str:
+            return "…" if value is None else fmt.format(value)
+
+        width = max((self.content_size.width or 30), 8)
+        bars = sparkline(f.accepted_per_round, f.num_draft or 0, width)
+        return Group(
+            Text("Speed", style="bold"),
+            _grid(("tokens/s", number(f.tps, "{:.1f}")), ("speedup", speedup(f))),
+            Text("Speculation", style="bold"),
+            _grid(
+                ("drafter", f.drafter or "none"),
+                ("draft len", "off" if f.num_draft is None else str(f.num_draft)),
+                ("accepted", number(f.acceptance if f.tokens else None, "{:.0%}")),
+                ("mean len", number(f.mean_accepted if f.tokens else None, "{:.2f} tok/round")),
+                ("rounds", str(len(f.accepted_per_round))),
+            ),
+            Text(bars, style="green") if bars else Text("accepted drafts per round", style="dim"),
+            Text("Context", style="bold"),
+            _grid(
+                ("prompt", f"{f.prompt_tokens} tok" + (f", {f.reused} cached" if f.prompt_tokens else "")),
+                ("answer", f"{f.tokens} tok"),
+            ),
+        )
+
+
+def _grid(*rows: tuple[str, str]) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True, min_width=9)
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid

@@ -1,0 +1,61 @@
+"""App test fixtures: the history goes to a temporary directory, engines are tiny or scripted."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from specmlx.drafters import ModelDrafter
+from specmlx.engine import Engine
+
+from .fakes import FakeEngine
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    """Never touch the user's real history."""
+    path = tmp_path / "data"
+    monkeypatch.setenv("SPECMLX_DATA_DIR", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def wrapped(tokenizer) -> TokenizerWrapper:
+    return TokenizerWrapper(tokenizer)
+
+
+class RecordingEngine(Engine):
+    """The real engine; keeps every event it reported, generation by generation."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reported: list[list] = []
+
+    def generate(self, prompt, config=None):
+        generation = super().generate(prompt, config) if config else super().generate(prompt)
+        events: list = []
+        self.reported.append(events)
+        inner = generation._events
+
+        def record():
+            try:
+                for event in inner:
+                    events.append(event)
+                    yield event
+            finally:
+                inner.close()  # runs the engine's cleanup: rewind, stats
+        generation._events = record()
+        return generation
+
+
+@pytest.fixture
+def tiny_engine(target, noisy_drafter, vocab, wrapped) -> Callable[[], RecordingEngine]:
+    """Builds (on the app's MLX thread) a real engine on the tiny models, noisy drafter."""
+    return lambda: RecordingEngine(target, ModelDrafter(noisy_drafter, vocab, name="noisy"), wrapped)
+
+
+@pytest.fixture
+def fake_engine(wrapped) -> Callable[..., FakeEngine]:
+    return lambda *args, **kwargs: FakeEngine(wrapped, *args, **kwargs)

@@ -1,0 +1,39 @@
+"""The app on the real Qwen pair (default preset): one short answer, and the
+acceptance stats reach the panel. Slow: loads 8 GB of float32 weights."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.app import SpecApp
+from app.screens.chat import ChatScreen
+from app.settings import ChatSettings
+from app.widgets.answer import AnswerView
+from app.widgets.stats import StatsPanel
+from specmlx import presets
+from specmlx.events import Source
+from specmlx.models.fetch import fetch_preset
+
+from .helpers import run, send, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_short_answer_with_acceptance_stats(tmp_path):
+    fetch_preset(presets.get_preset(presets.default_preset_name()), progress=False, log=lambda m: None)
+
+    async def scenario():
+        app = SpecApp(settings=ChatSettings(max_tokens=24), data_dir=tmp_path, cursor_blink=False)
+        async with app.run_test(size=(110, 34)) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), timeout=600, what="models loaded")
+            await send(pilot, "Write a Python function that returns the square of a number.")
+            view = app.screen.query_one(AnswerView)
+            await wait_until(pilot, lambda: view.finished and not app.screen.busy, timeout=600, what="the answer")
+            figures = app.screen.query_one(StatsPanel).figures
+            assert 0 < figures.tokens <= 24 and view.text.strip()
+            assert figures.acceptance is not None and figures.mean_accepted >= 1.0
+            assert len(figures.accepted_per_round) > 0
+            drafted = sum(1 for e in view.events if e.source is Source.DRAFT)
+            assert drafted > 0  # the 0.5B drafter's tokens were accepted and shown as such
+
+    run(scenario)

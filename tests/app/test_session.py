@@ -1,0 +1,145 @@
+"""The model side of the chat, without any UI: prompts, streaming, stops, cache reuse, drafter swaps."""
+
+from __future__ import annotations
+
+import pytest
+from mlx_lm.utils import common_prefix_len
+
+from app.session import Finished, Session, Started, Streamed, batched, plain_transcript
+from app.settings import ChatSettings
+from specmlx.cache import cache_length
+from specmlx.drafters import NoDrafter, PromptLookupDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
+from specmlx.events import Source, TokenEvent
+
+GREEDY = ChatSettings(max_tokens=24, drafter="model")
+
+
+def answer(session: Session, text: str, settings: ChatSettings = GREEDY, **kwargs) -> list:
+    return list(session.stream(text, settings, **kwargs))
+
+
+def test_prompt_is_the_chat_template_over_the_whole_conversation(tiny_engine, wrapped):
+    session = Session(tiny_engine())
+    answer(session, "def add(a, b):")
+    session.history.append(session.history[-1])  # any history: the prompt must cover all of it
+    expected = wrapped.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}] + [{"role": m.role, "content": m.content} for m in session.history],
+        add_generation_prompt=True,
+    )
+    assert session.prompt_ids("Be brief.") == list(expected)
+
+
+def test_stream_reports_start_batches_and_the_full_answer(tiny_engine):
+    session = Session(tiny_engine())
+    updates = answer(session, "for i in range(10):")
+    started, *batches, finished = updates
+    assert isinstance(started, Started) and started.drafter == "model"
+    assert all(isinstance(b, Streamed) for b in batches) and isinstance(finished, Finished)
+    events = [e for b in batches for e in b.events]
+    assert events == session.engine.reported[0]  # nothing lost or reordered on the way
+    assert finished.text == "".join(e.text for e in events) + finished.tail
+    assert [m.role for m in session.history] == ["user", "assistant"]
+    assert session.history[-1].content == finished.text
+
+
+def test_next_turn_reuses_the_caches_of_the_previous_one(tiny_engine):
+    session = Session(tiny_engine())
+    first = answer(session, "The quick brown fox")[0]
+    context = list(session.engine.context)  # first prompt + first answer
+    second = answer(session, "jumps over the lazy dog")[0]
+    prompt = session._last[0]
+    assert first.reused == 0
+    # The whole first prompt, at least, is not prefilled again.
+    assert second.reused >= first.prompt_tokens
+    assert second.reused == min(common_prefix_len(context, prompt), len(prompt) - 1)
+
+
+def test_stop_keeps_what_was_emitted(tiny_engine):
+    session = Session(tiny_engine())
+    seen, updates = [], []
+    for update in session.stream("hello", ChatSettings(max_tokens=200), stop=lambda: len(seen) > 0):
+        updates.append(update)
+        if isinstance(update, Streamed):
+            seen.extend(update.events)
+    finished = updates[-1]
+    assert finished.stats.finish_reason == "cancelled"
+    # One round went out, then the generation was closed: nothing pulled was held back.
+    assert seen == session.engine.reported[0] and len(seen) == finished.stats.generation_tokens
+    assert session.history[-1].content == finished.text
+    # The caches hold the prompt and exactly what was emitted.
+    assert session.engine.context[-len(seen):] == [e.token for e in seen]
+
+
+def test_settings_choose_the_drafter_and_sampling(tiny_engine):
+    session = Session(tiny_engine())
+    lookup = ChatSettings(max_tokens=8, drafter="ngram", temp=0.7, top_p=0.9, num_draft=2)
+    started = answer(session, "hi", lookup)[0]
+    assert isinstance(session.engine.drafter, PromptLookupDrafter)
+    assert (started.config.sampling.temp, started.config.sampling.top_p, started.config.num_draft) == (0.7, 0.9, 2)
+    answer(session, "again", ChatSettings(max_tokens=8, speculation=False))
+    assert isinstance(session.engine.drafter, NoDrafter)
+
+
+def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine):
+    session = Session(tiny_engine())
+    model = session.drafters["model"]
+    answer(session, "def add(a, b):")
+    seen = list(session.engine.context)
+    answer(session, "again", ChatSettings(max_tokens=16, drafter="none"))
+    session.reset()  # a new chat: the context now diverges early
+    session._select("model")
+    assert cache_length(model.cache) <= common_prefix_len(seen, session.engine.context)
+
+
+def test_baseline_needs_an_answer_then_decodes_the_same_prompt_plainly(tiny_engine):
+    session = Session(tiny_engine())
+    with pytest.raises(SpecmlxError, match="send a message first"):
+        session.measure_baseline()
+    finished = answer(session, "def add(a, b):")[-1]
+    baseline = session.measure_baseline()
+    assert baseline.tps > 0
+    assert baseline.tokens == max(finished.stats.generation_tokens, 8)
+    assert isinstance(session.engine.drafter, NoDrafter)
+    answer(session, "more")
+    assert session.engine.drafter is session.drafters["model"]  # the next answer speculates again
+
+
+def test_speculative_turns_after_swaps_still_equal_plain_greedy_decoding(tiny_engine, target, wrapped):
+    session = Session(tiny_engine())
+    answer(session, "The quick brown fox")
+    session.measure_baseline()
+    answer(session, "jumps over", ChatSettings(max_tokens=24, drafter="ngram"))
+    last = answer(session, "the lazy dog")
+    plain = Engine(target, NoDrafter(), wrapped)
+    expected = [e.token for e in plain.generate(session._last[0], GenerationConfig(max_tokens=24))]
+    assert [e.token for e in session.engine.reported[-1]] == expected
+    assert isinstance(last[-1], Finished)
+
+
+def test_batches_end_with_each_round_and_a_stop_ends_them_at_once():
+    D, C, B, T = Source.DRAFT, Source.CORRECTED, Source.BONUS, Source.TARGET
+    sources = [D, D, C, T, D, D, D, D, B, D, D]  # the last round was cut (EOS)
+    events = [TokenEvent(i, str(i), s) for i, s in enumerate(sources)]
+    batches = list(batched(events, lambda: False))
+    assert [[e.source for e in b.events] for b in batches] == [[D, D, C], [T], [D, D, D, D, B], [D, D]]
+    seen = []
+    for batch in batched(events, lambda: len(seen) >= 1):
+        seen.append(batch)
+    assert [len(b.events) for b in seen] == [3]
+
+
+def test_without_a_chat_template_the_chat_is_a_plain_transcript(fake_engine):
+    class NoTemplate:
+        has_chat_template = False
+
+        def encode(self, text):
+            return [ord(c) for c in text]
+
+    engine = fake_engine()
+    engine.tokenizer = NoTemplate()
+    session = Session(engine)
+    list(session.stream("hi", GREEDY))
+    assert plain_transcript(session.history[:1], "sys") == "sys\nUser: hi\nAssistant:"
+    assert engine.calls[0].config.stop == ("\nUser:",)

@@ -1,0 +1,22 @@
+"""Settings validate like the engine does and pick the drafter."""
+
+import pytest
+
+from app.settings import ChatSettings
+from specmlx.errors import SpecmlxError
+
+
+def test_bad_values_are_one_line_errors():
+    with pytest.raises(SpecmlxError, match="top-p"):
+        ChatSettings(top_p=0)
+    with pytest.raises(SpecmlxError, match="draft tokens"):
+        ChatSettings(num_draft=-1)
+    with pytest.raises(SpecmlxError, match="drafter"):
+        ChatSettings(drafter="gpt")
+
+
+def test_speculation_off_means_no_drafter_but_keeps_the_choice():
+    settings = ChatSettings(drafter="ngram", speculation=False, temp=0.5, num_draft=3)
+    assert settings.active_drafter == "none" and settings.drafter == "ngram"
+    config = settings.generation_config(stop=("x",))
+    assert (config.sampling.temp, config.num_draft, config.stop) == (0.5, 3, ("x",))

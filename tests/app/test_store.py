@@ -1,0 +1,109 @@
+"""History in SQLite: round trips, crash safety, corrupt files, where it lives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from app.store import Store, data_dir
+from specmlx.events import Source, TokenEvent
+from specmlx.stats import GenerationStats
+
+EVENTS = [TokenEvent(5, "def", Source.DRAFT), TokenEvent(6, " add", Source.CORRECTED),
+          TokenEvent(7, "", Source.DRAFT), TokenEvent(8, "(a", Source.BONUS), TokenEvent(9, ")", Source.TARGET)]
+STATS = GenerationStats(
+    drafter="noisy", num_draft=4, prompt_tokens=30, generation_tokens=5, rounds=3, drafted=12, accepted=2,
+    accepted_histogram=(1, 2, 0, 0, 0), target_forwards=3, host_syncs=3, prefill_s=0.1, decode_s=0.5,
+    draft_s=0.0, verify_s=0.4, profiled=False, finish_reason="eos",
+)
+
+
+def test_a_conversation_round_trips_with_sources_and_stats(tmp_path):
+    store = Store(tmp_path / "h.db")
+    chat = store.new_conversation("add two numbers", system="Be brief.", target="tiny")
+    store.add_message(chat, "user", "def add")
+    answer = store.begin_answer(chat)
+    store.add_tokens(answer, EVENTS[:2], "def add")
+    store.add_tokens(answer, EVENTS[2:], "def add(a)")
+    store.finish_answer(answer, "def add(a)\n", STATS)
+    store.close()
+
+    loaded = Store(tmp_path / "h.db").load(chat)
+    assert (loaded.title, loaded.system) == ("add two numbers", "Be brief.")
+    user, assistant = loaded.messages
+    assert (user.role, user.content) == ("user", "def add")
+    assert list(assistant.events) == EVENTS
+    assert assistant.tail == "\n" and assistant.finished
+    assert assistant.stats == STATS
+
+
+def test_conversations_are_listed_newest_first_and_deleted_whole(tmp_path):
+    store = Store(tmp_path / "h.db")
+    old, new = store.new_conversation("old"), store.new_conversation("new")
+    store.add_message(old, "user", "x")  # touching a chat makes it the newest
+    assert [c.title for c in store.conversations()] == ["old", "new"]
+    answer = store.begin_answer(old)
+    store.add_tokens(answer, EVENTS, "...")
+    store.delete(old)
+    assert [c.id for c in store.conversations()] == [new]
+    assert store._db.execute("SELECT COUNT(*) FROM tokens").fetchone()[0] == 0
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from app.store import Store
+from specmlx.events import Source, TokenEvent
+store = Store(sys.argv[1])
+chat = store.new_conversation("crash")
+store.add_message(chat, "user", "hello")
+answer = store.begin_answer(chat)
+store.add_tokens(answer, [TokenEvent(1, "Hel", Source.DRAFT)], "Hel")
+store.add_tokens(answer, [TokenEvent(2, "lo", Source.CORRECTED)], "Hello")
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no finish: a kill mid-answer
+"""
+
+
+def test_a_kill_mid_answer_loses_nothing_already_committed(tmp_path):
+    path = tmp_path / "h.db"
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], cwd=root, check=False)
+    store, warning = Store.open(path)
+    assert warning is None
+    user, answer = store.load(store.conversations()[0].id).messages
+    assert user.content == "hello"
+    assert answer.content == "Hello" and not answer.finished and answer.stats is None
+    assert [(e.text, e.source) for e in answer.events] == [("Hel", Source.DRAFT), ("lo", Source.CORRECTED)]
+
+
+def test_a_corrupt_history_is_kept_aside_with_a_warning(tmp_path):
+    path = tmp_path / "h.db"
+    path.write_bytes(b"this is not a database" * 100)
+    store, warning = Store.open(path)
+    assert "unreadable" in warning
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("h.db.unreadable-")]
+    assert len(aside) == 1 and aside[0].read_bytes().startswith(b"this is not")
+    store.new_conversation("works again")
+    assert [c.title for c in store.conversations()] == ["works again"]
+
+
+def test_an_unusable_location_falls_back_to_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should be")
+    store, warning = Store.open(blocker / "h.db")
+    assert "will not be saved" in warning
+    store.new_conversation("in memory")
+    assert len(store.conversations()) == 1
+
+
+def test_data_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECMLX_DATA_DIR", str(tmp_path / "x"))
+    assert data_dir() == tmp_path / "x"
+    monkeypatch.delenv("SPECMLX_DATA_DIR")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert data_dir() == tmp_path / "xdg" / "specmlx"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert data_dir() == Path.home() / ".local" / "share" / "specmlx"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert data_dir() == Path.home() / "Library" / "Application Support" / "specmlx"
