@@ -47,22 +47,13 @@ class LoadFailure:
     commands: tuple[str, ...]
 
 
-def _presets():
-    try:
-        from specmlx import presets
-    except ImportError:
-        return None
-    return presets
-
-
 def plan(choice: ModelChoice) -> Plan:
     """Resolve a choice to model sources; a preset must have been fetched."""
     if choice.target:
         drafter = choice.drafter or "ngram"
         return Plan(choice.target, _short(choice.target), drafter, _short(drafter))
-    presets = _presets()
-    if presets is None:
-        raise SpecmlxError("no --target given and no presets are available; pass --target DIR")
+    from specmlx import presets
+
     preset = presets.get_preset(choice.preset or presets.default_preset_name())
     drafter = choice.drafter or preset.drafter
     drafter_name = drafter
@@ -74,9 +65,12 @@ def plan(choice: ModelChoice) -> Plan:
 
 def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda step: None) -> Session:
     """Load the target and drafter and build the engine, reporting each step."""
-    from specmlx.loading import load, load_drafter
+    from specmlx.loading import load, load_drafter, resolve
+    from specmlx.memory import check_fits
 
     steps = plan(choice)
+    # The same memory check as the command line: refuse before loading, saying what fits.
+    check_fits(resolve(steps.target), None if steps.drafter in SPECIAL_DRAFTERS else resolve(steps.drafter))
     progress(f"loading target {steps.target_name} ({steps.target})")
     target = load(steps.target)
     if steps.drafter not in SPECIAL_DRAFTERS:
@@ -93,16 +87,16 @@ def failure(err: BaseException, choice: ModelChoice) -> LoadFailure:
     message = str(err) if isinstance(err, SpecmlxError) else f"{type(err).__name__}: {err}"
     commands = []
     preset = choice.preset if not choice.target else None
-    presets = _presets()
-    if presets is not None and not choice.target:
+    from specmlx import presets
+
+    if not choice.target:
         try:
             preset = preset or presets.default_preset_name()
         except SpecmlxError:
             preset = None
     if preset:
         commands.append(f"python -m specmlx.models fetch {preset}")
-    if presets is not None:
-        commands.append("python -m specmlx.models list")
+    commands.append("python -m specmlx.models list")
     commands += [
         "python -m specmlx.convert SOURCE --out DIR   # SOURCE: a GGUF file, a Hugging Face directory or repo id",
         "python -m app --target DIR [--drafter DIR|ngram|none]",
