@@ -65,17 +65,16 @@ def plan(choice: ModelChoice) -> Plan:
 
 def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda step: None) -> Session:
     """Load the target and drafter and build the engine, reporting each step."""
-    from specmlx.loading import load, load_drafter, resolve
-    from specmlx.memory import check_fits
+    from specmlx.loading import check_pair, load, load_drafter
 
     steps = plan(choice)
-    # The same memory check as the command line: refuse before loading, saying what fits.
-    check_fits(resolve(steps.target), None if steps.drafter in SPECIAL_DRAFTERS else resolve(steps.drafter))
+    # The same checks as the command line: tokenizers and memory, before any weights load.
+    target_path, drafter_path = check_pair(steps.target, steps.drafter)
     progress(f"loading target {steps.target_name} ({steps.target})")
-    target = load(steps.target)
+    target = load(steps.target, target_path)
     if steps.drafter not in SPECIAL_DRAFTERS:
         progress(f"loading drafter {steps.drafter_name} ({steps.drafter})")
-    drafter = load_drafter(steps.drafter, target)
+    drafter = load_drafter(steps.drafter, target, drafter_path)
     if isinstance(drafter, ModelDrafter):
         drafter.name = steps.drafter_name  # shown in the stats panel; the path is too long
     progress("ready")

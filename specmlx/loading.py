@@ -108,11 +108,33 @@ def load_drafter(spec: str, target: LoadedModel, path: Path | None = None) -> Dr
     return ModelDrafter(drafter.model, vocab_size(target.model), name=spec)
 
 
-def load_pair(target: str, drafter: str | None = None) -> tuple[LoadedModel, Drafter]:
-    """Resolve both, check they fit in memory together, then load and check them."""
-    drafter = drafter_source(drafter, target)
+def load_tokenizer(source: str, path: Path) -> Any:
+    """Only the tokenizer, as mlx-lm's `load` would build it: seconds, not gigabytes."""
+    from mlx_lm.utils import load_tokenizer as mlx_load_tokenizer
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+        return mlx_load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except Exception as err:  # unreadable config, missing or broken tokenizer files
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SpecmlxError(f"{source}: cannot load its tokenizer: {message}") from None
+
+
+def check_pair(target: str, drafter: str) -> tuple[Path, Path | None]:
+    """Resolve both, check their tokenizers agree and that they fit in memory
+    together, before any weights load: a wrong pairing costs seconds."""
     target_path = resolve(target)
     drafter_path = None if drafter in ("ngram", "none") else resolve(drafter)
+    if drafter_path is not None:
+        check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter, drafter_path),
+                         target, drafter)
     check_fits(target_path, drafter_path)
+    return target_path, drafter_path
+
+
+def load_pair(target: str, drafter: str | None = None) -> tuple[LoadedModel, Drafter]:
+    """Check the pair (`check_pair`), then load the target and the drafter."""
+    drafter = drafter_source(drafter, target)
+    target_path, drafter_path = check_pair(target, drafter)
     loaded = load(target, target_path)
     return loaded, load_drafter(drafter, loaded, drafter_path)
