@@ -18,10 +18,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from .cache import cache_length, make_cache, prefill, rewind
+from .cache import PREFILL_STEP, cache_length, make_cache, rewind
 from .drafters import Drafter
 from .errors import SpecmlxError
 from .events import Source, TokenEvent
+from .hidden import check_exposes_hidden, decoder, head
 from .sampling import SamplingParams, warp
 from .stats import GenerationStats, StatsRecorder
 from .text import TextStream
@@ -69,6 +70,10 @@ class Engine:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.cache = make_cache(target, name="target")
         self.context: list[int] = []  # committed tokens; the caches hold a prefix
+        check_exposes_hidden(target)
+        self.reads_hidden = getattr(drafter, "reads_hidden", False)
+        if self.reads_hidden:
+            drafter.attach(target, self.cache)
 
     def generate(self, prompt: Sequence[int], config: GenerationConfig = GenerationConfig()) -> "Generation":
         """Start generating from `prompt` (token ids). Iterate the result for events."""
@@ -83,7 +88,13 @@ class Engine:
         keep = min(common_prefix_len(self.context, prompt), len(prompt) - 1)
         rewind(self.cache, keep)
         self.drafter.rewind(keep)
-        prefill(self.target, self.cache, prompt[cache_length(self.cache) : -1])
+        # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
+        for start in range(cache_length(self.cache), len(prompt) - 1, PREFILL_STEP):
+            chunk = mx.array(prompt[start : min(start + PREFILL_STEP, len(prompt) - 1)], dtype=mx.uint32)
+            hidden = decoder(self.target, chunk[None], self.cache)
+            if self.reads_hidden:
+                self.drafter.observe(start, hidden[0])
+            mx.eval(hidden, [c.state for c in self.cache])
         self.drafter.prefill(prompt)
         self.context = prompt
 
@@ -100,9 +111,12 @@ class Engine:
             self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
         drafted = perf_counter()
         # 2. score [last, d1..dk] in one target forward (still lazy)
-        pending = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
-        logits = self.target(mx.concatenate([pending, draft.tokens])[None], cache=self.cache)
-        logits = logits[0, -(draft.size + 1) :]
+        scored = cache_length(self.cache)
+        pending = mx.array(tokens[scored:], dtype=mx.uint32)
+        hidden = decoder(self.target, mx.concatenate([pending, draft.tokens])[None], self.cache)[0]
+        logits = head(self.target, hidden[-(draft.size + 1) :])  # only the rows verification reads
+        if self.reads_hidden:
+            self.drafter.observe(scored, hidden)  # rejected rows are cut by the rewind below
         # 3. verify (still lazy)
         if sampling.greedy:
             accepted, following = verify_greedy(logits, draft.tokens)
@@ -110,7 +124,8 @@ class Engine:
             p = mx.exp(warp(logits, sampling))
             accepted, following = verify_sampled(p, draft.probs, draft.tokens, verify_key)
         # 4. the round's one blocking host sync
-        proposal, accepted, following = self._sync(rec, draft.tokens, accepted, following)
+        proposal, accepted, following = self._sync(rec, draft.tokens, accepted, following,
+                                                   keep=(hidden,) if self.reads_hidden else ())
         # 5. rewind both caches to the accepted prefix: O(1) offset moves
         committed = len(tokens) + accepted
         rewind(self.cache, committed)
@@ -121,9 +136,10 @@ class Engine:
         return proposal[:accepted], following, draft.size
 
     @staticmethod
-    def _sync(rec: StatsRecorder, *arrays: mx.array) -> list:
-        """Evaluate and bring to the host; every blocking wait goes through here."""
-        mx.eval(*arrays)
+    def _sync(rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:
+        """Evaluate and bring `arrays` to the host; every blocking wait goes
+        through here. `keep` is evaluated in the same pass but stays on device."""
+        mx.eval(*arrays, *keep)
         rec.host_syncs += 1
         return [a.tolist() for a in arrays]
 

@@ -16,6 +16,10 @@ import mlx.nn as nn
 
 from .compat import check_compatible, check_vocab_fits
 from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .drafters.gemma4_assistant import Gemma4AssistantDrafter
+from .drafters.gemma4_assistant_model import is_gemma4_assistant_dir, load_gemma4_assistant
+from .drafters.mtp import MTPDrafter
+from .drafters.mtp_model import is_mtp_dir, load_mtp
 from .errors import SpecmlxError
 from .memory import check_fits
 from .presets import fetched_path, get_preset, is_preset
@@ -84,11 +88,14 @@ def load(source: str, path: Path | None = None) -> LoadedModel:
 def drafter_source(spec: str | None, target: str) -> str:
     """What to draft with: `spec`, a preset's drafter, or prompt lookup.
 
-    A preset name stands for that preset's own drafter; with no spec, a preset
-    target brings its drafter and any other target gets prompt lookup.
+    A preset name stands for that preset's own drafter, and with a preset target
+    a drafter role of that preset (e.g. `mtp`) for that drafter; with no spec, a
+    preset target brings its drafter and any other target gets prompt lookup.
     """
     if spec is None:
         return drafter_source(target, target) if is_preset(target) else "ngram"
+    if is_preset(target) and spec in {d.role for d in get_preset(target).drafters}:
+        return str(fetched_path(get_preset(target), spec))  # `--drafter mtp`: that preset's drafter
     if is_preset(spec):
         preset = get_preset(spec)
         if preset.drafter in ("ngram", "none"):
@@ -103,6 +110,11 @@ def load_drafter(spec: str, target: LoadedModel, path: Path | None = None) -> Dr
         return PromptLookupDrafter()
     if spec == "none":
         return NoDrafter()
+    path = resolve(spec) if path is None else path
+    if is_mtp_dir(path):
+        return MTPDrafter(load_mtp(path), vocab_size(target.model), name=spec)
+    if is_gemma4_assistant_dir(path):
+        return Gemma4AssistantDrafter(load_gemma4_assistant(path), vocab_size(target.model), name=spec)
     drafter = load(spec, path)
     check_compatible(target.tokenizer, drafter.tokenizer, target.name, drafter.name)
     return ModelDrafter(drafter.model, vocab_size(target.model), name=spec)
@@ -120,12 +132,17 @@ def load_tokenizer(source: str, path: Path) -> Any:
         raise SpecmlxError(f"{source}: cannot load its tokenizer: {message}") from None
 
 
+def is_head_dir(path: Path) -> bool:
+    """An MTP-style head: it reads the target, may ship no tokenizer, and is checked on attach."""
+    return is_mtp_dir(path) or is_gemma4_assistant_dir(path)
+
+
 def check_pair(target: str, drafter: str) -> tuple[Path, Path | None]:
     """Resolve both, check their tokenizers agree and that they fit in memory
     together, before any weights load: a wrong pairing costs seconds."""
     target_path = resolve(target)
     drafter_path = None if drafter in ("ngram", "none") else resolve(drafter)
-    if drafter_path is not None:
+    if drafter_path is not None and not is_head_dir(drafter_path):
         check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter, drafter_path),
                          target, drafter)
     check_fits(target_path, drafter_path)

@@ -25,6 +25,7 @@ class ModelSource:
     role: str  # "target" or the drafter's name
     hub: str | None
     offline: str | None  # a checkpoint key of specmlx.convert.sources
+    bundled: str | None = None  # a drafter committed in this repository, relative to its root
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def _catalog() -> tuple[str, dict[str, Preset]]:
     presets = {}
     for name, entry in data.get("presets", {}).items():
         models = entry.get("models", {})
-        sources = [ModelSource(role, m.get("hub"), m.get("offline")) for role, m in models.items()]
+        sources = [ModelSource(role, m.get("hub"), m.get("offline"), m.get("bundled")) for role, m in models.items()]
         presets[name] = Preset(
             name=name,
             description=entry.get("description", ""),

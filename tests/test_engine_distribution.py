@@ -15,6 +15,7 @@ import pytest
 from scipy.stats import chisquare
 
 from specmlx.drafters import Draft, ModelDrafter, PromptLookupDrafter
+from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.sampling import SamplingParams, warp
 
@@ -83,6 +84,18 @@ def test_model_drafter_reproduces_the_target_distribution(pair, name):
     engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
     samples, rounds_per_run = sample_sequences(engine, sampling)
     assert 1 < rounds_per_run < LENGTH  # multi-round, with both accepts and rejections
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["temperature 1", "top-p 0.7"])
+def test_mtp_head_reproduces_the_target_distribution(pair, name):
+    """The head drafts from 4 of the 5 ids: q is zero on the fifth."""
+    target, _ = pair
+    sampling = SAMPLINGS[name]
+    head = tiny.mtp(tiny.qwen2_args(VOCAB), seed=9, draft_vocab=VOCAB - 1)
+    engine = Engine(target, MTPDrafter(head, VOCAB), eos_token_ids=[])
+    samples, rounds_per_run = sample_sequences(engine, sampling)
+    assert 1 < rounds_per_run < LENGTH
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
 
 

@@ -43,3 +43,42 @@ def test_a_broken_tokenizer_is_one_line(model_dirs, tmp_path):
     (broken / "config.json").write_text("{}")
     with pytest.raises(SpecmlxError, match=r"broken: cannot load its tokenizer"):
         loading.check_pair(str(model_dirs["target"]), str(broken))
+
+
+def test_mtp_style_heads_load_by_their_config_and_draft(tmp_path, tokenizer, target, target_args, model_dirs, capsys):
+    """Heads ship no tokenizer: they are recognised by model_type and checked on attach."""
+    import json
+
+    import mlx.core as mx
+
+    from specmlx.cli import main
+    from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
+    from specmlx.drafters.mtp import MTPDrafter
+    from specmlx.drafters.mtp_model import save_mtp
+
+    save_mtp(tiny.mtp(target_args, seed=2), tmp_path / "mtp")
+    _, drafter = loading.load_pair(str(model_dirs["target"]), str(tmp_path / "mtp"))
+    assert isinstance(drafter, MTPDrafter)
+
+    g_args = tiny.gemma4_args(len(tokenizer))
+    g_target = tiny.save_model(tiny.gemma4_target(g_args, seed=1), g_args, tokenizer, tmp_path / "g4")
+    assistant = tiny.gemma4_assistant(g_args, seed=2)
+    (tmp_path / "g4a").mkdir()
+    mx.save_safetensors(str(tmp_path / "g4a" / "model.safetensors"), assistant.weights())
+    (tmp_path / "g4a" / "config.json").write_text(json.dumps(tiny.gemma4_assistant_config(g_args)))
+    _, drafter = loading.load_pair(str(g_target), str(tmp_path / "g4a"))
+    assert isinstance(drafter, Gemma4AssistantDrafter)
+    assert main(["generate", "--target", str(g_target), "--drafter", str(tmp_path / "g4a"),
+                 "--prompt", "def add(a, b):", "--max-tokens", "12", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]
+    assert stats["generation_tokens"] == 12 and stats["drafted"] > 0
+
+
+def test_a_head_for_another_target_is_one_line(tmp_path, model_dirs, capsys):
+    from specmlx.cli import main
+    from specmlx.drafters.mtp_model import save_mtp
+
+    save_mtp(tiny.mtp(tiny.qwen2_args(100, hidden=32), seed=2), tmp_path / "mtp")
+    assert main(["generate", "--target", str(model_dirs["target"]), "--drafter", str(tmp_path / "mtp"),
+                 "--prompt", "x", "--max-tokens", "4"]) == 2
+    assert "was trained for a target with 100 logits" in capsys.readouterr().err

@@ -54,3 +54,10 @@ def test_preset_target_brings_its_drafter(capsys, models_root, model_dirs):
     assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)["stats"]
     assert stats["drafter"] == str(presets.model_path(preset, preset.drafter)) and stats["drafted"] > 0
+
+
+def test_a_drafter_role_names_that_presets_drafter(models_root, model_dirs):
+    preset = presets.get_preset("qwen2.5-coder-1.5b")
+    shutil.copytree(model_dirs["drafter"], presets.model_path(preset, preset.drafter))
+    assert drafter_source(preset.drafter, preset.name) == str(presets.model_path(preset, preset.drafter))
+    assert drafter_source(preset.drafter, "/some/dir") == preset.drafter  # not a role without a preset target

@@ -68,3 +68,23 @@ def test_a_drafter_of_another_tokenizer_family_is_refused(pair):
     fetch_preset(gemma, progress=False, log=lambda m: None)
     with pytest.raises(SpecmlxError, match=r"drafter \S*gemma-3-270m/target cannot draft for target qwen2\.5-coder-1\.5b: their vocabularies differ"):
         load_pair("qwen2.5-coder-1.5b", str(presets.model_path(gemma)))
+
+
+def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
+    from specmlx.drafters.mtp import MTPDrafter
+    from specmlx.loading import drafter_source, load_drafter
+
+    target, _ = pair
+    preset = presets.get_preset(presets.default_preset_name())
+    drafter = load_drafter(drafter_source("mtp", preset.name), target)
+    assert isinstance(drafter, MTPDrafter)
+    engine = Engine(target.model, drafter, target.tokenizer)
+    eos = set(target.tokenizer.eos_token_ids)
+    tokens = rounds = 0
+    for row in bench_prompts("code")[4:6]:
+        prompt = chat(target.tokenizer, row["prompt"])
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, num_draft=4))
+        assert [e.token for e in generation] == target_greedy(target.model, prompt, eos), row["id"]
+        tokens += generation.stats.generation_tokens
+        rounds += generation.stats.rounds
+    assert tokens / rounds >= 1.3  # the head's drafts are accepted, not just checked

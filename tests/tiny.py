@@ -104,3 +104,99 @@ def save_model(model: nn.Module, args, tokenizer, path: Path) -> Path:
     (path / "config.json").write_text(json.dumps(config, indent=2))
     tokenizer.save_pretrained(str(path))
     return path
+
+
+def mtp(target_args, seed: int, draft_vocab: int | None = None, layers: int = 1):
+    """A random specmlx MTP head for a tiny target; `draft_vocab` < vocab drafts
+    from a subset (every other id, then the rest), as trained heads do."""
+    from specmlx.drafters.mtp_model import MTPConfig, MTPModel
+
+    vocab = target_args.vocab_size
+    size = draft_vocab or vocab
+    config = MTPConfig(
+        target_hidden_size=target_args.hidden_size, target_vocab_size=vocab,
+        hidden_size=target_args.hidden_size, intermediate_size=2 * target_args.hidden_size,
+        num_attention_heads=4, num_key_value_heads=2, num_layers=layers, draft_vocab_size=size,
+        rope_theta=10000.0,
+    )
+    mx.random.seed(seed)
+    model = MTPModel(config)
+    order = list(range(0, vocab, 2)) + list(range(1, vocab, 2))
+    model.set_draft_ids(mx.array(sorted(order[:size]), dtype=mx.int32))
+    mx.eval(model.parameters())
+    return model
+
+
+# ---- Gemma 4 targets and their assistant drafters ----
+
+GEMMA4_LAYERS = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+
+
+def gemma4_args(vocab_size: int, window: int = 8, hidden: int = 64):
+    """A Gemma 4 text target shaped like E2B/E4B in miniature: sliding and full
+    layers with different head dims, proportional RoPE on the full ones, the
+    last two layers reusing earlier layers' K/V, per-layer inputs, softcap."""
+    from mlx_lm.models import gemma4_text
+
+    return gemma4_text.ModelArgs(
+        model_type="gemma4_text", hidden_size=hidden, num_hidden_layers=len(GEMMA4_LAYERS),
+        intermediate_size=2 * hidden, num_attention_heads=4, head_dim=16, global_head_dim=32,
+        num_key_value_heads=2, num_kv_shared_layers=2, hidden_size_per_layer_input=8,
+        vocab_size=vocab_size, vocab_size_per_layer_input=vocab_size, sliding_window=window,
+        layer_types=list(GEMMA4_LAYERS), final_logit_softcapping=30.0,
+        tie_word_embeddings=False,  # a tied random model just repeats its last token
+    )
+
+
+def gemma4_target(args, seed: int, sharpness: float = 4.0) -> nn.Module:
+    """A random Gemma 4 text model; `sharpness` as in `build`."""
+    from mlx_lm.models import gemma4_text
+
+    mx.random.seed(seed)
+    model = gemma4_text.Model(args)
+    head = model.model.embed_tokens if args.tie_word_embeddings else model.lm_head
+    head.weight = head.weight * sharpness
+    mx.eval(model.parameters())
+    return model
+
+
+def gemma4_assistant_config(target_args, ordered: bool = False, centroids: int = 8, top_k: int = 3,
+                            window: int | None = None) -> dict:
+    """An assistant's config.json (HF layout, released field names) for a tiny target."""
+    return {
+        "architectures": ["Gemma4AssistantForCausalLM"],
+        "model_type": "gemma4_assistant",
+        "backbone_hidden_size": target_args.hidden_size,
+        "use_ordered_embeddings": ordered,
+        "num_centroids": centroids,
+        "centroid_intermediate_top_k": top_k,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "text_config": {
+            "model_type": "gemma4_text",
+            "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": target_args.num_key_value_heads, "head_dim": target_args.head_dim,
+            "global_head_dim": target_args.global_head_dim, "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+            "sliding_window": window or target_args.sliding_window,
+            "rope_parameters": target_args.rope_parameters, "rms_norm_eps": 1e-6,
+            "vocab_size": target_args.vocab_size, "hidden_size_per_layer_input": 0,
+            "enable_moe_block": False, "use_double_wide_mlp": False, "attention_k_eq_v": False,
+            "num_kv_shared_layers": 4, "final_logit_softcapping": 30.0,
+        },
+    }
+
+
+def gemma4_assistant(target_args, seed: int, ordered: bool = False, sharpness: float = 4.0, **kw):
+    """A random assistant for a tiny Gemma 4 target; with `ordered`, a centroid
+    head whose clusters are a fixed shuffle of the vocabulary."""
+    from specmlx.drafters.gemma4_assistant_model import AssistantConfig, Gemma4AssistantModel
+
+    config = AssistantConfig.from_dict(gemma4_assistant_config(target_args, ordered=ordered, **kw))
+    mx.random.seed(seed)
+    model = Gemma4AssistantModel(config)
+    model.model.embed_tokens.weight = model.model.embed_tokens.weight * sharpness
+    if ordered:
+        model.masked_embedding.set_token_ordering(mx.random.permutation(config.text.vocab_size))
+    mx.eval(model.parameters())
+    return model

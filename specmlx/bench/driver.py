@@ -1,0 +1,71 @@
+"""Run the plan for every prompt in turn, with a progress bar on stderr."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from tqdm import tqdm
+
+from .lineup import Lineup
+from .plan import MLX_LM_SPEC, SPECMLX, TARGET, RunSpec
+from .prompts import BenchPrompt
+from .runs import Measurement, run_mlx_lm_spec, run_specmlx, run_target
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    max_tokens: int
+    seed: int  # prompt i samples with seed + i in every mode
+    profile: bool  # a second, profiled specmlx pass for the draft/verify split
+    warmup_tokens: int = 0  # untimed runs of the whole plan first; 0 skips them
+
+
+def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSettings, seed: int) -> Measurement:
+    target = lineup.target
+    common = dict(prompt_id=prompt.id, prompt=prompt.tokens, temp=spec.temp,
+                  max_tokens=settings.max_tokens, seed=seed)
+    if spec.mode == TARGET:
+        return run_target(target.model, target.tokenizer, **common)
+    entrant = next(e for e in lineup.entrants if e.name == spec.drafter)
+    if spec.mode == MLX_LM_SPEC:
+        return run_mlx_lm_spec(target.model, target.tokenizer, entrant.model, entrant.name,
+                               num_draft=spec.num_draft, **common)
+    if spec.mode == SPECMLX:
+        measured = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
+                               num_draft=spec.num_draft, **common)
+        if settings.profile:
+            # Profiling adds a sync per round: its own pass, so tokens/s stays clean.
+            profiled = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
+                                   num_draft=spec.num_draft, profile=True, **common)
+            measured = replace(measured, split=profiled.split)
+        return measured
+    raise ValueError(f"unknown mode {spec.mode!r}")
+
+
+def run_all(lineup: Lineup, prompts: Sequence[BenchPrompt], plan: Sequence[RunSpec],
+            settings: RunSettings) -> list[Measurement]:
+    """Every run of `plan` for the first prompt, then for the second, and so on.
+
+    First, unless `warmup_tokens` is 0, the plan runs once on the first prompt
+    with that few tokens, discarded: the first use of a mode pays one-off costs
+    (mlx-lm compiles its sampler per temperature, buffers get allocated) that
+    would otherwise land on whichever run comes first.
+    """
+    # (label, prompt, settings, seed, kept?) for each turn through the plan
+    turns = [(p.id, p, settings, settings.seed + i, True) for i, p in enumerate(prompts)]
+    if settings.warmup_tokens > 0:
+        warmup = replace(settings, max_tokens=settings.warmup_tokens, profile=False)
+        turns.insert(0, ("warm-up", prompts[0], warmup, settings.seed, False))
+    measurements = []
+    with tqdm(total=len(turns) * len(plan), desc="bench", unit="run", file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        for name, prompt, turn_settings, seed, kept in turns:
+            for spec in plan:
+                bar.set_postfix_str(f"{name} {spec.label}", refresh=True)
+                measured = run_one(lineup, prompt, spec, turn_settings, seed)
+                if kept:
+                    measurements.append(measured)
+                bar.update()
+    return measurements

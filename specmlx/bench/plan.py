@@ -1,0 +1,45 @@
+"""Which runs make up one prompt's turn: every mode, drafter, temperature and
+draft length. The same list is replayed for every prompt, so machine drift
+(thermal throttling, a busy neighbour) hits all runs alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .lineup import Entrant
+
+TARGET = "target"  # the target alone, through mlx-lm's stream_generate
+MLX_LM_SPEC = "mlx-lm-spec"  # mlx-lm's speculative decoding, same drafter model
+SPECMLX = "specmlx"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    mode: str
+    drafter: str  # an entrant's name; "" for the target alone
+    temp: float
+    num_draft: int
+
+    @property
+    def label(self) -> str:
+        if self.mode == TARGET:
+            return f"target t={self.temp:g}"
+        return f"{self.mode} {self.drafter} t={self.temp:g} k={self.num_draft}"
+
+
+def plan_runs(entrants: Sequence[Entrant], temps: Sequence[float], num_drafts: Sequence[int]) -> list[RunSpec]:
+    """One prompt's runs. mlx-lm-spec only for model drafters (mlx-lm drafts with
+    a model only); `none` once per temperature, as it drafts nothing."""
+    runs = []
+    for temp in temps:
+        runs.append(RunSpec(TARGET, "", temp, 0))
+        for entrant in entrants:
+            if not entrant.drafts:
+                runs.append(RunSpec(SPECMLX, entrant.name, temp, 0))
+                continue
+            for k in num_drafts:
+                if entrant.model is not None:
+                    runs.append(RunSpec(MLX_LM_SPEC, entrant.name, temp, k))
+                runs.append(RunSpec(SPECMLX, entrant.name, temp, k))
+    return runs

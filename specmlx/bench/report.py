@@ -1,0 +1,105 @@
+"""The markdown table for stdout and the JSON document for files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import SpecmlxError
+from .calibrate import Calibration
+from .runs import Measurement
+from .summary import Row
+
+COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target", "predicted ×",
+           "× mlx-lm", "mean acc.", "accept", "α", "ms/round", "draft/verify/other ms", "= target")
+
+
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _cells(row: Row) -> list[str]:
+    split = row.split_per_round
+    return [
+        row.mode, row.drafter or "–", f"{row.temp:g}", str(row.num_draft), str(row.tokens),
+        f"{row.tokens_per_s:.2f}", _num(row.speedup, ".2f", "×"), _num(row.predicted_speedup, ".2f", "×"),
+        _num(row.vs_mlx_lm, ".2f", "×"), f"{row.mean_accepted:.2f}",
+        _num(None if row.acceptance_rate is None else 100 * row.acceptance_rate, ".0f", "%"),
+        _num(row.alpha, ".2f"), f"{1000 * row.s_per_round:.1f}",
+        "–" if split is None else " / ".join(f"{1000 * s:.1f}" for s in split),
+        "–" if row.same_as_target is None else f"{row.same_as_target}/{row.prompts}",
+    ]
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def calibration_line(calibration: Calibration | None) -> str:
+    if calibration is None:
+        return "calibration: skipped (no predicted speed-ups)"
+    drafters = "; ".join(
+        f"{name} {1000 * step:.2f} ms (c = {calibration.cost_ratio(name):.3f})"
+        for name, step in calibration.drafter_step_s.items()
+    )
+    return (f"calibration (median of {calibration.steps} single-token steps at {calibration.context} "
+            f"tokens of context): target {1000 * calibration.target_step_s:.1f} ms; {drafters}")
+
+
+NOTES = (
+    "tok/s: total tokens / total decode seconds over all prompts; decode starts at the forward of "
+    "the last prompt token, so prompt processing is excluded in every mode.",
+    "mean acc.: tokens per target forward (accepted drafts + the target's own token); "
+    "accept: accepted / drafted.",
+    "predicted ×: Leviathan's (1-α^(k+1)) / ((1-α)(k·c+1)), α solved from mean acc. at k, "
+    "c from the calibration.",
+    "= target: prompts (at temperature 0) whose tokens equal the target alone's.",
+)
+
+
+def render(rows: Sequence[Row], machine: dict, config: dict, calibration: Calibration | None) -> str:
+    """The whole stdout report: context lines, the table, and how to read it."""
+    header = [
+        "## specmlx bench",
+        "",
+        f"target: {config['target']} · drafters: {', '.join(config['drafters']) or '–'} · "
+        f"{config['prompts']} prompts from {config['prompts_file']} · max tokens {config['max_tokens']}"
+        + ("" if config["chat_template"] else " · no chat template: plain-text prompts"),
+        f"backend: {machine['backend']} · BLAS: {machine['blas']} · CPU: {machine['cpu']} "
+        f"({machine['cpu_count']} cores) · mlx {machine['mlx']}, mlx-lm {machine['mlx_lm']}",
+        calibration_line(calibration),
+        "",
+    ]
+    notes = list(NOTES)
+    if not any(r.split_per_round for r in rows):
+        notes.append("draft/verify/other: run with --profile (one more specmlx pass, one sync per round).")
+    return "\n".join(header + [markdown_table(rows), ""] + [f"- {n}" for n in notes])
+
+
+def document(rows: Sequence[Row], measurements: Sequence[Measurement], machine: dict, config: dict,
+             calibration: Calibration | None) -> dict[str, Any]:
+    """The JSON report: `results` has one row per mode, drafter, temperature and
+    draft length; `runs` the per-prompt measurements they sum."""
+    runs = []
+    for m in measurements:
+        run = {k: v for k, v in asdict(m).items() if k != "tokens"}
+        run["generated"] = m.generated
+        runs.append(run)
+    return {
+        "machine": machine,
+        "config": config,
+        "calibration": None if calibration is None else asdict(calibration),
+        "results": [row.to_dict() for row in rows],
+        "runs": runs,
+    }
+
+
+def write_json(path: Path, doc: dict) -> None:
+    try:
+        Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise SpecmlxError(f"{path}: cannot write the JSON report ({err.strerror or err})") from None

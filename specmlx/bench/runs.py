@@ -1,0 +1,172 @@
+"""The three modes, each one generation of one prompt, each returning a `Measurement`.
+
+Every mode starts from caches holding the prompt minus its last token, filled
+outside the clock; decode time runs from the forward of the last prompt token
+to the last generated token. That is what specmlx's `decode_s` measures, and
+for mlx-lm it keeps prompt processing (and the first round a speculative run
+hides in it) out of the figures. All modes stop at EOS and at `max_tokens`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.generate import generation_stream, stream_generate
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.sample_utils import make_sampler
+
+from ..cache import make_cache, prefill
+from ..drafters import Drafter
+from ..engine import Engine, GenerationConfig
+from ..sampling import SamplingParams
+from .plan import MLX_LM_SPEC, SPECMLX, TARGET
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where a profiled specmlx run spent its decode time, over `rounds` rounds."""
+
+    rounds: int
+    draft_s: float
+    verify_s: float
+    other_s: float
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One generation. `rounds` counts target forwards; `round_tokens` the
+    tokens those rounds produced (an EOS included), so tokens per round is
+    `round_tokens / rounds` in every mode."""
+
+    mode: str
+    drafter: str
+    temp: float
+    num_draft: int
+    prompt_id: str
+    tokens: tuple[int, ...]  # generated, EOS excluded
+    decode_s: float
+    rounds: int
+    round_tokens: int
+    drafted: int
+    accepted: int
+    finish_reason: str  # "eos" or "length"
+    split: TimeSplit | None = None  # specmlx with --profile only
+
+    @property
+    def generated(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class RoundCount:
+    rounds: int
+    drafted: int
+    accepted: int
+    tokens: int
+
+
+def count_rounds(from_draft: Sequence[bool], num_draft: int, max_tokens: int) -> RoundCount:
+    """Rounds of mlx-lm's speculative generator, from its tokens' `from_draft` flags.
+
+    A round yields its accepted drafts (True) then the target's token (False),
+    so each False ends a round; a trailing run of True is a round cut short by
+    `max_tokens` or EOS. mlx-lm drafts min(k, tokens left) per round.
+    """
+    rounds = drafted = accepted = emitted = 0
+    in_round = False
+    for flag in from_draft:
+        if not in_round:
+            rounds += 1
+            drafted += min(num_draft, max_tokens - emitted)
+            in_round = True
+        emitted += 1
+        if flag:
+            accepted += 1
+        else:
+            in_round = False
+    return RoundCount(rounds, drafted, accepted, emitted)
+
+
+def _mlx_lm_cache(model: nn.Module, prompt: Sequence[int], rewindable: bool) -> list[Any]:
+    """A cache for `model` holding the prompt minus its last token: mlx-lm's own,
+    or for speculative runs, which trim it after rejections, specmlx's version
+    of it (a sliding-window layer's RotatingKVCache cannot be trimmed once full)."""
+    cache = make_cache(model) if rewindable else make_prompt_cache(model)
+    prefill(model, cache, prompt[:-1])
+    return cache
+
+
+def _stream(model: nn.Module, tokenizer: Any, prompt: Sequence[int], temp: float, max_tokens: int,
+            seed: int, draft_model: nn.Module | None = None, num_draft: int = 0):
+    """Run mlx-lm's stream_generate from prefilled caches: (tokens, from_draft flags, seconds, eos)."""
+    speculative = draft_model is not None
+    cache = _mlx_lm_cache(model, prompt, rewindable=speculative)
+    kwargs: dict[str, Any] = {}
+    if speculative:
+        # mlx-lm splits one list: the target's layers first, then the drafter's.
+        cache = cache + _mlx_lm_cache(draft_model, prompt, rewindable=True)
+        kwargs = {"draft_model": draft_model, "num_draft_tokens": num_draft}
+    mx.random.seed(seed)  # mlx-lm samples from the global generator
+    responses = stream_generate(model, tokenizer, list(prompt[-1:]), max_tokens=max_tokens,
+                                sampler=make_sampler(temp), prompt_cache=cache, **kwargs)
+    tokens, flags, last = [], [], None
+    start = perf_counter()
+    for last in responses:
+        tokens.append(int(last.token))
+        flags.append(bool(last.from_draft))
+    decode_s = perf_counter() - start
+    responses.close()
+    # mlx-lm launches the next step before yielding a token; let that spare
+    # step finish outside the clock, not inside the next run's.
+    mx.synchronize(generation_stream)
+    eos = last is not None and last.finish_reason == "stop"
+    return tokens[:-1] if eos else tokens, flags, decode_s, eos
+
+
+def run_target(model: nn.Module, tokenizer: Any, prompt_id: str, prompt: Sequence[int],
+               temp: float, max_tokens: int, seed: int) -> Measurement:
+    """The target alone, through mlx-lm's own generator: the baseline."""
+    tokens, flags, decode_s, eos = _stream(model, tokenizer, prompt, temp, max_tokens, seed)
+    return Measurement(
+        mode=TARGET, drafter="", temp=temp, num_draft=0, prompt_id=prompt_id, tokens=tuple(tokens),
+        decode_s=decode_s, rounds=len(flags), round_tokens=len(flags), drafted=0, accepted=0,
+        finish_reason="eos" if eos else "length",
+    )
+
+
+def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, drafter: str,
+                    prompt_id: str, prompt: Sequence[int], temp: float, num_draft: int,
+                    max_tokens: int, seed: int) -> Measurement:
+    """mlx-lm's speculative decoding with the same drafter model."""
+    tokens, flags, decode_s, eos = _stream(model, tokenizer, prompt, temp, max_tokens, seed,
+                                           draft_model, num_draft)
+    count = count_rounds(flags, num_draft, max_tokens)
+    return Measurement(
+        mode=MLX_LM_SPEC, drafter=drafter, temp=temp, num_draft=num_draft, prompt_id=prompt_id,
+        tokens=tuple(tokens), decode_s=decode_s, rounds=count.rounds, round_tokens=count.tokens,
+        drafted=count.drafted, accepted=count.accepted, finish_reason="eos" if eos else "length",
+    )
+
+
+def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
+                prompt: Sequence[int], temp: float, num_draft: int, max_tokens: int, seed: int,
+                profile: bool = False) -> Measurement:
+    """specmlx's engine. A fresh Engine each time: an engine reuses its caches
+    when a prompt extends its context, which would skip work the others do."""
+    engine = Engine(model, drafter, tokenizer)
+    config = GenerationConfig(max_tokens=max_tokens, num_draft=num_draft,
+                              sampling=SamplingParams(temp=temp), seed=seed, profile=profile)
+    generation = engine.generate(list(prompt), config)
+    tokens = tuple(event.token for event in generation)
+    stats = generation.stats
+    split = TimeSplit(stats.rounds, stats.draft_s, stats.verify_s, stats.other_s) if profile else None
+    return Measurement(
+        mode=SPECMLX, drafter=name, temp=temp, num_draft=num_draft, prompt_id=prompt_id,
+        tokens=tokens, decode_s=stats.decode_s, rounds=stats.rounds,
+        round_tokens=stats.accepted + stats.rounds, drafted=stats.drafted, accepted=stats.accepted,
+        finish_reason="eos" if stats.finish_reason == "eos" else "length", split=split,
+    )

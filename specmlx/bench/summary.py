@@ -1,0 +1,118 @@
+"""Per-prompt measurements summed into one row per mode, drafter, temperature
+and draft length, with the ratios and the Leviathan prediction.
+
+Rates are ratios of sums (total tokens / total decode seconds), so long
+generations weigh what they cost rather than one prompt one vote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from .calibrate import Calibration
+from .leviathan import alpha_from_mean_accepted, predicted_speedup
+from .plan import MLX_LM_SPEC, TARGET
+from .runs import Measurement
+
+
+@dataclass(frozen=True)
+class Row:
+    mode: str
+    drafter: str
+    temp: float
+    num_draft: int
+    prompts: int
+    tokens: int
+    decode_s: float
+    rounds: int
+    drafted: int
+    accepted: int
+    tokens_per_s: float
+    mean_accepted: float  # tokens per round (target forward)
+    acceptance_rate: float | None  # accepted / drafted; None when nothing was drafted
+    s_per_round: float
+    split_per_round: tuple[float, float, float] | None  # draft, verify, other seconds (--profile)
+    same_as_target: int | None  # prompts whose tokens equal the target's (temperature 0 only)
+    speedup: float | None  # tokens/s over the target alone's, same temperature
+    vs_mlx_lm: float | None  # tokens/s over mlx-lm-spec's, same drafter, temperature, k
+    alpha: float | None
+    cost_ratio: float | None
+    predicted_speedup: float | None
+
+    def to_dict(self) -> dict:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        split = self.split_per_round
+        out["split_per_round"] = None if split is None else dict(zip(("draft_s", "verify_s", "other_s"), split))
+        return out
+
+
+def _key(m: Measurement | Row) -> tuple[str, str, float, int]:
+    return (m.mode, m.drafter, m.temp, m.num_draft)
+
+
+def _split(group: Sequence[Measurement]) -> tuple[float, float, float] | None:
+    splits = [m.split for m in group if m.split is not None]
+    rounds = sum(s.rounds for s in splits)
+    if len(splits) != len(group) or rounds == 0:
+        return None
+    return (sum(s.draft_s for s in splits) / rounds, sum(s.verify_s for s in splits) / rounds,
+            sum(s.other_s for s in splits) / rounds)
+
+
+def _same_as_target(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]]) -> int | None:
+    if group[0].temp != 0 or group[0].mode == TARGET or not reference:
+        return None
+    return sum(reference.get(m.prompt_id) == m.tokens for m in group)
+
+
+def _base_row(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]]) -> Row:
+    first = group[0]
+    tokens = sum(m.generated for m in group)
+    decode_s = sum(m.decode_s for m in group)
+    rounds = sum(m.rounds for m in group)
+    drafted = sum(m.drafted for m in group)
+    accepted = sum(m.accepted for m in group)
+    return Row(
+        mode=first.mode, drafter=first.drafter, temp=first.temp, num_draft=first.num_draft,
+        prompts=len(group), tokens=tokens, decode_s=decode_s, rounds=rounds, drafted=drafted,
+        accepted=accepted, tokens_per_s=tokens / decode_s if decode_s > 0 else 0.0,
+        mean_accepted=sum(m.round_tokens for m in group) / rounds if rounds else 0.0,
+        acceptance_rate=accepted / drafted if drafted else None,
+        s_per_round=decode_s / rounds if rounds else 0.0, split_per_round=_split(group),
+        same_as_target=_same_as_target(group, reference), speedup=None, vs_mlx_lm=None,
+        alpha=None, cost_ratio=None, predicted_speedup=None,
+    )
+
+
+def _ratio(a: float, b: float | None) -> float | None:
+    return a / b if b else None
+
+
+def summarize(measurements: Sequence[Measurement], calibration: Calibration | None) -> list[Row]:
+    """One row per (mode, drafter, temp, num_draft), in the order first run."""
+    groups: dict[tuple, list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault(_key(m), []).append(m)
+    references = {}  # temperature -> prompt id -> the target's tokens
+    for m in measurements:
+        if m.mode == TARGET:
+            references.setdefault(m.temp, {})[m.prompt_id] = m.tokens
+    rows = [_base_row(g, references.get(g[0].temp, {})) for g in groups.values()]
+    target_tps = {r.temp: r.tokens_per_s for r in rows if r.mode == TARGET}
+    mlx_tps = {(r.drafter, r.temp, r.num_draft): r.tokens_per_s for r in rows if r.mode == MLX_LM_SPEC}
+    out = []
+    for row in rows:
+        updates = {}
+        if row.mode != TARGET:
+            updates["speedup"] = _ratio(row.tokens_per_s, target_tps.get(row.temp))
+            if row.mode != MLX_LM_SPEC:
+                updates["vs_mlx_lm"] = _ratio(row.tokens_per_s, mlx_tps.get((row.drafter, row.temp, row.num_draft)))
+            if row.num_draft > 0:
+                updates["alpha"] = alpha_from_mean_accepted(row.mean_accepted, row.num_draft)
+                c = calibration.cost_ratio(row.drafter) if calibration is not None else None
+                if c is not None:
+                    updates["cost_ratio"] = c
+                    updates["predicted_speedup"] = predicted_speedup(updates["alpha"], row.num_draft, c)
+        out.append(replace(row, **updates))
+    return out

@@ -1,0 +1,50 @@
+"""The target's hidden states along the committed sequence, for MTP drafters.
+
+Rows arrive lazily from the engine (`observe`) and are cut back on `rewind`,
+so after a rejection the drafter conditions on the last accepted position's
+row: a slice of what verification already computed, never a recomputation.
+The whole history is kept (about 6 KB a token for a 1.5B target) because a
+new prompt may reuse any prefix of the last one.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from ..errors import SpecmlxError
+
+
+class HiddenHistory:
+    def __init__(self) -> None:
+        self.chunks: list[tuple[int, mx.array]] = []  # (first position, (n, H) rows)
+        self.length = 0  # positions 0..length-1 have rows
+
+    def observe(self, start: int, rows: mx.array) -> None:
+        if start > self.length:
+            raise SpecmlxError(f"hidden states skip positions {self.length}..{start - 1}")
+        self.rewind(start)
+        self.chunks.append((start, rows))
+        self.length = start + rows.shape[0]
+
+    def rewind(self, length: int) -> None:
+        """Keep rows for positions below `length`."""
+        while self.chunks and self.chunks[-1][0] >= length:
+            self.chunks.pop()
+        if self.chunks:
+            first, rows = self.chunks[-1]
+            if first + rows.shape[0] > length:
+                self.chunks[-1] = (first, rows[: length - first])
+        self.length = min(self.length, length)
+
+    def rows(self, start: int, stop: int) -> mx.array:
+        """Rows for positions start..stop-1 (lazy slices, concatenated if needed)."""
+        if not 0 <= start < stop <= self.length:
+            raise SpecmlxError(f"no hidden states for positions {start}..{stop - 1} (have {self.length})")
+        parts = []
+        for first, rows in reversed(self.chunks):
+            end = first + rows.shape[0]
+            if end <= start:
+                break
+            parts.append(rows[max(start - first, 0) : min(stop, end) - first])
+        parts.reverse()
+        return parts[0] if len(parts) == 1 else mx.concatenate(parts)

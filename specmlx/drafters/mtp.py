@@ -1,0 +1,103 @@
+"""Drafting with specmlx's own MTP head (see `mtp_model`).
+
+The head keeps a small KV cache of its own. Position j of that cache holds
+(embed(token j+1), target hidden j), so it runs one behind the target. A
+round feeds the positions verification has added since the last round, with
+the target's real hidden states, then drafts k tokens, feeding back its own
+features. Those k-1 speculative entries are dropped before the next round.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..cache import cache_length, rewind
+from ..errors import SpecmlxError
+from ..hidden import embed, text_model
+from ..sampling import SamplingParams, sample, warp
+from .base import Draft
+from .history import HiddenHistory
+from .mtp_model import MTPModel
+
+
+class MTPDrafter:
+    reads_hidden = True
+
+    def __init__(self, model: MTPModel, vocab_size: int, name: str = "mtp") -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.name = name
+        self.cache = model.make_cache()
+        self.history = HiddenHistory()
+        self.real = 0  # cache entries built from the target's own hidden states
+        self.target: nn.Module | None = None
+        self.head_rows: mx.array | None = None  # (draft vocab, H) rows of the target's head
+
+    def attach(self, target: nn.Module, cache: list) -> None:
+        config = self.model.config
+        if config.target_vocab_size != self.vocab_size:
+            raise SpecmlxError(f"MTP drafter {self.name} was trained for a target with "
+                               f"{config.target_vocab_size} logits, but this target has {self.vocab_size}")
+        rows = head_rows(target, self.model.draft_ids)
+        if rows.shape[-1] != config.target_hidden_size:
+            raise SpecmlxError(f"MTP drafter {self.name} reads hidden states of width "
+                               f"{config.target_hidden_size}, but the target's are {rows.shape[-1]} wide")
+        self.target, self.head_rows = target, rows
+        mx.eval(rows)
+
+    def observe(self, start: int, hidden: mx.array) -> None:
+        self.history.observe(start, hidden)
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        pass  # fed lazily by the first `draft`, in the round's one graph
+
+    def logits(self, features: mx.array) -> mx.array:
+        """Full-vocabulary logits: draft-vocabulary scores, -inf elsewhere."""
+        scores = features @ self.head_rows.T
+        full = mx.full((*scores.shape[:-1], self.vocab_size), -mx.inf, dtype=scores.dtype)
+        return mx.put_along_axis(full, mx.broadcast_to(self.model.draft_ids, scores.shape), scores, axis=-1)
+
+    def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array) -> Draft:
+        if num_draft == 0 or len(tokens) < 2 or self.history.length < len(tokens) - 1:
+            return Draft.empty()
+        # Feed positions fed..n-2: (token j+1, real hidden j). Entries past `real` were speculative.
+        n = len(tokens)
+        fed = min(self.real, n - 2)
+        rewind(self.cache, fed)
+        self.real = n - 1
+        ids = mx.array(tokens[fed + 1 : n], dtype=mx.uint32)
+        hidden = self.history.rows(fed, n - 1)
+        keys = mx.random.split(key, num_draft)
+        drafted, probs = [], []
+        for i in range(num_draft):
+            features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
+            if sampling.greedy:
+                token = self.model.draft_ids[mx.argmax(features[0] @ self.head_rows.T)]
+            else:
+                logprobs = warp(self.logits(features[0]), sampling)
+                token = sample(logprobs, keys[i])
+                probs.append(mx.exp(logprobs))
+            drafted.append(token)
+            ids, hidden = token.reshape(1).astype(mx.uint32), features
+        return Draft(mx.stack(drafted).astype(mx.uint32), mx.stack(probs) if probs else None)
+
+    def rewind(self, length: int) -> None:
+        self.history.rewind(length)
+        # Cache entry j needs token j+1 and a real hidden state at j.
+        self.real = max(min(self.real, length - 1, self.history.length), 0)
+        rewind(self.cache, min(cache_length(self.cache), self.real))
+
+
+def head_rows(target: nn.Module, ids: mx.array) -> mx.array:
+    """The target's output-head rows for `ids`, dense (dequantized if need be)."""
+    target = text_model(target)
+    if getattr(target, "tie_word_embeddings", None) is False or hasattr(target, "lm_head"):
+        layer = target.lm_head
+        if isinstance(layer, nn.QuantizedLinear):
+            return mx.dequantize(layer.weight[ids], layer.scales[ids], layer.biases[ids],
+                                 group_size=layer.group_size, bits=layer.bits)
+        return layer.weight[ids]
+    return target.model.embed_tokens(ids)  # a tied head: embedding rows, dequantized by the layer

@@ -1,0 +1,1 @@
+"""Training specmlx's own MTP drafter heads on a target's hidden states."""

@@ -1,0 +1,36 @@
+"""Timing one target step and one drafter step for the cost ratio c."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmlx.bench.calibrate import Calibration, calibrate
+from specmlx.cache import cache_length
+from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+
+
+def test_steps_are_timed_and_the_drafter_left_empty(tokenizer, target, noisy_drafter, random_drafter, vocab):
+    prompt = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    drafters = {"noisy": ModelDrafter(noisy_drafter, vocab, "noisy"),
+                "small": ModelDrafter(random_drafter, vocab, "small"),
+                "ngram": PromptLookupDrafter(), "none": NoDrafter()}
+    result = calibrate(target, drafters, prompt, steps=3)
+    assert result.steps == 3 and result.context == len(prompt) - 1
+    assert result.target_step_s > 0
+    assert set(result.drafter_step_s) == set(drafters)
+    assert all(s > 0 for s in result.drafter_step_s.values())
+    # a model drafter starts the runs with an empty cache, as a fresh Engine expects
+    assert cache_length(drafters["noisy"].cache) == 0
+    # prompt lookup costs far less than a forward of a model
+    assert result.cost_ratio("ngram") < result.cost_ratio("noisy")
+
+
+def test_cost_ratio():
+    calibration = Calibration(steps=1, context=10, target_step_s=0.2, drafter_step_s={"d": 0.05})
+    assert calibration.cost_ratio("d") == pytest.approx(0.25)
+    assert calibration.cost_ratio("unknown") is None
+
+
+def test_at_least_one_step(target):
+    with pytest.raises(ValueError):
+        calibrate(target, {}, [1, 2, 3], steps=0)

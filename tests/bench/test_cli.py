@@ -1,0 +1,116 @@
+"""`python -m specmlx.bench`: one-line errors, and a whole run on tiny model directories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specmlx.bench.cli import main, parse_num_drafts, parse_temps
+from specmlx.errors import SpecmlxError
+
+PROMPTS = [
+    {"id": "p0", "kind": "code", "prompt": "def add(a, b):\n    return a + b\n\ndef add(a, b):"},
+    {"id": "p1", "kind": "code", "prompt": "for i in range(10):\n    print(i"},
+    {"id": "p2", "kind": "text", "prompt": "The quick brown fox"},
+]
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--temps", "0,hot"], "--temps: 'hot' is not a number"),
+    (["--temps", "-1"], "temperature must be >= 0"),
+    (["--temps", ","], "--temps: give at least one value"),
+    (["--num-draft", "2,0"], "--num-draft: draft lengths must be >= 1"),
+    (["--num-draft", "two"], "--num-draft: 'two' is not a whole number"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1"),
+    (["--limit", "0"], "--limit must be >= 1"),
+    (["--max-tokens", "many"], "argument --max-tokens: invalid int value"),
+    (["--preset", "nope"], "unknown preset 'nope'"),
+    (["--preset", "gemma-3-270m", "--target", "x"], "not allowed with argument"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_arguments_are_one_line(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("specmlx.bench: error: ") and message in err
+
+
+def test_bad_prompts_and_drafters_fail_before_any_run(capsys, tmp_path, model_dirs, prompts_file):
+    code, _, err = run(capsys, "--target", model_dirs["target"], "--prompts", tmp_path / "none.jsonl")
+    assert code == 2 and err == f"specmlx.bench: error: {tmp_path / 'none.jsonl'}: no such prompts file\n"
+    code, _, err = run(capsys, "--target", model_dirs["target"], "--prompts", prompts_file,
+                       "--drafter", tmp_path / "missing")
+    assert code == 2 and "no such model directory" in err and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("specmlx.bench: error: ") and "run/s" not in err
+
+
+def test_an_unwritable_output_fails_before_loading(capsys, tmp_path, prompts_file):
+    code, _, err = run(capsys, "--prompts", prompts_file, "--json", tmp_path / "no" / "out.json")
+    assert code == 2 and err == f"specmlx.bench: error: --json: {tmp_path / 'no'} is not a directory\n"
+
+
+def test_the_module_entry_point_reports_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "specmlx.bench", "--prompts", tmp_path / "x.jsonl"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"specmlx.bench: error: {tmp_path / 'x.jsonl'}: no such prompts file\n"
+
+
+def test_list_parsing():
+    assert parse_temps("0, 0.7,0") == (0.0, 0.7)
+    assert parse_num_drafts("1,2,4,6,8") == (1, 2, 4, 6, 8)
+    with pytest.raises(SpecmlxError):
+        parse_temps("nan")
+
+
+def test_end_to_end_on_tiny_models(capsys, tmp_path, model_dirs, prompts_file):
+    out_json = tmp_path / "bench.json"
+    code, out, err = run(capsys, "--target", model_dirs["target"], "--drafter", model_dirs["drafter"],
+                         "--drafter", "ngram", "--prompts", prompts_file, "--limit", 2,
+                         "--max-tokens", 8, "--num-draft", "1,2", "--temps", "0,0.7",
+                         "--calibration-steps", 2, "--warmup-tokens", 2, "--json", out_json)
+    assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    results = doc["results"]
+    combos = {(r["mode"], r["drafter"], r["temp"], r["num_draft"]) for r in results}
+    expected = {("target", "", t, 0) for t in (0.0, 0.7)}
+    expected |= {(mode, "drafter", t, k) for mode in ("mlx-lm-spec", "specmlx") for t in (0.0, 0.7) for k in (1, 2)}
+    expected |= {("specmlx", "ngram", t, k) for t in (0.0, 0.7) for k in (1, 2)}
+    assert combos == expected and len(results) == len(expected)
+    for row in results:
+        assert row["prompts"] == 2 and 0 < row["tokens"] <= 2 * 8
+        assert row["tokens_per_s"] > 0 and row["mean_accepted"] >= 1.0
+        if row["mode"] == "target":
+            assert row["acceptance_rate"] is None and row["speedup"] is None
+        else:
+            assert 0.0 <= row["acceptance_rate"] <= 1.0
+            assert row["mean_accepted"] <= row["num_draft"] + 1
+            assert row["speedup"] > 0 and row["predicted_speedup"] > 0
+        if row["mode"] == "specmlx" and row["drafter"] == "drafter":
+            assert row["vs_mlx_lm"] > 0
+        if row["temp"] == 0.0 and row["mode"] != "target":
+            assert row["same_as_target"] == 2  # greedy decoding is exact in every mode
+    assert len(doc["runs"]) == 2 * len(results)  # the warm-up pass is not kept
+    assert doc["config"]["prompt_ids"] == ["p0", "p1"] and doc["config"]["chat_template"] is True
+    assert {"backend", "blas", "cpu", "mlx", "mlx_lm"} <= set(doc["machine"])
+    assert set(doc["calibration"]["drafter_step_s"]) == {"drafter", "ngram"}
+    # stdout is the report alone: the table has one line per result
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + len(results)
+    assert "BLAS:" in out and "bench:" not in out
+    assert "bench: 100%" in err.replace("\r", "\n")  # the progress bar went to stderr

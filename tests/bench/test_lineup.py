@@ -1,0 +1,46 @@
+"""Which drafters a bench loads, and loading them next to the target."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmlx.bench.lineup import drafter_specs, label, load_lineup
+from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.errors import SpecmlxError
+
+
+def test_a_path_target_defaults_to_prompt_lookup(model_dirs):
+    assert drafter_specs(str(model_dirs["target"]), []) == ["ngram"]
+
+
+def test_a_preset_brings_its_drafter_and_ngram(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path))
+    drafter = tmp_path / "qwen2.5-coder-1.5b" / "qwen2.5-coder-0.5b"
+    drafter.mkdir(parents=True)
+    (drafter / "config.json").write_text("{}")
+    assert drafter_specs("qwen2.5-coder-1.5b", []) == [str(drafter), "ngram"]
+    assert drafter_specs("gemma-3-270m", []) == ["ngram"]  # its preset drafter is ngram
+
+
+def test_comma_separated_repeated_and_deduplicated():
+    assert drafter_specs("x", ["ngram, none", "ngram", "/m/d"]) == ["ngram", "none", "/m/d"]
+
+
+def test_labels():
+    assert label("/models/qwen2.5-coder-1.5b/qwen2.5-coder-0.5b") == "qwen2.5-coder-0.5b"
+    assert label("ngram") == "ngram"
+
+
+def test_load_every_kind_once(model_dirs):
+    lineup = load_lineup(str(model_dirs["target"]), [str(model_dirs["drafter"]), "ngram", "none"])
+    names = [e.name for e in lineup.entrants]
+    assert names == ["drafter", "ngram", "none"]
+    model, ngram, none = lineup.entrants
+    assert isinstance(model.drafter, ModelDrafter) and model.model is model.drafter.model
+    assert isinstance(ngram.drafter, PromptLookupDrafter) and ngram.model is None and ngram.drafts
+    assert isinstance(none.drafter, NoDrafter) and not none.drafts
+
+
+def test_a_missing_drafter_fails_before_loading(model_dirs, tmp_path):
+    with pytest.raises(SpecmlxError, match="no such model directory"):
+        load_lineup(str(model_dirs["target"]), ["ngram", str(tmp_path / "missing")])

@@ -1,0 +1,83 @@
+"""Summing per-prompt measurements into rows: rates of sums, ratios, predictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmlx.bench.calibrate import Calibration
+from specmlx.bench.leviathan import alpha_from_mean_accepted, predicted_speedup
+from specmlx.bench.runs import Measurement, TimeSplit
+from specmlx.bench.summary import summarize
+
+
+def measure(mode, prompt, tokens, decode_s, rounds, drafted=0, accepted=0, drafter="d", temp=0.0, k=2,
+            split=None, finish="length", round_tokens=None):
+    if mode == "target":
+        drafter, k = "", 0
+    return Measurement(mode=mode, drafter=drafter, temp=temp, num_draft=k, prompt_id=prompt,
+                       tokens=tuple(tokens), decode_s=decode_s, rounds=rounds,
+                       round_tokens=accepted + rounds if round_tokens is None else round_tokens,
+                       drafted=drafted, accepted=accepted, finish_reason=finish, split=split)
+
+
+SAME = [1, 2, 3, 4]
+OTHER = [1, 2, 9]
+
+
+@pytest.fixture
+def rows():
+    ms = [
+        measure("target", "a", SAME, 4.0, 4), measure("target", "b", OTHER, 2.0, 4, finish="eos"),
+        measure("mlx-lm-spec", "a", SAME, 2.0, 2, 4, 2), measure("mlx-lm-spec", "b", OTHER, 2.0, 2, 4, 1),
+        measure("specmlx", "a", SAME, 1.0, 2, 4, 2, split=TimeSplit(2, 0.4, 0.5, 0.1)),
+        measure("specmlx", "b", [1, 2, 3], 1.0, 1, 2, 2, split=TimeSplit(1, 0.2, 0.6, 0.2)),
+        measure("target", "a", SAME, 8.0, 4, temp=0.7),
+    ]
+    calibration = Calibration(steps=3, context=9, target_step_s=0.1, drafter_step_s={"d": 0.02})
+    return {(r.mode, r.temp): r for r in summarize(ms, calibration)}
+
+
+def test_one_row_per_mode_drafter_temperature_and_k(rows):
+    assert list(rows) == [("target", 0.0), ("mlx-lm-spec", 0.0), ("specmlx", 0.0), ("target", 0.7)]
+    assert rows[("specmlx", 0.0)].prompts == 2
+
+
+def test_rates_are_ratios_of_sums(rows):
+    target, mlx, ours = rows[("target", 0.0)], rows[("mlx-lm-spec", 0.0)], rows[("specmlx", 0.0)]
+    assert target.tokens == 7 and target.tokens_per_s == pytest.approx(7 / 6)
+    assert ours.tokens_per_s == pytest.approx(7 / 2)
+    assert ours.speedup == pytest.approx((7 / 2) / (7 / 6))
+    assert ours.vs_mlx_lm == pytest.approx((7 / 2) / (7 / 4))
+    assert mlx.speedup == pytest.approx((7 / 4) / (7 / 6)) and mlx.vs_mlx_lm is None
+    assert target.speedup is None and target.mean_accepted == 1.0 and target.acceptance_rate is None
+    assert rows[("target", 0.7)].speedup is None
+
+
+def test_acceptance_and_tokens_per_round(rows):
+    ours = rows[("specmlx", 0.0)]
+    assert ours.rounds == 3 and ours.drafted == 6 and ours.accepted == 4
+    assert ours.mean_accepted == pytest.approx((4 + 3) / 3)
+    assert ours.acceptance_rate == pytest.approx(4 / 6)
+    assert ours.s_per_round == pytest.approx(2 / 3)
+    assert ours.split_per_round == pytest.approx((0.6 / 3, 1.1 / 3, 0.3 / 3))
+    assert rows[("mlx-lm-spec", 0.0)].split_per_round is None
+
+
+def test_greedy_rows_count_prompts_matching_the_target(rows):
+    assert rows[("mlx-lm-spec", 0.0)].same_as_target == 2
+    assert rows[("specmlx", 0.0)].same_as_target == 1  # prompt b differs
+    assert rows[("target", 0.0)].same_as_target is None and rows[("target", 0.7)].same_as_target is None
+
+
+def test_leviathan_prediction_from_mean_and_calibration(rows):
+    ours = rows[("specmlx", 0.0)]
+    assert ours.cost_ratio == pytest.approx(0.2)
+    assert ours.alpha == pytest.approx(alpha_from_mean_accepted(7 / 3, 2))
+    assert ours.predicted_speedup == pytest.approx(predicted_speedup(ours.alpha, 2, 0.2))
+    assert ours.predicted_speedup == pytest.approx((7 / 3) / 1.4)
+
+
+def test_without_calibration_there_is_no_prediction():
+    ms = [measure("target", "a", SAME, 1.0, 4), measure("specmlx", "a", SAME, 1.0, 2, 4, 2)]
+    row = summarize(ms, None)[1]
+    assert row.alpha is not None and row.cost_ratio is None and row.predicted_speedup is None
