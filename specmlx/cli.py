@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--num-draft", type=int, default=4, help="tokens drafted per round (default 4)")
+    gen.add_argument("--adaptive", action="store_true",
+                     help="tune the draft length to the acceptance history, from --num-draft up to 12")
     gen.add_argument("--seed", type=int, help="make sampling reproducible")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
@@ -96,7 +98,7 @@ def generate(args: argparse.Namespace) -> int:
     config = GenerationConfig(
         max_tokens=args.max_tokens, num_draft=args.num_draft, seed=args.seed,
         sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
-        stop=tuple(args.stop), profile=args.profile,
+        stop=tuple(args.stop), profile=args.profile, adaptive=args.adaptive,
     )
     text = read_prompt(args)
     target, drafter = load_pair(args.target or default_preset_name(), args.drafter)

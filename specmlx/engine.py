@@ -18,6 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
+from .adaptive import DraftLength
 from .cache import PREFILL_STEP, cache_length, make_cache, rewind
 from .drafters import Drafter
 from .errors import SpecmlxError
@@ -32,7 +33,9 @@ from .verify import verify_greedy, verify_sampled
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to generate. `profile` adds one host sync per round so that drafting
-    and verification are timed apart; leave it off to measure speed."""
+    and verification are timed apart; leave it off to measure speed. With
+    `adaptive`, `num_draft` is where the draft length starts and it then
+    follows the acceptance history, up to `max_draft`."""
 
     max_tokens: int = 256
     num_draft: int = 4
@@ -40,6 +43,8 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     profile: bool = False
+    adaptive: bool = False
+    max_draft: int = 12
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -154,15 +159,17 @@ class Engine:
         rec.prompt_tokens = len(prompt)
         tokens = self.context  # grows as tokens are committed
         finish = ""
+        length = DraftLength(config.num_draft, max(config.max_draft, config.num_draft), config.adaptive)
         rec.resume()
         try:
             while not finish:
                 budget = config.max_tokens - rec.generation_tokens
                 key, round_key = mx.random.split(key)
                 accepted, following, drafted = self._round(
-                    tokens, min(config.num_draft, budget - 1), config.sampling,
+                    tokens, min(length.current, budget - 1), config.sampling,
                     round_key, config.profile, rec,
                 )
+                length.update(drafted, len(accepted))
                 for i, token in enumerate(accepted + [following]):
                     tokens.append(token)
                     if token in self.eos_token_ids:

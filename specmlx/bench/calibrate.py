@@ -1,10 +1,12 @@
 """The cost ratio c of Leviathan's formula: one drafter step over one target step.
 
-Timed directly before the runs, on the first prompt: single-token target
-forwards, and single-token drafts through the `Drafter` protocol (so any
-drafter kind is timed the same way). Each timed step is rewound, so every one
-sees the same context. The median resists a busy neighbour; the warm-up step
-also warms up the models for the first run.
+Timed directly before the runs, on the first prompt, as medians, which resist
+a busy neighbour. The target step is a single-token forward, rewound after
+each timing. The drafter step is timed inside the engine, with profiling on
+and one token drafted per round: drafters that read the target (MTP heads)
+only draft after the engine has attached them and fed them hidden states, so
+calling `draft` by hand would time them doing nothing. The warm-up steps also
+warm up the models for the first run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import mlx.nn as nn
 
 from ..cache import make_cache, prefill, rewind
 from ..drafters import Drafter
-from ..sampling import SamplingParams
+from ..engine import Engine, GenerationConfig
 
 WARMUP = 1
 
@@ -53,18 +55,27 @@ def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int) -> flo
     return median(times)
 
 
-def time_drafter_step(drafter: Drafter, prompt: Sequence[int], steps: int) -> float:
-    """Median seconds for `drafter` to propose one token after `prompt`."""
-    drafter.rewind(0)
-    drafter.prefill(prompt)
-    greedy, key = SamplingParams(), mx.random.key(0)
+def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int], steps: int) -> float:
+    """Median seconds for `drafter` to propose one token, measured by the engine.
+
+    Each step is one short generation continuing the last, so the caches (and
+    a head's hidden-state history) are warm and only a token or two is new:
+    `draft_s / drafted` is then one drafter step plus the profiling sync.
+    A drafter that proposed nothing (prompt lookup without a match) costs
+    what its empty attempt took.
+    """
+    engine = Engine(target, drafter, eos_token_ids=())
+    config = GenerationConfig(max_tokens=2, num_draft=1, seed=0, profile=True)
+    context = list(prompt)
     times = []
     for i in range(WARMUP + steps):
-        start = perf_counter()
-        mx.eval(drafter.draft(prompt, 1, greedy, key).tokens)
+        generation = engine.generate(context, config)
+        for _ in generation:
+            pass
+        stats = generation.stats
         if i >= WARMUP:
-            times.append(perf_counter() - start)
-        drafter.rewind(len(prompt) - 1)
+            times.append(stats.draft_s / max(stats.drafted, 1))
+        context = list(engine.context)
     drafter.rewind(0)
     return median(times)
 
@@ -76,5 +87,5 @@ def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[
         steps=steps,
         context=len(prompt) - 1,
         target_step_s=time_target_step(target, prompt, steps),
-        drafter_step_s={name: time_drafter_step(d, prompt, steps) for name, d in drafters.items()},
+        drafter_step_s={name: time_drafter_step(target, d, prompt, steps) for name, d in drafters.items()},
     )

@@ -22,7 +22,8 @@ from ..errors import SpecmlxError, run_cli
 from ..presets import default_preset_name
 from .corpus import default_sources, documents, find_files, token_counts, windows
 from .features import collect, shard_count
-from .trainer import Progress, TrainConfig, Trainer, draft_vocabulary, shard_token_counts
+from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_rms, shard_token_counts,
+                      start_near_the_target)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,11 +86,12 @@ def run(args: argparse.Namespace) -> int:
     counts = token_counts(target.tokenizer, documents(files, seed=args.seed + 1), args.vocab_tokens)
     counts.update(shard_token_counts(features))
     head.set_draft_ids(draft_vocabulary(counts, config.draft_vocab_size, tuple(target.tokenizer.eos_token_ids)))
-    head.norm.weight = target.model.model.norm.weight.astype(head.norm.weight.dtype)  # start at the target's output scale
+    start_near_the_target(head, hidden_rms(features))
     size = sum(v.size for _, v in tree_flatten(head.trainable_parameters()))
     print(f"head: {size / 1e6:.1f}M trained parameters + {config.draft_vocab_size} rows of the target's head")
     trainer = Trainer(head, target.model, features, args.out,
-                      TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed))
+                      TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+                                  warmup=max(1, min(50, args.steps // 10))))
     last = trainer.train()
     held_out = trainer.validate()
     save_mtp(head, args.out)

@@ -23,12 +23,16 @@ from mlx.utils import tree_flatten
 from tqdm import tqdm
 
 from ..drafters.mtp import head_rows
+from ..errors import SpecmlxError
 from ..drafters.mtp_model import MTPModel, save_mtp
 from ..hidden import embed
 from .features import load_shard, shard_count
 
 SECOND_PASS_WEIGHT = 0.8  # the second draft token counts a little less, as EAGLE weighs its steps
-REGRESSION_WEIGHT = 0.5
+# EAGLE's balance: the hidden state is a dense, smooth target (every dimension
+# teaches), the token distribution a sparse one; a little of it aligns the top token.
+REGRESSION_WEIGHT = 1.0
+CLASSIFICATION_WEIGHT = 0.1
 
 
 @dataclass(frozen=True)
@@ -76,15 +80,37 @@ def shard_token_counts(folder: Path) -> Counter[int]:
     return counts
 
 
+def start_near_the_target(head: MTPModel, hidden_rms: float) -> None:
+    """Start the head as "the next hidden state is this one": the hidden half of
+    `fc` is the identity, the layers' output projections are zero (each layer adds
+    nothing yet) and the output norm restores the target's scale. Its first
+    logits are then the target's own, well scaled, and training learns the
+    correction; from random weights the logits start far off and learn slowly."""
+    width = head.config.target_hidden_size
+    weight = head.fc.weight
+    head.fc.weight = mx.concatenate([weight[:, :width] * 0.1, mx.eye(width, dtype=weight.dtype)], axis=1)
+    for layer in head.layers:
+        layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
+        layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
+    head.norm.weight = mx.full(head.norm.weight.shape, hidden_rms, dtype=head.norm.weight.dtype)
+
+
+def hidden_rms(folder: Path) -> float:
+    """The typical scale of the target's final hidden states (one shard's worth)."""
+    hidden = load_shard(folder, 0).hidden.astype(mx.float32)
+    return mx.sqrt(mx.mean(hidden * hidden)).item()
+
+
 class Trainer:
     def __init__(self, head: MTPModel, target: nn.Module, folder: Path, out: Path, config: TrainConfig) -> None:
         self.head, self.target, self.folder, self.out, self.config = head, target, folder, out, config
         self.rows = head_rows(target, head.draft_ids).astype(mx.float32)  # frozen
         shards = shard_count(folder)
         if shards <= config.validation_shards:
-            raise ValueError(f"need more than {config.validation_shards} feature shards, have {shards}")
-        self.train_shards = list(range(shards - config.validation_shards))
-        self.val_shards = list(range(shards - config.validation_shards, shards))
+            raise SpecmlxError(f"need more than {config.validation_shards} feature shards, have {shards}")
+        # The first shards are held out; the rest is listed again every epoch, so
+        # shards that a collection still running adds are trained on as they come.
+        self.val_shards = list(range(config.validation_shards))
         schedule = optim.join_schedules(
             [optim.linear_schedule(1e-7, config.lr, config.warmup),
              optim.cosine_decay(config.lr, max(config.steps - config.warmup, 1), config.lr * 0.1)],
@@ -107,7 +133,7 @@ class Trainer:
             ce = -(teacher[:, skip:] * nn.log_softmax(logits, axis=-1)).sum(-1).mean()
             reg = nn.losses.smooth_l1_loss(features[:, skip:], h_next[:, skip:], reduction="mean")
             agree = (mx.argmax(logits, axis=-1) == best[:, skip:]).mean()
-            return ce + REGRESSION_WEIGHT * reg, agree
+            return CLASSIFICATION_WEIGHT * ce + REGRESSION_WEIGHT * reg, agree
 
         first = self.head(emb, h_in)
         loss_1, agree_1 = pass_loss(first, 0)
@@ -118,11 +144,16 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------
 
+    @property
+    def train_shards(self) -> list[int]:
+        return list(range(self.config.validation_shards, shard_count(self.folder)))
+
     def batches(self, epoch_seed: int):
-        order = mx.random.permutation(len(self.train_shards), key=mx.random.key(epoch_seed)).tolist()
+        shards = self.train_shards
+        order = mx.random.permutation(len(shards), key=mx.random.key(epoch_seed)).tolist()
         buffer_t, buffer_h = [], []
         for i in order:
-            shard = load_shard(self.folder, self.train_shards[i])
+            shard = load_shard(self.folder, shards[i])
             for w in range(shard.tokens.shape[0]):
                 buffer_t.append(shard.tokens[w])
                 buffer_h.append(shard.hidden[w])

@@ -1,0 +1,30 @@
+"""Draft length tuned to the acceptance history.
+
+A round that accepts every draft says the drafter is on a run: draft more next
+time. A round that rejects early wasted the drafts after the rejection: draft
+fewer. This is the schedule Hugging Face uses for its assistant models (+2 on a
+full accept, -1 otherwise), held within [1, limit]. It changes only how many
+tokens are proposed, never what is accepted, so exactness is untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DraftLength:
+    start: int
+    limit: int
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        self.current = self.start
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if not self.adaptive or drafted == 0:
+            return
+        if accepted == drafted:
+            self.current = min(self.current + 2, self.limit)
+        else:
+            self.current = max(self.current - 1, 1)

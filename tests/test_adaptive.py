@@ -1,0 +1,36 @@
+"""Draft length following the acceptance history, and the engine using it."""
+
+from specmlx.adaptive import DraftLength
+from specmlx.drafters import ModelDrafter
+from specmlx.engine import Engine
+
+from .test_engine import PROMPTS, reference_greedy, run
+
+
+def test_full_accepts_lengthen_and_rejections_shorten_within_bounds():
+    length = DraftLength(start=4, limit=7)
+    for drafted, accepted, expected in [(4, 4, 6), (6, 6, 7), (7, 7, 7), (7, 2, 6), (6, 0, 5)]:
+        length.update(drafted, accepted)
+        assert length.current == expected
+    for _ in range(10):
+        length.update(length.current, 0)
+    assert length.current == 1
+
+
+def test_fixed_length_stays_put():
+    length = DraftLength(start=4, limit=12, adaptive=False)
+    length.update(4, 4)
+    length.update(4, 0)
+    assert length.current == 4
+
+
+def test_adaptive_generation_is_exact_and_varies_the_length(tokenizer, vocab, target, noisy_drafter):
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[0])
+    events, stats = run(engine, prompt, max_tokens=40, num_draft=3, adaptive=True, max_draft=6)
+    assert [e.token for e in events] == reference_greedy(target, prompt, 40)
+    per_round = stats.drafted / stats.rounds
+    assert per_round != 3  # it moved: a fixed length of 3 drafts exactly 3 a round (budget aside)
+    self_engine = Engine(target, ModelDrafter(target, vocab), eos_token_ids=[])
+    _, self_stats = run(self_engine, prompt, max_tokens=40, num_draft=2, adaptive=True, max_draft=6)
+    assert self_stats.drafted / self_stats.rounds > 4  # never rejected: it climbs to the limit
