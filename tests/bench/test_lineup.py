@@ -44,3 +44,16 @@ def test_load_every_kind_once(model_dirs):
 def test_a_missing_drafter_fails_before_loading(model_dirs, tmp_path):
     with pytest.raises(SpecmlxError, match="no such model directory"):
         load_lineup(str(model_dirs["target"]), ["ngram", str(tmp_path / "missing")])
+
+
+def test_an_adaptive_entrant_shares_its_drafter_and_has_no_mlx_lm_run(model_dirs):
+    from specmlx.bench.plan import MLX_LM_SPEC, plan_runs
+
+    drafter = str(model_dirs["drafter"])
+    assert drafter_specs(str(model_dirs["target"]), [f"{drafter},{drafter}+adaptive"]) == [drafter, drafter + "+adaptive"]
+    lineup = load_lineup(str(model_dirs["target"]), [drafter, drafter + "+adaptive"])
+    fixed, adaptive = lineup.entrants
+    assert (fixed.name, adaptive.name) == ("drafter", "drafter+adaptive")
+    assert adaptive.adaptive and not fixed.adaptive and adaptive.drafter is fixed.drafter
+    runs = plan_runs(lineup.entrants, [0.0], [4])
+    assert [r.drafter for r in runs if r.mode == MLX_LM_SPEC] == ["drafter"]
