@@ -9,12 +9,9 @@ import pytest
 
 from specmlx.bench.calibrate import time_drafter_step
 from specmlx.bench.cli import main
+from specmlx.drafters import mtp_model
 
 from .. import tiny
-
-mtp_model = pytest.importorskip("specmlx.drafters.mtp_model")
-if not hasattr(tiny, "mtp"):
-    pytest.skip("no tiny MTP head builder in tests/tiny.py", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
