@@ -15,16 +15,26 @@ def test_catalog_has_the_default_qwen_pair():
     default = presets.get_preset(presets.default_preset_name())
     assert default.name == "qwen2.5-coder-1.5b"
     assert default.target.offline == "qwen-1.5b" and default.target.hub.startswith("mlx-community/")
-    assert [d.role for d in default.drafters] == [default.drafter]
+    assert [d.role for d in default.drafters] == [default.drafter, "mtp"]
     assert default.drafters[0].offline == "qwen-0.5b"
 
 
-def test_every_offline_source_is_a_known_checkpoint():
+def test_the_bundled_mtp_head_is_in_the_checkout_for_its_target():
+    from specmlx.drafters.mtp_model import load_mtp
+
+    mtp = next(d for d in presets.get_preset("qwen2.5-coder-1.5b").drafters if d.role == "mtp")
+    head = load_mtp(presets.REPO_ROOT / mtp.bundled)
+    assert head.config.target_hidden_size == 1536 and head.config.target_vocab_size == 151936
+
+
+def test_every_model_has_a_source_and_every_offline_one_is_a_known_checkpoint():
     from specmlx.convert.sources import checkpoint
 
     for preset in presets.presets().values():
         for source in preset.sources:
-            checkpoint(source.offline)
+            assert source.offline or source.bundled or source.hub, source.role
+            if source.offline:
+                checkpoint(source.offline)
 
 
 def test_unknown_preset_is_refused():
