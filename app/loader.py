@@ -53,12 +53,11 @@ def plan(choice: ModelChoice) -> Plan:
         drafter = choice.drafter or "ngram"
         return Plan(choice.target, _short(choice.target), drafter, _short(drafter))
     from specmlx import presets
+    from specmlx.loading import drafter_source
 
     preset = presets.get_preset(choice.preset or presets.default_preset_name())
-    drafter = choice.drafter or preset.drafter
-    drafter_name = drafter
-    if drafter in {d.role for d in preset.drafters}:
-        drafter = str(presets.fetched_path(preset, drafter))
+    drafter_name = choice.drafter or preset.drafter
+    drafter = drafter_source(drafter_name, preset.name)  # a role of the preset: its fetched path
     target = str(presets.fetched_path(preset))
     return Plan(target, preset.name, drafter, _short(drafter_name), preset.name)
 

@@ -62,7 +62,7 @@ def download(repo: str) -> Path:
     try:
         return Path(snapshot_download(repo, allow_patterns=DEFAULT_ALLOW_PATTERNS))
     except Exception as err:  # offline, unknown repo, gated repo, disk full...
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        reason = _one_line(err, last=True)
         raise SpecmlxError(f"{repo}: not a local directory, and downloading it failed: {reason}") from None
 
 
@@ -78,7 +78,7 @@ def load(source: str, path: Path | None = None) -> LoadedModel:
     try:
         model, tokenizer = mlx_load(str(path))
     except Exception as err:  # mlx-lm raises many types for broken directories
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        message = _one_line(err)
         raise SpecmlxError(f"{source}: cannot load model: {message}") from None
     loaded = LoadedModel(model, tokenizer, path, source)
     check_vocab_fits(tokenizer, vocab_size(model), source)
@@ -128,7 +128,7 @@ def load_tokenizer(source: str, path: Path) -> Any:
         config = json.loads((path / "config.json").read_text())
         return mlx_load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     except Exception as err:  # unreadable config, missing or broken tokenizer files
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        message = _one_line(err)
         raise SpecmlxError(f"{source}: cannot load its tokenizer: {message}") from None
 
 
@@ -155,3 +155,10 @@ def load_pair(target: str, drafter: str | None = None) -> tuple[LoadedModel, Dra
     target_path, drafter_path = check_pair(target, drafter)
     loaded = load(target, target_path)
     return loaded, load_drafter(drafter, loaded, drafter_path)
+
+
+def _one_line(err: BaseException, last: bool = False) -> str:
+    """One line of a library's error (the first, or the last for tracebacks
+    relayed as text), or its type when it says nothing."""
+    lines = str(err).strip().splitlines()
+    return (lines[-1] if last else lines[0]) if lines else type(err).__name__
