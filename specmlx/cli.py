@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--num-draft", type=int, default=4, help="tokens drafted per round (default 4)")
     gen.add_argument("--adaptive", action="store_true",
                      help="tune the draft length to the acceptance history, from --num-draft up to 12")
+    gen.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+                     help="stop a round's draft after a step where the drafter's top probability "
+                     "is below P; --num-draft is then a cap (default 0: always draft --num-draft)")
     gen.add_argument("--seed", type=int, help="make sampling reproducible")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
@@ -99,6 +102,7 @@ def generate(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, num_draft=args.num_draft, seed=args.seed,
         sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
         stop=tuple(args.stop), profile=args.profile, adaptive=args.adaptive,
+        draft_p_min=args.draft_p_min,
     )
     text = read_prompt(args)
     target, drafter = load_pair(args.target or default_preset_name(), args.drafter)

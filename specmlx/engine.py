@@ -35,7 +35,9 @@ class GenerationConfig:
     """How to generate. `profile` adds one host sync per round so that drafting
     and verification are timed apart; leave it off to measure speed. With
     `adaptive`, `num_draft` is where the draft length starts and it then
-    follows the acceptance history, up to `max_draft`."""
+    follows the acceptance history, up to `max_draft`. With `draft_p_min` > 0
+    a drafter stops a round's draft after a step whose top probability is
+    below it (one small sync per drafted token); `num_draft` is then a cap."""
 
     max_tokens: int = 256
     num_draft: int = 4
@@ -45,12 +47,15 @@ class GenerationConfig:
     profile: bool = False
     adaptive: bool = False
     max_draft: int = 12
+    draft_p_min: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
         if self.num_draft < 0:
             raise SpecmlxError(f"number of draft tokens must be >= 0, got {self.num_draft}")
+        if not 0.0 <= self.draft_p_min < 1.0:
+            raise SpecmlxError(f"draft p-min must be in [0, 1), got {self.draft_p_min}")
 
 
 class Engine:
@@ -104,14 +109,15 @@ class Engine:
         self.context = prompt
 
     def _round(
-        self, tokens: list[int], num_draft: int, sampling: SamplingParams,
-        key: mx.array, profile: bool, rec: StatsRecorder,
+        self, tokens: list[int], num_draft: int, config: GenerationConfig,
+        key: mx.array, rec: StatsRecorder,
     ) -> tuple[list[int], int, int]:
         """One round. Returns (accepted drafts, the target's next token, drafted count)."""
+        sampling, profile = config.sampling, config.profile
         draft_key, verify_key = mx.random.split(key)
         start = perf_counter()
-        # 1. propose: lazy for model drafters, host-side for prompt lookup
-        draft = self.drafter.draft(tokens, num_draft, sampling, draft_key)
+        # 1. propose: lazy for model drafters (step by step with a p-min), host-side for prompt lookup
+        draft = self.drafter.draft(tokens, num_draft, sampling, draft_key, config.draft_p_min)
         if profile:
             self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
         drafted = perf_counter()
@@ -166,8 +172,7 @@ class Engine:
                 budget = config.max_tokens - rec.generation_tokens
                 key, round_key = mx.random.split(key)
                 accepted, following, drafted = self._round(
-                    tokens, min(length.current, budget - 1), config.sampling,
-                    round_key, config.profile, rec,
+                    tokens, min(length.current, budget - 1), config, round_key, rec,
                 )
                 length.update(drafted, len(accepted))
                 for i, token in enumerate(accepted + [following]):

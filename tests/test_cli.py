@@ -45,6 +45,14 @@ def test_json_output_end_to_end(model_dirs, tokenizer, target):
     assert stats["host_syncs"] == stats["rounds"]
 
 
+def test_draft_p_min_stays_exact(capsys, model_dirs, tokenizer, target):
+    code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", model_dirs["drafter"],
+                         "--prompt", PROMPT, "--max-tokens", 16, "--num-draft", 6, "--draft-p-min", 0.5, "--json")
+    assert code == 0, err
+    expected = [int(t) for t, _ in generate_step(mx.array(tokenizer.encode(PROMPT)), target, max_tokens=16)]
+    assert json.loads(out)["tokens"] == expected
+
+
 @pytest.mark.parametrize("drafter", ["ngram", "none"])
 def test_plain_text_output_and_stats(capsys, model_dirs, drafter):
     code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", drafter,
@@ -119,6 +127,7 @@ def test_incompatible_drafter_is_one_line_naming_both(capsys, tmp_path, model_di
     (["--prompt", "x", "--temp", "-1"], "temperature"),
     (["--prompt", "x", "--max-tokens", "0"], "max tokens"),
     (["--prompt", "x", "--system", "s"], "--system needs --chat"),
+    (["--prompt", "x", "--draft-p-min", "1.5"], "draft p-min must be in [0, 1)"),
 ])
 def test_bad_options_are_one_line_and_exit_2(capsys, model_dirs, flags, message):
     code, _, err = cli(capsys, "--target", model_dirs["target"], *flags)

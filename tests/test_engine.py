@@ -11,6 +11,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specmlx.cache import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
 from specmlx.events import Source
 from specmlx.sampling import SamplingParams
 
@@ -70,6 +71,25 @@ def test_greedy_exact_on_more_random_targets(tokenizer, vocab):
         events, stats = run(engine, prompt, max_tokens=32, num_draft=4)
         assert [e.token for e in events] == reference_greedy(target, prompt, 32)
         assert 0 < stats.accepted < stats.drafted  # rounds with both outcomes were exercised
+
+
+@pytest.mark.parametrize("p_min", [0.2, 0.6])
+def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, target, noisy_drafter, p_min):
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    for text in PROMPTS:
+        prompt = tokenizer.encode(text)
+        events, stats = run(engine, prompt, max_tokens=40, num_draft=6, draft_p_min=p_min)
+        assert [e.token for e in events] == reference_greedy(target, prompt, 40)
+        assert stats.host_syncs == stats.rounds  # the drafter's own checks are not verify syncs
+        _, full = run(engine, prompt, max_tokens=40, num_draft=6)
+        assert stats.drafted / stats.rounds < full.drafted / full.rounds  # drafts were cut short
+
+
+def test_draft_p_min_must_be_a_probability():
+    with pytest.raises(SpecmlxError, match="p-min"):
+        GenerationConfig(draft_p_min=1.0)
+    with pytest.raises(SpecmlxError, match="p-min"):
+        GenerationConfig(draft_p_min=-0.1)
 
 
 def test_sources_describe_each_round(tokenizer, vocab, target, noisy_drafter):

@@ -32,22 +32,22 @@ def pair():
     return target, tiny.perturbed(target, args, noise=0.6, seed=8)
 
 
-def exact_distribution(target, sampling: SamplingParams) -> dict[tuple[int, ...], float]:
+def exact_distribution(target, sampling: SamplingParams, length: int = LENGTH) -> dict[tuple[int, ...], float]:
     """P(x1..xL | prompt) = prod_i p(x_i | prompt, x_<i), by full forwards."""
     probs = {}
-    for seq in itertools.product(range(VOCAB), repeat=LENGTH):
+    for seq in itertools.product(range(VOCAB), repeat=length):
         logits = target(mx.array(PROMPT + list(seq[:-1]))[None])[0, len(PROMPT) - 1 :]
         p = mx.exp(warp(logits, sampling))
-        probs[seq] = float(np.prod([p[i, seq[i]].item() for i in range(LENGTH)]))
+        probs[seq] = float(np.prod([p[i, seq[i]].item() for i in range(length)]))
     return probs
 
 
-def sample_sequences(engine: Engine, sampling: SamplingParams) -> tuple[list[tuple[int, ...]], float]:
+def sample_sequences(engine: Engine, sampling: SamplingParams, num_draft: int = 2, p_min: float = 0.0,
+                     length: int = LENGTH) -> tuple[list[tuple[int, ...]], float]:
     seqs, rounds = [], 0
     for seed in range(RUNS):
-        generation = engine.generate(
-            PROMPT, GenerationConfig(max_tokens=LENGTH, num_draft=2, sampling=sampling, seed=seed)
-        )
+        generation = engine.generate(PROMPT, GenerationConfig(
+            max_tokens=length, num_draft=num_draft, sampling=sampling, seed=seed, draft_p_min=p_min))
         seqs.append(tuple(e.token for e in generation))
         rounds += generation.stats.rounds
     return seqs, rounds / RUNS
@@ -99,6 +99,40 @@ def test_mtp_head_reproduces_the_target_distribution(pair, name):
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
 
 
+# At these p-mins the drafter's first step after PROMPT (top probability 0.44
+# at T=1, 0.53 within the top 3) never stops the draft, and its second step
+# stops it after some first tokens and not after others: whether a round's
+# draft stops after its second token depends on the first token sampled.
+P_MIN = {"temperature 1": 0.4, "top-k 3": 0.5}
+
+
+class RecordingDrafter(ModelDrafter):
+    """Records (tokens proposed, tokens asked for) of every round."""
+
+    sizes: list[tuple[int, int]]
+
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0) -> Draft:
+        draft = super().draft(tokens, num_draft, sampling, key, p_min)
+        self.__dict__.setdefault("sizes", []).append((draft.size, num_draft))
+        return draft
+
+
+@pytest.mark.parametrize("name", ["temperature 1", "top-k 3"])
+def test_drafts_stopped_on_low_confidence_keep_the_target_distribution(pair, name):
+    """With a p-min the number of drafts depends on the drafter's own
+    distribution, step by step; the output must not. Four-token sequences,
+    so that a round can draft three."""
+    target, drafter = pair
+    sampling = SAMPLINGS[name]
+    recording = RecordingDrafter(drafter, VOCAB)
+    engine = Engine(target, recording, eos_token_ids=[])
+    length = LENGTH + 1
+    samples, rounds_per_run = sample_sequences(engine, sampling, num_draft=3, p_min=P_MIN[name], length=length)
+    assert 1 < rounds_per_run < length
+    assert {(2, 3), (3, 3)} <= set(recording.sizes)  # drafts of three stopped after two, and did not
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling, length)) > 1e-3
+
+
 def test_prompt_lookup_reproduces_the_target_distribution(pair):
     target, _ = pair
     sampling = SamplingParams(temp=1.0)
@@ -110,8 +144,8 @@ def test_prompt_lookup_reproduces_the_target_distribution(pair):
 class MisreportingDrafter(ModelDrafter):
     """Samples from q but tells verification q is uniform: no longer exact."""
 
-    def draft(self, tokens, num_draft, sampling, key) -> Draft:
-        draft = super().draft(tokens, num_draft, sampling, key)
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0) -> Draft:
+        draft = super().draft(tokens, num_draft, sampling, key, p_min)
         if draft.probs is None:
             return draft
         return Draft(draft.tokens, mx.full(draft.probs.shape, 1.0 / VOCAB))

@@ -7,11 +7,15 @@ and one token drafted per round: drafters that read the target (MTP heads)
 only draft after the engine has attached them and fed them hidden states, so
 calling `draft` by hand would time them doing nothing. The warm-up steps also
 warm up the models for the first run.
+
+Leviathan's formula counts a verify pass as one target step. On a GPU it
+nearly is; on a CPU a forward of k+1 tokens can cost noticeably more, so the
+calibration also times the target's forward of each verify width in the plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from time import perf_counter
 from typing import Sequence
@@ -32,6 +36,7 @@ class Calibration:
     context: int  # tokens in the caches while timing
     target_step_s: float
     drafter_step_s: dict[str, float]  # by entrant name
+    verify_step_s: dict[int, float] = field(default_factory=dict)  # by tokens in the forward (k + 1)
 
     def cost_ratio(self, drafter: str) -> float | None:
         step = self.drafter_step_s.get(drafter)
@@ -39,16 +44,22 @@ class Calibration:
             return None
         return step / self.target_step_s
 
+    def verify_ratio(self, rows: int) -> float | None:
+        """A forward of `rows` tokens over a single-token one."""
+        step = self.verify_step_s.get(rows)
+        return None if step is None or self.target_step_s <= 0 else step / self.target_step_s
 
-def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int) -> float:
-    """Median seconds of one single-token target forward after `prompt[:-1]`."""
+
+def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int, rows: int = 1) -> float:
+    """Median seconds of one target forward of `rows` tokens after `prompt[:-1]`,
+    with the vocabulary projection of every row, as a verify pass computes."""
     cache = make_cache(model, name="target")
     prefill(model, cache, prompt[:-1])
-    last = mx.array([prompt[-1:]], dtype=mx.uint32)
+    last = mx.array([prompt[-1:] * rows], dtype=mx.uint32)
     times = []
     for i in range(WARMUP + steps):
         start = perf_counter()
-        mx.eval(model(last, cache=cache)[:, -1])
+        mx.eval(model(last, cache=cache))
         if i >= WARMUP:
             times.append(perf_counter() - start)
         rewind(cache, len(prompt) - 1)
@@ -80,7 +91,8 @@ def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int]
     return median(times)
 
 
-def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[int], steps: int) -> Calibration:
+def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[int], steps: int,
+              verify_rows: Sequence[int] = ()) -> Calibration:
     if steps < 1:
         raise ValueError("calibration needs at least one step")
     return Calibration(
@@ -88,4 +100,5 @@ def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[
         context=len(prompt) - 1,
         target_step_s=time_target_step(target, prompt, steps),
         drafter_step_s={name: time_drafter_step(target, d, prompt, steps) for name, d in drafters.items()},
+        verify_step_s={rows: time_target_step(target, prompt, steps, rows) for rows in sorted(set(verify_rows))},
     )

@@ -21,7 +21,7 @@ from .calibrate import calibrate
 from .driver import RunSettings, run_all
 from .lineup import Lineup, drafter_specs, load_lineup
 from .machine import describe_machine
-from .plan import plan_runs
+from .plan import MODES, plan_runs
 from .prompts import BenchPrompt, default_prompts_path, encode_prompts, read_prompts
 from .report import document, render, write_json
 from .summary import summarize
@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--temps", default="0,0.7", metavar="LIST", help="temperatures, comma-separated (default 0,0.7)")
     parser.add_argument("--num-draft", default="1,2,4,6,8", metavar="LIST",
                         help="draft lengths k, comma-separated (default 1,2,4,6,8)")
+    parser.add_argument("--modes", default=",".join(MODES), metavar="LIST",
+                        help="which modes to run, comma-separated (default %(default)s); e.g. "
+                        "mlx-lm-spec,specmlx compares acceptance without the slow target runs")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="prompt i samples with seed + i (default 0)")
     parser.add_argument("--profile", action="store_true",
                         help="a second specmlx pass per run, profiled, for the draft/verify time split")
@@ -76,6 +79,7 @@ class Options:
     max_tokens: int
     temps: tuple[float, ...]
     num_drafts: tuple[int, ...]
+    modes: tuple[str, ...]
     seed: int
     profile: bool
     calibration_steps: int
@@ -116,6 +120,14 @@ def parse_num_drafts(value: str) -> tuple[int, ...]:
     return tuple(ks)
 
 
+def parse_modes(value: str) -> tuple[str, ...]:
+    modes = _split(value, "--modes")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise SpecmlxError(f"--modes: unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
+    return tuple(modes)
+
+
 def parse_options(args: argparse.Namespace) -> Options:
     for flag, value, low in (("--max-tokens", args.max_tokens, 1), ("--limit", args.limit, 1),
                              ("--calibration-steps", args.calibration_steps, 0),
@@ -128,7 +140,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         target=args.target or args.preset or default_preset_name(),
         drafters=tuple(args.drafter), prompts=args.prompts, limit=args.limit,
         max_tokens=args.max_tokens, temps=parse_temps(args.temps),
-        num_drafts=parse_num_drafts(args.num_draft), seed=args.seed, profile=args.profile,
+        num_drafts=parse_num_drafts(args.num_draft), modes=parse_modes(args.modes), seed=args.seed, profile=args.profile,
         calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
         json=args.json, plot=args.plot,
     )
@@ -166,8 +178,12 @@ def bench(options: Options) -> int:
     if options.calibration_steps:
         log(f"calibrating: {options.calibration_steps} single-token steps of each model")
         drafters = {e.name: e.drafter for e in lineup.entrants}
-        calibration = calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps)
-    plan = plan_runs(lineup.entrants, options.temps, options.num_drafts)
+        verify_rows = [k + 1 for k in options.num_drafts]
+        calibration = calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps,
+                                verify_rows)
+    plan = plan_runs(lineup.entrants, options.temps, options.num_drafts, options.modes)
+    if not plan:
+        raise SpecmlxError(f"--modes {','.join(options.modes)}: nothing to run with these drafters")
     settings = RunSettings(options.max_tokens, options.seed, options.profile,
                            min(options.warmup_tokens, options.max_tokens))
     measurements = run_all(lineup, prompts, plan, settings)
@@ -192,6 +208,6 @@ def describe_config(options: Options, lineup: Lineup, prompts: list[BenchPrompt]
         "drafter_specs": {e.name: e.spec for e in lineup.entrants},
         "prompts_file": str(options.prompts), "prompts": len(prompts), "prompt_ids": [p.id for p in prompts],
         "chat_template": chat, "max_tokens": options.max_tokens, "temps": list(options.temps),
-        "num_draft": list(options.num_drafts), "seed": options.seed, "profile": options.profile,
+        "num_draft": list(options.num_drafts), "modes": list(options.modes), "seed": options.seed, "profile": options.profile,
         "calibration_steps": options.calibration_steps, "warmup_tokens": options.warmup_tokens,
     }

@@ -1,13 +1,16 @@
 """The target and the drafters it is benchmarked with, loaded once.
 
 Every drafter is a spec string loaded by `specmlx.loading.load_drafter`, so a
-new drafter kind needs no change here: it is one more `--drafter` value. A spec
-ending in `+adaptive` runs that drafter with the adaptive draft length
-(`--num-draft` is then where the length starts).
+new drafter kind needs no change here: it is one more `--drafter` value.
+Suffixes make variants of a drafter, sharing its weights: `+adaptive` runs it
+with the adaptive draft length (`--num-draft` is then where the length
+starts), `+pmin=P` stops each draft once the drafter's top probability falls
+below P (`--num-draft` is then a cap); they combine.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -15,10 +18,26 @@ from typing import Iterable
 import mlx.nn as nn
 
 from ..drafters import Drafter, ModelDrafter, NoDrafter
+from ..errors import SpecmlxError
 from ..loading import LoadedModel, check_pair, drafter_source, load, load_drafter, resolve
 
 
 ADAPTIVE = "+adaptive"
+P_MIN = "+pmin="
+_SUFFIXES = re.compile(r"((?:\+adaptive|\+pmin=[^+]*)*)$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How an entrant sets its draft length."""
+
+    adaptive: bool = False
+    p_min: float = 0.0
+
+    @property
+    def fixed_length(self) -> bool:
+        """k drafts every round: what Leviathan's formula assumes."""
+        return not self.adaptive and self.p_min == 0.0
 
 
 @dataclass(frozen=True)
@@ -28,7 +47,11 @@ class Entrant:
     name: str
     spec: str
     drafter: Drafter
-    adaptive: bool = False
+    variant: Variant = Variant()
+
+    @property
+    def adaptive(self) -> bool:
+        return self.variant.adaptive
 
     @property
     def model(self) -> nn.Module | None:
@@ -55,13 +78,31 @@ def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
     specs = [part.strip() for value in requested for part in value.split(",") if part.strip()]
     if not specs:
         specs = [drafter_source(None, target), "ngram"]
-    resolved = [drafter_source(base, target) + suffix for base, suffix in map(split_adaptive, specs)]
+    resolved = [drafter_source(base, target) + suffix for base, suffix, _ in map(split_variant, specs)]
     return list(dict.fromkeys(resolved))  # dedupe, keep order
 
 
-def split_adaptive(spec: str) -> tuple[str, str]:
-    """("drafter", "+adaptive") or ("drafter", "")."""
-    return (spec[: -len(ADAPTIVE)], ADAPTIVE) if spec.endswith(ADAPTIVE) else (spec, "")
+def split_variant(spec: str) -> tuple[str, str, Variant]:
+    """("drafter", "+adaptive+pmin=0.5", Variant(True, 0.5)); ("drafter", "", Variant()) without suffixes."""
+    suffix = _SUFFIXES.search(spec).group(1)
+    adaptive, p_min = False, 0.0
+    for part in filter(None, suffix.split("+")):
+        if part == ADAPTIVE[1:]:
+            adaptive = True
+            continue
+        value = part[len(P_MIN) - 1 :]
+        try:
+            p_min = float(value)
+        except ValueError:
+            raise SpecmlxError(f"--drafter {spec}: {P_MIN}{value} is not a number") from None
+        if not 0.0 < p_min < 1.0:
+            raise SpecmlxError(f"--drafter {spec}: +pmin must be between 0 and 1, got {value}")
+    return spec[: len(spec) - len(suffix)], suffix, Variant(adaptive, p_min)
+
+
+def is_fixed_length(name: str) -> bool:
+    """Whether an entrant's name (as in result rows) drafts k tokens every round."""
+    return split_variant(name)[2].fixed_length
 
 
 def label(spec: str) -> str:
@@ -71,15 +112,16 @@ def label(spec: str) -> str:
 
 def load_lineup(target: str, specs: list[str]) -> Lineup:
     """Check every pair before any weights load, then load the target once, and
-    each drafter once (an adaptive entrant shares its drafter)."""
-    bases = [split_adaptive(spec)[0] for spec in specs]
+    each drafter once (its variants share it)."""
+    split = [split_variant(spec) for spec in specs]
+    bases = [base for base, _, _ in split]
     paths = {base: check_pair(target, base)[1] for base in bases}
     loaded = load(target, resolve(target))
     drafters = {base: load_drafter(base, loaded, path) for base, path in paths.items()}
-    names = [label(base) + split_adaptive(spec)[1] for base, spec in zip(bases, specs)]
+    names = [label(base) + suffix for base, suffix, _ in split]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafters[base], adaptive=spec.endswith(ADAPTIVE))
-        for name, spec, base in zip(names, specs, bases)
+        Entrant(name, spec, drafters[base], variant)
+        for name, spec, (base, _, variant) in zip(names, specs, split)
     )
     return Lineup(loaded, entrants)

@@ -12,6 +12,7 @@ from .lineup import Entrant
 TARGET = "target"  # the target alone, through mlx-lm's stream_generate
 MLX_LM_SPEC = "mlx-lm-spec"  # mlx-lm's speculative decoding, same drafter model
 SPECMLX = "specmlx"
+MODES = (TARGET, MLX_LM_SPEC, SPECMLX)
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,11 @@ class RunSpec:
         return f"{self.mode} {self.drafter} t={self.temp:g} k={self.num_draft}"
 
 
-def plan_runs(entrants: Sequence[Entrant], temps: Sequence[float], num_drafts: Sequence[int]) -> list[RunSpec]:
+def plan_runs(entrants: Sequence[Entrant], temps: Sequence[float], num_drafts: Sequence[int],
+              modes: Sequence[str] = MODES) -> list[RunSpec]:
     """One prompt's runs. mlx-lm-spec only for model drafters (mlx-lm drafts with
-    a model only); `none` once per temperature, as it drafts nothing."""
+    a model only); `none` once per temperature, as it drafts nothing. Only the
+    modes in `modes`: an acceptance-only comparison can skip the slow target."""
     runs = []
     for temp in temps:
         runs.append(RunSpec(TARGET, "", temp, 0))
@@ -39,7 +42,7 @@ def plan_runs(entrants: Sequence[Entrant], temps: Sequence[float], num_drafts: S
                 runs.append(RunSpec(SPECMLX, entrant.name, temp, 0))
                 continue
             for k in num_drafts:
-                if entrant.model is not None and not entrant.adaptive:
+                if entrant.model is not None and entrant.variant.fixed_length:
                     runs.append(RunSpec(MLX_LM_SPEC, entrant.name, temp, k))
                 runs.append(RunSpec(SPECMLX, entrant.name, temp, k))
-    return runs
+    return [run for run in runs if run.mode in modes]

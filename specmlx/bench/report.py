@@ -46,8 +46,13 @@ def calibration_line(calibration: Calibration | None) -> str:
         f"{name} {1000 * step:.2f} ms (c = {calibration.cost_ratio(name):.3f})"
         for name, step in calibration.drafter_step_s.items()
     )
-    return (f"calibration (median of {calibration.steps} single-token steps at {calibration.context} "
+    line = (f"calibration (median of {calibration.steps} single-token steps at {calibration.context} "
             f"tokens of context): target {1000 * calibration.target_step_s:.1f} ms; {drafters}")
+    if calibration.verify_step_s:
+        line += "; target forward of n tokens (a verify pass of k = n-1): " + ", ".join(
+            f"n={rows} {1000 * step:.0f} ms ({calibration.verify_ratio(rows):.2f} steps)"
+            for rows, step in calibration.verify_step_s.items())
+    return line
 
 
 NOTES = (

@@ -23,6 +23,7 @@ from ..cache import make_cache, prefill
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
 from ..sampling import SamplingParams
+from .lineup import Variant
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET
 
 
@@ -154,13 +155,13 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
 
 def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
                 prompt: Sequence[int], temp: float, num_draft: int, max_tokens: int, seed: int,
-                profile: bool = False, adaptive: bool = False) -> Measurement:
+                profile: bool = False, variant: Variant = Variant()) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do."""
     engine = Engine(model, drafter, tokenizer)
     config = GenerationConfig(max_tokens=max_tokens, num_draft=num_draft,
                               sampling=SamplingParams(temp=temp), seed=seed, profile=profile,
-                              adaptive=adaptive)
+                              adaptive=variant.adaptive, draft_p_min=variant.p_min)
     generation = engine.generate(list(prompt), config)
     tokens = tuple(event.token for event in generation)
     stats = generation.stats

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from .calibrate import Calibration
 from .leviathan import alpha_from_mean_accepted, predicted_speedup
-from .lineup import ADAPTIVE
+from .lineup import is_fixed_length
 from .plan import MLX_LM_SPEC, TARGET
 from .runs import Measurement
 
@@ -109,8 +109,8 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
             updates["speedup"] = _ratio(row.tokens_per_s, target_tps.get(row.temp))
             if row.mode != MLX_LM_SPEC:
                 updates["vs_mlx_lm"] = _ratio(row.tokens_per_s, mlx_tps.get((row.drafter, row.temp, row.num_draft)))
-            # Leviathan's formula assumes k drafts every round; an adaptive run varies k.
-            if row.num_draft > 0 and not row.drafter.endswith(ADAPTIVE):
+            # Leviathan's formula assumes k drafts every round; adaptive and p-min runs vary it.
+            if row.num_draft > 0 and is_fixed_length(row.drafter):
                 updates["alpha"] = alpha_from_mean_accepted(row.mean_accepted, row.num_draft)
                 c = calibration.cost_ratio(row.drafter) if calibration is not None else None
                 if c is not None:

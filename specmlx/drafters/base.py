@@ -47,9 +47,12 @@ class Drafter(Protocol):
         """Absorb a new prompt before the first round (state kept as a prefix)."""
 
     def draft(
-        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
+        p_min: float = 0.0,
     ) -> Draft:
-        """Propose at most `num_draft` tokens; lazily where possible."""
+        """Propose at most `num_draft` tokens; lazily where possible. A drafter
+        with a distribution stops early after a step whose top probability is
+        below `p_min` (see `confidence.py`); 0 drafts all `num_draft`."""
 
     def rewind(self, length: int) -> None:
         """Forget everything past the first `length` tokens of the sequence."""

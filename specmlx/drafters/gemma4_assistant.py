@@ -33,6 +33,7 @@ from ..hidden import embed
 from ..sampling import SamplingParams, sample, warp
 from ..vocab import fit_vocab
 from .base import Draft
+from .confidence import unsure
 from .gemma4_assistant_model import SLIDING, Gemma4AssistantModel
 from .history import HiddenHistory
 
@@ -124,7 +125,8 @@ class Gemma4AssistantDrafter:
             kv[layer_type] = (c.keys[..., start:length, :], c.values[..., start:length, :])
         return kv
 
-    def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array) -> Draft:
+    def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
+              p_min: float = 0.0) -> Draft:
         scored = len(tokens) - 1  # target positions with K/V and a hidden row
         if (num_draft == 0 or scored < 1 or self.history.length < scored
                 or any(c.offset < scored for c in self.sources.values())):
@@ -141,12 +143,15 @@ class Gemma4AssistantDrafter:
             out = out[0, -1]
             if sampling.greedy:
                 token = self.model.greedy(out)
+                scores = None if p_min <= 0 else self.model.logits(out)
             else:
                 # No final-logit softcap: HF's and mlx-vlm's assistants take raw
                 # logits from the tied head (the cap belongs to the target's head).
-                logprobs = warp(fit_vocab(self.model.logits(out), self.vocab_size), sampling)
-                token = sample(logprobs, keys[i])
-                probs.append(mx.exp(logprobs))
+                scores = warp(fit_vocab(self.model.logits(out), self.vocab_size), sampling)
+                token = sample(scores, keys[i])
+                probs.append(mx.exp(scores))
             token = token.reshape(1).astype(mx.uint32)
             drafted.append(token)
+            if i + 1 < num_draft and unsure(scores, p_min):
+                break
         return Draft(mx.concatenate(drafted), mx.stack(probs) if probs else None)

@@ -11,6 +11,7 @@ from ..cache import cache_length, make_cache, prefill, rewind
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams, sample, warp
 from .base import Draft
+from .confidence import unsure
 
 
 class ModelDrafter:
@@ -32,7 +33,8 @@ class ModelDrafter:
         prefill(self.model, self.cache, tokens[start:-1])
 
     def draft(
-        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
+        p_min: float = 0.0,
     ) -> Draft:
         if num_draft == 0:
             return Draft.empty()
@@ -45,12 +47,14 @@ class ModelDrafter:
             logits = self.model(x[None], cache=self.cache)[0, -1]
             logits = fit_vocab(logits, self.vocab_size)
             if sampling.greedy:
-                token = mx.argmax(logits)
+                token, scores = mx.argmax(logits), logits
             else:
-                logprobs = warp(logits, sampling)
-                token = sample(logprobs, keys[i])
-                probs.append(mx.exp(logprobs))
+                scores = warp(logits, sampling)
+                token = sample(scores, keys[i])
+                probs.append(mx.exp(scores))
             drafted.append(token)
+            if i + 1 < num_draft and unsure(scores, p_min):
+                break
             x = token.reshape(1).astype(mx.uint32)
         return Draft(
             tokens=mx.stack(drafted).astype(mx.uint32),

@@ -19,6 +19,7 @@ from ..errors import SpecmlxError
 from ..hidden import embed, text_model
 from ..sampling import SamplingParams, sample, warp
 from .base import Draft
+from .confidence import unsure
 from .history import HiddenHistory
 from .mtp_model import MTPModel
 
@@ -60,7 +61,8 @@ class MTPDrafter:
         full = mx.full((*scores.shape[:-1], self.vocab_size), -mx.inf, dtype=scores.dtype)
         return mx.put_along_axis(full, mx.broadcast_to(self.model.draft_ids, scores.shape), scores, axis=-1)
 
-    def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array) -> Draft:
+    def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
+              p_min: float = 0.0) -> Draft:
         if num_draft == 0 or len(tokens) < 2 or self.history.length < len(tokens) - 1:
             return Draft.empty()
         # Feed positions fed..n-2: (token j+1, real hidden j). Entries past `real` were speculative.
@@ -75,12 +77,15 @@ class MTPDrafter:
         for i in range(num_draft):
             features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
             if sampling.greedy:
-                token = self.model.draft_ids[mx.argmax(features[0] @ self.head_rows.T)]
+                scores = features[0] @ self.head_rows.T  # over the draft vocabulary only
+                token = self.model.draft_ids[mx.argmax(scores)]
             else:
-                logprobs = warp(self.logits(features[0]), sampling)
-                token = sample(logprobs, keys[i])
-                probs.append(mx.exp(logprobs))
+                scores = warp(self.logits(features[0]), sampling)
+                token = sample(scores, keys[i])
+                probs.append(mx.exp(scores))
             drafted.append(token)
+            if i + 1 < num_draft and unsure(scores, p_min):
+                break
             ids, hidden = token.reshape(1).astype(mx.uint32), features
         return Draft(mx.stack(drafted).astype(mx.uint32), mx.stack(probs) if probs else None)
 

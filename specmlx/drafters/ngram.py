@@ -42,7 +42,8 @@ class PromptLookupDrafter:
         pass
 
     def draft(
-        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
+        p_min: float = 0.0,
     ) -> Draft:
         found = lookup(tokens, num_draft, self.max_ngram, self.min_ngram)
         if not found:

@@ -21,7 +21,8 @@ class NoDrafter:
         pass
 
     def draft(
-        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array
+        self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
+        p_min: float = 0.0,
     ) -> Draft:
         return Draft.empty()
 

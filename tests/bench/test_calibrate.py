@@ -25,10 +25,19 @@ def test_steps_are_timed_and_the_drafter_left_empty(tokenizer, target, noisy_dra
     assert result.cost_ratio("ngram") < result.cost_ratio("noisy")
 
 
+def test_verify_widths_are_timed(tokenizer, target):
+    prompt = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    result = calibrate(target, {}, prompt, steps=2, verify_rows=[5, 2, 5])
+    assert list(result.verify_step_s) == [2, 5] and all(s > 0 for s in result.verify_step_s.values())
+    assert result.verify_ratio(5) == result.verify_step_s[5] / result.target_step_s
+
+
 def test_cost_ratio():
-    calibration = Calibration(steps=1, context=10, target_step_s=0.2, drafter_step_s={"d": 0.05})
+    calibration = Calibration(steps=1, context=10, target_step_s=0.2, drafter_step_s={"d": 0.05},
+                              verify_step_s={5: 0.3})
     assert calibration.cost_ratio("d") == pytest.approx(0.25)
     assert calibration.cost_ratio("unknown") is None
+    assert calibration.verify_ratio(5) == pytest.approx(1.5) and calibration.verify_ratio(9) is None
 
 
 def test_at_least_one_step(target):

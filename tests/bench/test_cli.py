@@ -43,6 +43,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     (["--preset", "nope"], "unknown preset 'nope'"),
     (["--preset", "gemma-3-270m", "--target", "x"], "not allowed with argument"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--modes", "target,fast"], "--modes: unknown mode 'fast'"),
 ])
 def test_bad_arguments_are_one_line(capsys, argv, message):
     code, out, err = run(capsys, *argv)
@@ -114,3 +115,21 @@ def test_end_to_end_on_tiny_models(capsys, tmp_path, model_dirs, prompts_file):
     assert len(table) == 1 + len(results)
     assert "BLAS:" in out and "bench:" not in out
     assert "bench: 100%" in err.replace("\r", "\n")  # the progress bar went to stderr
+
+
+def test_modes_and_a_p_min_variant_end_to_end(capsys, tmp_path, model_dirs, prompts_file):
+    out_json = tmp_path / "bench.json"
+    drafter = str(model_dirs["drafter"])
+    code, out, err = run(capsys, "--target", model_dirs["target"], "--drafter", f"{drafter},{drafter}+pmin=0.5",
+                         "--modes", "mlx-lm-spec,specmlx", "--prompts", prompts_file, "--limit", 1,
+                         "--max-tokens", 8, "--num-draft", "3", "--temps", "0",
+                         "--calibration-steps", 0, "--warmup-tokens", 0, "--json", out_json)
+    assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    combos = [(r["mode"], r["drafter"]) for r in doc["results"]]
+    assert combos == [("mlx-lm-spec", "drafter"), ("specmlx", "drafter"), ("specmlx", "drafter+pmin=0.5")]
+    assert all(r["speedup"] is None for r in doc["results"])  # no target run to compare with
+    assert doc["config"]["modes"] == ["mlx-lm-spec", "specmlx"]
+    code, _, err = run(capsys, "--target", model_dirs["target"], "--drafter", "ngram", "--modes", "mlx-lm-spec",
+                       "--prompts", prompts_file, "--limit", 1, "--calibration-steps", 0)
+    assert code == 2 and "nothing to run" in err and "Traceback" not in err

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from specmlx.bench.lineup import drafter_specs, label, load_lineup
+from specmlx.bench.lineup import Variant, drafter_specs, is_fixed_length, label, load_lineup, split_variant
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
 
@@ -57,3 +59,25 @@ def test_an_adaptive_entrant_shares_its_drafter_and_has_no_mlx_lm_run(model_dirs
     assert adaptive.adaptive and not fixed.adaptive and adaptive.drafter is fixed.drafter
     runs = plan_runs(lineup.entrants, [0.0], [4])
     assert [r.drafter for r in runs if r.mode == MLX_LM_SPEC] == ["drafter"]
+
+
+def test_suffixes_make_variants():
+    assert split_variant("/m/d") == ("/m/d", "", Variant())
+    assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", Variant(p_min=0.6))
+    assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", Variant(True, 0.3))
+    assert is_fixed_length("d") and not is_fixed_length("d+adaptive") and not is_fixed_length("d+pmin=0.5")
+
+
+@pytest.mark.parametrize("spec, message", [("d+pmin=high", "+pmin=high is not a number"),
+                                           ("d+pmin=1", "+pmin must be between 0 and 1, got 1")])
+def test_a_bad_p_min_is_one_clear_error(spec, message):
+    with pytest.raises(SpecmlxError, match=re.escape(message)):
+        split_variant(spec)
+
+
+def test_a_p_min_entrant_shares_its_drafter(model_dirs):
+    drafter = str(model_dirs["drafter"])
+    lineup = load_lineup(str(model_dirs["target"]), [drafter, drafter + "+pmin=0.5"])
+    fixed, confident = lineup.entrants
+    assert confident.name == "drafter+pmin=0.5" and confident.variant == Variant(p_min=0.5)
+    assert confident.drafter is fixed.drafter

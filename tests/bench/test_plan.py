@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specmlx.bench.lineup import Entrant
+from specmlx.bench.lineup import Entrant, Variant
 from specmlx.bench.plan import MLX_LM_SPEC, SPECMLX, TARGET, RunSpec, plan_runs
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 
@@ -36,3 +36,17 @@ def test_mlx_lm_runs_only_for_model_drafters(target, vocab):
 def test_labels_name_the_run():
     assert RunSpec(TARGET, "", 0.7, 0).label == "target t=0.7"
     assert RunSpec(SPECMLX, "ngram", 0.0, 4).label == "specmlx ngram t=0 k=4"
+
+
+def test_modes_filter_the_plan(target, vocab):
+    plan = plan_runs(entrants(target, vocab), temps=[0.7], num_drafts=[4], modes=[MLX_LM_SPEC, SPECMLX])
+    assert [(r.mode, r.drafter) for r in plan] == [
+        (MLX_LM_SPEC, "small"), (SPECMLX, "small"), (SPECMLX, "ngram"), (SPECMLX, "none")]
+    assert plan_runs(entrants(target, vocab)[1:], temps=[0.0], num_drafts=[4], modes=[MLX_LM_SPEC]) == []
+
+
+def test_variable_length_variants_have_no_mlx_lm_twin(target, vocab):
+    drafter = ModelDrafter(target, vocab, name="small")
+    plan = plan_runs([Entrant("small+pmin=0.5", "/m/small+pmin=0.5", drafter, Variant(p_min=0.5))],
+                     temps=[0.0], num_drafts=[6])
+    assert [r.mode for r in plan] == [TARGET, SPECMLX]

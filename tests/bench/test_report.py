@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 
 import pytest
@@ -49,6 +51,8 @@ def test_render_names_backend_blas_and_calibration():
     assert "target 100.0 ms; d 20.00 ms (c = 0.200)" in text
     assert "--profile" in text  # no split measured: says how to get one
     assert "calibration: skipped" in render([], MACHINE, CONFIG, None)
+    widths = replace(CALIBRATION, verify_step_s={5: 0.15})
+    assert "n=5 150 ms (1.50 steps)" in render([], MACHINE, CONFIG, widths)
 
 
 def test_json_document_schema(tmp_path):

@@ -83,9 +83,10 @@ def test_without_calibration_there_is_no_prediction():
     assert row.alpha is not None and row.cost_ratio is None and row.predicted_speedup is None
 
 
-def test_an_adaptive_run_gets_no_fixed_length_prediction():
+@pytest.mark.parametrize("name", ["d+adaptive", "d+pmin=0.5"])
+def test_a_variable_length_run_gets_no_fixed_length_prediction(name):
     ms = [measure("target", "a", SAME, 1.0, 4),
-          measure("specmlx", "a", SAME, 1.0, 2, 4, 2, drafter="d+adaptive")]
-    calibration = Calibration(steps=3, context=9, target_step_s=0.1, drafter_step_s={"d+adaptive": 0.02})
+          measure("specmlx", "a", SAME, 1.0, 2, 4, 2, drafter=name)]
+    calibration = Calibration(steps=3, context=9, target_step_s=0.1, drafter_step_s={name: 0.02})
     row = summarize(ms, calibration)[1]
     assert row.speedup == pytest.approx(1.0) and row.alpha is None and row.predicted_speedup is None

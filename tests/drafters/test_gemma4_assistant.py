@@ -234,6 +234,16 @@ def test_greedy_output_equals_the_targets_own(tokenizer, vocab, g4_target, assis
         assert stats.drafted > 0
 
 
+@pytest.mark.parametrize("ordered", [False, True], ids=["dense", "centroids"])
+def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, g4_target, assistants, ordered):
+    engine = Engine(g4_target, Gemma4AssistantDrafter(assistants[ordered], vocab), eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[0])
+    events, stats = run(engine, prompt, max_tokens=20, num_draft=5, draft_p_min=0.5)
+    assert [e.token for e in events] == reference_greedy(g4_target, prompt, 20)
+    _, full = run(engine, prompt, max_tokens=20, num_draft=5)
+    assert 0 < stats.drafted / stats.rounds < full.drafted / full.rounds  # drafts were cut short
+
+
 def test_greedy_exact_with_acceptances_and_k_eq_v():
     """A small vocabulary makes a random assistant right often enough to see
     accepted, rejected and fully accepted rounds; the target's full layers

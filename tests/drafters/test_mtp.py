@@ -32,6 +32,16 @@ def test_greedy_output_equals_the_targets_own(tokenizer, vocab, target, mtp_mode
         assert stats.drafted > 0
 
 
+def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, target, mtp_model):
+    engine = Engine(target, MTPDrafter(mtp_model, vocab), eos_token_ids=[])
+    for text in PROMPTS:
+        prompt = tokenizer.encode(text)
+        events, stats = run(engine, prompt, max_tokens=30, num_draft=6, draft_p_min=0.3)
+        assert [e.token for e in events] == reference_greedy(target, prompt, 30)
+        _, full = run(engine, prompt, max_tokens=30, num_draft=6)
+        assert 0 < stats.drafted / stats.rounds < full.drafted / full.rounds  # drafts were cut short
+
+
 def test_drafts_only_from_the_draft_vocabulary(tokenizer, vocab, target, mtp_model):
     drafter = MTPDrafter(mtp_model, vocab)
     engine = Engine(target, drafter, eos_token_ids=[])
