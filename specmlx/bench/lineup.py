@@ -50,10 +50,6 @@ class Entrant:
     variant: Variant = Variant()
 
     @property
-    def adaptive(self) -> bool:
-        return self.variant.adaptive
-
-    @property
     def model(self) -> nn.Module | None:
         """The drafter's language model, which mlx-lm can draft with too; None
         for drafters mlx-lm has no equivalent of (prompt lookup, none)."""

@@ -56,7 +56,7 @@ def test_an_adaptive_entrant_shares_its_drafter_and_has_no_mlx_lm_run(model_dirs
     lineup = load_lineup(str(model_dirs["target"]), [drafter, drafter + "+adaptive"])
     fixed, adaptive = lineup.entrants
     assert (fixed.name, adaptive.name) == ("drafter", "drafter+adaptive")
-    assert adaptive.adaptive and not fixed.adaptive and adaptive.drafter is fixed.drafter
+    assert adaptive.variant.adaptive and not fixed.variant.adaptive and adaptive.drafter is fixed.drafter
     runs = plan_runs(lineup.entrants, [0.0], [4])
     assert [r.drafter for r in runs if r.mode == MLX_LM_SPEC] == ["drafter"]
 
