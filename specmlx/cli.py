@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                      help="stop a round's draft after a step where the drafter's top probability "
                      "is below P; --num-draft is then a cap (default 0: always draft --num-draft)")
+    gen.add_argument("--lookup", type=int, default=0, metavar="N",
+                     help="before drafting, look for the last N or more tokens earlier in the context and "
+                     "propose what followed them (free drafts when the answer copies the prompt; "
+                     "default 0: off; e.g. 3)")
+    gen.add_argument("--lookup-draft", type=int, default=8, metavar="K",
+                     help="tokens proposed by a lookup (default 8)")
     gen.add_argument("--seed", type=int, help="make sampling reproducible")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
@@ -102,7 +108,7 @@ def generate(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, num_draft=args.num_draft, seed=args.seed,
         sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
         stop=tuple(args.stop), profile=args.profile, adaptive=args.adaptive,
-        draft_p_min=args.draft_p_min,
+        draft_p_min=args.draft_p_min, lookup=args.lookup, lookup_draft=args.lookup_draft,
     )
     text = read_prompt(args)
     target, drafter = load_pair(args.target or default_preset_name(), args.drafter)

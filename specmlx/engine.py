@@ -20,7 +20,8 @@ from mlx_lm.utils import common_prefix_len
 
 from .adaptive import DraftLength
 from .cache import PREFILL_STEP, cache_length, make_cache, rewind
-from .drafters import Drafter
+from .drafters import Draft, Drafter
+from .drafters.ngram import lookup
 from .errors import SpecmlxError
 from .events import Source, TokenEvent
 from .hidden import check_exposes_hidden, decoder, head
@@ -28,6 +29,10 @@ from .sampling import SamplingParams, warp
 from .stats import GenerationStats, StatsRecorder
 from .text import TextStream
 from .verify import verify_greedy, verify_sampled
+
+# Longest tail the lookup-first round matches: longer matches are tried first
+# and are the more reliable copies.
+LOOKUP_NGRAM = 8
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,11 @@ class GenerationConfig:
     `adaptive`, `num_draft` is where the draft length starts and it then
     follows the acceptance history, up to `max_draft`. With `draft_p_min` > 0
     a drafter stops a round's draft after a step whose top probability is
-    below it (one small sync per drafted token); `num_draft` is then a cap."""
+    below it (one small sync per drafted token); `num_draft` is then a cap.
+    With `lookup` = n > 0 a round first looks for the last n (up to
+    `LOOKUP_NGRAM`) tokens earlier in the context and, when found, proposes
+    up to `lookup_draft` tokens that followed them instead of asking the
+    drafter: free drafts where the answer copies its input (code edits)."""
 
     max_tokens: int = 256
     num_draft: int = 4
@@ -48,6 +57,8 @@ class GenerationConfig:
     adaptive: bool = False
     max_draft: int = 12
     draft_p_min: float = 0.0
+    lookup: int = 0
+    lookup_draft: int = 8
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -56,6 +67,11 @@ class GenerationConfig:
             raise SpecmlxError(f"number of draft tokens must be >= 0, got {self.num_draft}")
         if not 0.0 <= self.draft_p_min < 1.0:
             raise SpecmlxError(f"draft p-min must be in [0, 1), got {self.draft_p_min}")
+        if not 0 <= self.lookup <= LOOKUP_NGRAM:
+            raise SpecmlxError(f"lookup match length must be in 0..{LOOKUP_NGRAM} (0 turns it off), "
+                               f"got {self.lookup}")
+        if self.lookup_draft < 1:
+            raise SpecmlxError(f"lookup draft length must be >= 1, got {self.lookup_draft}")
 
 
 class Engine:
@@ -108,16 +124,31 @@ class Engine:
         self.drafter.prefill(prompt)
         self.context = prompt
 
+    def _propose(self, tokens: list[int], num_draft: int, room: int, config: GenerationConfig,
+                 key: mx.array) -> tuple[Draft, bool]:
+        """The round's draft, and whether it was looked up rather than drafted.
+
+        Whether to look up depends only on the committed tokens, and a copied
+        draft is deterministic (q one-hot), so every round still proposes from
+        a known q and verification stays exact at every temperature.
+        """
+        if config.lookup and num_draft > 0:
+            found = lookup(tokens, min(config.lookup_draft, room), LOOKUP_NGRAM, config.lookup)
+            if found:
+                return Draft(mx.array(found, dtype=mx.uint32)), True
+        return self.drafter.draft(tokens, num_draft, config.sampling, key, config.draft_p_min), False
+
     def _round(
-        self, tokens: list[int], num_draft: int, config: GenerationConfig,
+        self, tokens: list[int], num_draft: int, room: int, config: GenerationConfig,
         key: mx.array, rec: StatsRecorder,
-    ) -> tuple[list[int], int, int]:
-        """One round. Returns (accepted drafts, the target's next token, drafted count)."""
+    ) -> tuple[list[int], int, int, bool]:
+        """One round, drafting at most `num_draft` tokens (`room` if looked up).
+        Returns (accepted drafts, the target's next token, drafted count, looked up)."""
         sampling, profile = config.sampling, config.profile
         draft_key, verify_key = mx.random.split(key)
         start = perf_counter()
         # 1. propose: lazy for model drafters (step by step with a p-min), host-side for prompt lookup
-        draft = self.drafter.draft(tokens, num_draft, sampling, draft_key, config.draft_p_min)
+        draft, looked_up = self._propose(tokens, num_draft, room, config, draft_key)
         if profile:
             self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
         drafted = perf_counter()
@@ -144,7 +175,7 @@ class Engine:
         rec.draft_s += drafted - start
         rec.verify_s += perf_counter() - drafted
         rec.record_round(draft.size, accepted)
-        return proposal[:accepted], following, draft.size
+        return proposal[:accepted], following, draft.size, looked_up
 
     @staticmethod
     def _sync(rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:
@@ -171,10 +202,11 @@ class Engine:
             while not finish:
                 budget = config.max_tokens - rec.generation_tokens
                 key, round_key = mx.random.split(key)
-                accepted, following, drafted = self._round(
-                    tokens, min(length.current, budget - 1), config, round_key, rec,
+                accepted, following, drafted, looked_up = self._round(
+                    tokens, min(length.current, budget - 1), budget - 1, config, round_key, rec,
                 )
-                length.update(drafted, len(accepted))
+                if not looked_up:  # the length follows the drafter's record, not the lookup's
+                    length.update(drafted, len(accepted))
                 for i, token in enumerate(accepted + [following]):
                     tokens.append(token)
                     if token in self.eos_token_ids:

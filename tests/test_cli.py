@@ -10,6 +10,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
+from specmlx.loading import load_tokenizer
 from specmlx.cli import main
 
 from . import tiny
@@ -51,6 +52,20 @@ def test_draft_p_min_stays_exact(capsys, model_dirs, tokenizer, target):
     assert code == 0, err
     expected = [int(t) for t, _ in generate_step(mx.array(tokenizer.encode(PROMPT)), target, max_tokens=16)]
     assert json.loads(out)["tokens"] == expected
+
+
+def test_lookup_before_drafting_stays_exact(capsys, model_dirs, target):
+    prompt = PROMPT + " " + PROMPT  # the tail "return" was seen before
+    code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", model_dirs["drafter"],
+                         "--prompt", prompt, "--max-tokens", 16, "--num-draft", 1, "--lookup", 2, "--lookup-draft", 5,
+                         "--json")
+    assert code == 0, err
+    # The saved tokenizer splits this prompt's spaces unlike the in-memory one: encode as the CLI did.
+    ids = load_tokenizer("target", model_dirs["target"]).encode(prompt)
+    expected = [int(t) for t, _ in generate_step(mx.array(ids), target, max_tokens=16)]
+    data = json.loads(out)
+    assert data["tokens"] == expected
+    assert data["stats"]["drafted"] > data["stats"]["rounds"]  # more than 1 a round: some were looked up
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "none"])
@@ -128,6 +143,7 @@ def test_incompatible_drafter_is_one_line_naming_both(capsys, tmp_path, model_di
     (["--prompt", "x", "--max-tokens", "0"], "max tokens"),
     (["--prompt", "x", "--system", "s"], "--system needs --chat"),
     (["--prompt", "x", "--draft-p-min", "1.5"], "draft p-min must be in [0, 1)"),
+    (["--prompt", "x", "--lookup", "12"], "lookup match length must be in 0..8"),
 ])
 def test_bad_options_are_one_line_and_exit_2(capsys, model_dirs, flags, message):
     code, _, err = cli(capsys, "--target", model_dirs["target"], *flags)

@@ -85,6 +85,41 @@ def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, targe
         assert stats.drafted / stats.rounds < full.drafted / full.rounds  # drafts were cut short
 
 
+class CountingDrafter(ModelDrafter):
+    """Counts the rounds it was asked to draft."""
+
+    calls = 0
+
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0):
+        self.calls += 1
+        return super().draft(tokens, num_draft, sampling, key, p_min)
+
+
+@pytest.mark.parametrize("lookup", [1, 3])
+def test_greedy_exact_when_rounds_look_up_before_drafting(tokenizer, vocab, target, noisy_drafter, lookup):
+    drafter = CountingDrafter(noisy_drafter, vocab)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    rounds, long_copies = 0, 0
+    for text in PROMPTS:
+        prompt = tokenizer.encode(text)
+        events, stats = run(engine, prompt, max_tokens=40, num_draft=2, lookup=lookup, lookup_draft=6)
+        assert [e.token for e in events] == reference_greedy(target, prompt, 40)
+        assert stats.host_syncs == stats.rounds
+        rounds += stats.rounds
+        long_copies += sum(stats.accepted_histogram[3:])  # only a lookup proposes more than 2
+    assert 0 < drafter.calls < rounds  # some rounds copied from the context, the rest drafted
+    assert long_copies > 0
+
+
+def test_lookup_needs_a_sane_match_and_draft_length():
+    with pytest.raises(SpecmlxError, match="lookup match length"):
+        GenerationConfig(lookup=-1)
+    with pytest.raises(SpecmlxError, match="lookup match length"):
+        GenerationConfig(lookup=9)
+    with pytest.raises(SpecmlxError, match="lookup draft length"):
+        GenerationConfig(lookup=2, lookup_draft=0)
+
+
 def test_draft_p_min_must_be_a_probability():
     with pytest.raises(SpecmlxError, match="p-min"):
         GenerationConfig(draft_p_min=1.0)

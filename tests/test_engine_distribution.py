@@ -43,11 +43,12 @@ def exact_distribution(target, sampling: SamplingParams, length: int = LENGTH) -
 
 
 def sample_sequences(engine: Engine, sampling: SamplingParams, num_draft: int = 2, p_min: float = 0.0,
-                     length: int = LENGTH) -> tuple[list[tuple[int, ...]], float]:
+                     length: int = LENGTH, **config) -> tuple[list[tuple[int, ...]], float]:
     seqs, rounds = [], 0
     for seed in range(RUNS):
         generation = engine.generate(PROMPT, GenerationConfig(
-            max_tokens=length, num_draft=num_draft, sampling=sampling, seed=seed, draft_p_min=p_min))
+            max_tokens=length, num_draft=num_draft, sampling=sampling, seed=seed, draft_p_min=p_min,
+            **config))
         seqs.append(tuple(e.token for e in generation))
         rounds += generation.stats.rounds
     return seqs, rounds / RUNS
@@ -139,6 +140,23 @@ def test_prompt_lookup_reproduces_the_target_distribution(pair):
     engine = Engine(target, PromptLookupDrafter(), eos_token_ids=[])
     samples, _ = sample_sequences(engine, sampling)
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["temperature 1", "top-p 0.7"])
+def test_rounds_that_look_up_before_drafting_keep_the_target_distribution(pair, name):
+    """PROMPT ends in [1, 2], seen before it: the first round copies [3, 0, 1]
+    from the context. Later rounds copy or ask the drafter depending on what
+    was sampled so far. Four-token sequences, so that both happen."""
+    target, drafter = pair
+    sampling = SAMPLINGS[name]
+    recording = RecordingDrafter(drafter, VOCAB)
+    engine = Engine(target, recording, eos_token_ids=[])
+    length = LENGTH + 1
+    samples, rounds_per_run = sample_sequences(engine, sampling, num_draft=1, length=length,
+                                               lookup=2, lookup_draft=3)
+    assert 1 < rounds_per_run < length
+    assert 0 < len(recording.sizes) < rounds_per_run * RUNS  # the drafter served some rounds, lookup the rest
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling, length)) > 1e-3
 
 
 class MisreportingDrafter(ModelDrafter):

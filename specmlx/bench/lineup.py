@@ -5,7 +5,9 @@ new drafter kind needs no change here: it is one more `--drafter` value.
 Suffixes make variants of a drafter, sharing its weights: `+adaptive` runs it
 with the adaptive draft length (`--num-draft` is then where the length
 starts), `+pmin=P` stops each draft once the drafter's top probability falls
-below P (`--num-draft` is then a cap); they combine.
+below P (`--num-draft` is then a cap), `+lookup=N` proposes what followed an
+earlier match of the last N+ tokens, when there is one, before drafting (up
+to 8 tokens); they combine.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from typing import Iterable
 import mlx.nn as nn
 
 from ..drafters import Drafter, ModelDrafter, NoDrafter
+from ..engine import LOOKUP_NGRAM
 from ..errors import SpecmlxError
 from ..loading import LoadedModel, check_pair, drafter_source, load, load_drafter, resolve
 
 
 ADAPTIVE = "+adaptive"
 P_MIN = "+pmin="
-_SUFFIXES = re.compile(r"((?:\+adaptive|\+pmin=[^+]*)*)$")
+LOOKUP = "+lookup="
+_SUFFIXES = re.compile(r"((?:\+adaptive|\+pmin=[^+]*|\+lookup=[^+]*)*)$")
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,12 @@ class Variant:
 
     adaptive: bool = False
     p_min: float = 0.0
+    lookup: int = 0
 
     @property
     def fixed_length(self) -> bool:
         """k drafts every round: what Leviathan's formula assumes."""
-        return not self.adaptive and self.p_min == 0.0
+        return not self.adaptive and self.p_min == 0.0 and self.lookup == 0
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,13 @@ def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
 def split_variant(spec: str) -> tuple[str, str, Variant]:
     """("drafter", "+adaptive+pmin=0.5", Variant(True, 0.5)); ("drafter", "", Variant()) without suffixes."""
     suffix = _SUFFIXES.search(spec).group(1)
-    adaptive, p_min = False, 0.0
+    adaptive, p_min, lookup = False, 0.0, 0
     for part in filter(None, suffix.split("+")):
         if part == ADAPTIVE[1:]:
             adaptive = True
+            continue
+        if part.startswith(LOOKUP[1:]):
+            lookup = _lookup_length(spec, part[len(LOOKUP) - 1 :])
             continue
         value = part[len(P_MIN) - 1 :]
         try:
@@ -93,7 +101,13 @@ def split_variant(spec: str) -> tuple[str, str, Variant]:
             raise SpecmlxError(f"--drafter {spec}: {P_MIN}{value} is not a number") from None
         if not 0.0 < p_min < 1.0:
             raise SpecmlxError(f"--drafter {spec}: +pmin must be between 0 and 1, got {value}")
-    return spec[: len(spec) - len(suffix)], suffix, Variant(adaptive, p_min)
+    return spec[: len(spec) - len(suffix)], suffix, Variant(adaptive, p_min, lookup)
+
+
+def _lookup_length(spec: str, value: str) -> int:
+    if not (value.isdigit() and 1 <= int(value) <= LOOKUP_NGRAM):
+        raise SpecmlxError(f"--drafter {spec}: +lookup must be a whole number from 1 to {LOOKUP_NGRAM}, got {value}")
+    return int(value)
 
 
 def is_fixed_length(name: str) -> bool:

@@ -161,7 +161,8 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
     engine = Engine(model, drafter, tokenizer)
     config = GenerationConfig(max_tokens=max_tokens, num_draft=num_draft,
                               sampling=SamplingParams(temp=temp), seed=seed, profile=profile,
-                              adaptive=variant.adaptive, draft_p_min=variant.p_min)
+                              adaptive=variant.adaptive, draft_p_min=variant.p_min,
+                              lookup=variant.lookup)
     generation = engine.generate(list(prompt), config)
     tokens = tuple(event.token for event in generation)
     stats = generation.stats

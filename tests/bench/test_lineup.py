@@ -65,12 +65,16 @@ def test_suffixes_make_variants():
     assert split_variant("/m/d") == ("/m/d", "", Variant())
     assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", Variant(p_min=0.6))
     assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", Variant(True, 0.3))
+    assert split_variant("d+lookup=3+pmin=0.5") == ("d", "+lookup=3+pmin=0.5", Variant(p_min=0.5, lookup=3))
     assert is_fixed_length("d") and not is_fixed_length("d+adaptive") and not is_fixed_length("d+pmin=0.5")
+    assert not is_fixed_length("d+lookup=2")
 
 
 @pytest.mark.parametrize("spec, message", [("d+pmin=high", "+pmin=high is not a number"),
-                                           ("d+pmin=1", "+pmin must be between 0 and 1, got 1")])
-def test_a_bad_p_min_is_one_clear_error(spec, message):
+                                           ("d+pmin=1", "+pmin must be between 0 and 1, got 1"),
+                                           ("d+lookup=x", "+lookup must be a whole number from 1 to 8, got x"),
+                                           ("d+lookup=0", "+lookup must be a whole number from 1 to 8, got 0")])
+def test_a_bad_variant_is_one_clear_error(spec, message):
     with pytest.raises(SpecmlxError, match=re.escape(message)):
         split_variant(spec)
 
