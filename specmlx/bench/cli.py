@@ -19,6 +19,7 @@ from ..sampling import SamplingParams
 from . import plot
 from .calibrate import calibrate
 from .driver import RunSettings, run_all
+from .runs import Measurement
 from .lineup import Lineup, drafter_specs, load_lineup
 from .machine import describe_machine
 from .plan import MODES, plan_runs
@@ -186,12 +187,18 @@ def bench(options: Options) -> int:
         raise SpecmlxError(f"--modes {','.join(options.modes)}: nothing to run with these drafters")
     settings = RunSettings(options.max_tokens, options.seed, options.profile,
                            min(options.warmup_tokens, options.max_tokens))
-    measurements = run_all(lineup, prompts, plan, settings)
-    results = summarize(measurements, calibration)
     config = describe_config(options, lineup, prompts, chat)
+
+    def save(measurements: list[Measurement]) -> None:
+        """The JSON so far, rewritten after each prompt: a long run that dies keeps what it measured."""
+        done = len({m.prompt_id for m in measurements})
+        doc = document(summarize(measurements, calibration), measurements, machine, config, calibration)
+        write_json(options.json, doc | {"prompts_done": done})
+
+    measurements = run_all(lineup, prompts, plan, settings, save if options.json is not None else None)
+    results = summarize(measurements, calibration)
     print(render(results, machine, config, calibration))
     if options.json is not None:
-        write_json(options.json, document(results, measurements, machine, config, calibration))
         log(f"wrote {options.json}")
     if options.plot is not None:
         title = f"{Path(options.target).name} · {machine['backend']} · {machine['blas'].split(' (')[0]}"

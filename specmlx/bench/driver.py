@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tqdm import tqdm
 
@@ -45,8 +45,10 @@ def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSet
 
 
 def run_all(lineup: Lineup, prompts: Sequence[BenchPrompt], plan: Sequence[RunSpec],
-            settings: RunSettings) -> list[Measurement]:
+            settings: RunSettings,
+            prompt_done: Callable[[list[Measurement]], None] | None = None) -> list[Measurement]:
     """Every run of `plan` for the first prompt, then for the second, and so on.
+    `prompt_done` gets the measurements so far each time a prompt is finished.
 
     First, unless `warmup_tokens` is 0, the plan runs once on the first prompt
     with that few tokens, discarded: the first use of a mode pays one-off costs
@@ -68,4 +70,6 @@ def run_all(lineup: Lineup, prompts: Sequence[BenchPrompt], plan: Sequence[RunSp
                 if kept:
                     measurements.append(measured)
                 bar.update()
+            if kept and prompt_done is not None:
+                prompt_done(list(measurements))
     return measurements

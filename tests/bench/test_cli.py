@@ -107,6 +107,7 @@ def test_end_to_end_on_tiny_models(capsys, tmp_path, model_dirs, prompts_file):
         if row["temp"] == 0.0 and row["mode"] != "target":
             assert row["same_as_target"] == 2  # greedy decoding is exact in every mode
     assert len(doc["runs"]) == 2 * len(results)  # the warm-up pass is not kept
+    assert doc["prompts_done"] == 2
     assert doc["config"]["prompt_ids"] == ["p0", "p1"] and doc["config"]["chat_template"] is True
     assert {"backend", "blas", "cpu", "mlx", "mlx_lm"} <= set(doc["machine"])
     assert set(doc["calibration"]["drafter_step_s"]) == {"drafter", "ngram"}
@@ -133,3 +134,26 @@ def test_modes_and_a_p_min_variant_end_to_end(capsys, tmp_path, model_dirs, prom
     code, _, err = run(capsys, "--target", model_dirs["target"], "--drafter", "ngram", "--modes", "mlx-lm-spec",
                        "--prompts", prompts_file, "--limit", 1, "--calibration-steps", 0)
     assert code == 2 and "nothing to run" in err and "Traceback" not in err
+
+
+def test_an_interrupted_run_keeps_the_prompts_it_finished(capsys, tmp_path, monkeypatch, model_dirs, prompts_file):
+    from specmlx.bench import driver
+
+    real_run_one, seen = driver.run_one, []
+
+    def run_one(lineup, prompt, spec, settings, seed):
+        if prompt.id == "p1":
+            raise KeyboardInterrupt  # Ctrl-C during the second prompt
+        seen.append(prompt.id)
+        return real_run_one(lineup, prompt, spec, settings, seed)
+
+    monkeypatch.setattr(driver, "run_one", run_one)
+    out_json = tmp_path / "bench.json"
+    code, _, err = run(capsys, "--target", model_dirs["target"], "--drafter", "ngram", "--prompts", prompts_file,
+                       "--max-tokens", 4, "--num-draft", "2", "--temps", "0",
+                       "--calibration-steps", 0, "--warmup-tokens", 0, "--json", out_json)
+    assert code == 130 and "interrupted" in err and seen
+    doc = json.loads(out_json.read_text())
+    assert doc["prompts_done"] == 1 and doc["config"]["prompts"] == 3
+    assert {r["prompt_id"] for r in doc["runs"]} == {"p0"}
+    assert {(r["mode"], r["prompts"]) for r in doc["results"]} == {("target", 1), ("specmlx", 1)}
