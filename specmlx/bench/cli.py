@@ -19,12 +19,12 @@ from ..sampling import SamplingParams
 from . import plot
 from .calibrate import calibrate
 from .driver import RunSettings, run_all
-from .runs import Measurement
 from .lineup import Lineup, drafter_specs, load_lineup
 from .machine import describe_machine
 from .plan import MODES, plan_runs
 from .prompts import BenchPrompt, default_prompts_path, encode_prompts, read_prompts
 from .report import document, render, write_json
+from .runs import Measurement
 from .summary import summarize
 
 PROG = "python -m specmlx.bench"
