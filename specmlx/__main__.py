@@ -1,9 +1,7 @@
+"""`python -m specmlx COMMAND ...`, the same as the `specmlx` console script."""
+
 import sys
 
-from .blas import ensure_fast_blas
-
-ensure_fast_blas()  # before mlx is imported: it may re-execute this process
-
-from .cli import main  # noqa: E402
+from .cli import main
 
 sys.exit(main())

@@ -17,9 +17,9 @@ import mlx.nn as nn
 from .compat import check_compatible, check_vocab_fits
 from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .drafters.gemma4_assistant import Gemma4AssistantDrafter
-from .drafters.gemma4_assistant_model import is_gemma4_assistant_dir, load_gemma4_assistant
+from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .drafters.mtp import MTPDrafter
-from .drafters.mtp_model import is_mtp_dir, load_mtp
+from .models.mtp import is_mtp_dir, load_mtp
 from .errors import SpecmlxError
 from .memory import check_fits
 from .presets import fetched_path, get_preset, is_preset

@@ -71,7 +71,7 @@ def check_fits(target: Path, drafter: Path | None, available: int | None = None)
     else:  # 4-bit affine quantization stores about 4.5 bits per weight
         small = needed_bytes(int(target_w / _bytes_per_weight(target) * 4.5 / 8))
         advice = (f"a 4-bit conversion would need about {small / GB:.1f} GB: "
-                  "python -m specmlx.convert SOURCE --out DIR -q")
+                  "specmlx convert SOURCE --out DIR -q")
     raise SpecmlxError(
         f"{what} need about {need / GB:.1f} GB, but only {available / GB:.1f} GB is available; {advice}"
     )

@@ -51,10 +51,10 @@ def test_mtp_style_heads_load_by_their_config_and_draft(tmp_path, tokenizer, tar
 
     import mlx.core as mx
 
-    from specmlx.cli import main
+    from specmlx.generate import main
     from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
     from specmlx.drafters.mtp import MTPDrafter
-    from specmlx.drafters.mtp_model import save_mtp
+    from specmlx.models.mtp import save_mtp
 
     save_mtp(tiny.mtp(target_args, seed=2), tmp_path / "mtp")
     _, drafter = loading.load_pair(str(model_dirs["target"]), str(tmp_path / "mtp"))
@@ -68,17 +68,17 @@ def test_mtp_style_heads_load_by_their_config_and_draft(tmp_path, tokenizer, tar
     (tmp_path / "g4a" / "config.json").write_text(json.dumps(tiny.gemma4_assistant_config(g_args)))
     _, drafter = loading.load_pair(str(g_target), str(tmp_path / "g4a"))
     assert isinstance(drafter, Gemma4AssistantDrafter)
-    assert main(["generate", "--target", str(g_target), "--drafter", str(tmp_path / "g4a"),
+    assert main(["--target", str(g_target), "--drafter", str(tmp_path / "g4a"),
                  "--prompt", "def add(a, b):", "--max-tokens", "12", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)["stats"]
     assert stats["generation_tokens"] == 12 and stats["drafted"] > 0
 
 
 def test_a_head_for_another_target_is_one_line(tmp_path, model_dirs, capsys):
-    from specmlx.cli import main
-    from specmlx.drafters.mtp_model import save_mtp
+    from specmlx.generate import main
+    from specmlx.models.mtp import save_mtp
 
     save_mtp(tiny.mtp(tiny.qwen2_args(100, hidden=32), seed=2), tmp_path / "mtp")
-    assert main(["generate", "--target", str(model_dirs["target"]), "--drafter", str(tmp_path / "mtp"),
+    assert main(["--target", str(model_dirs["target"]), "--drafter", str(tmp_path / "mtp"),
                  "--prompt", "x", "--max-tokens", "4"]) == 2
     assert "was trained for a target with 100 logits" in capsys.readouterr().err

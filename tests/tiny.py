@@ -109,7 +109,7 @@ def save_model(model: nn.Module, args, tokenizer, path: Path) -> Path:
 def mtp(target_args, seed: int, draft_vocab: int | None = None, layers: int = 1):
     """A random specmlx MTP head for a tiny target; `draft_vocab` < vocab drafts
     from a subset (every other id, then the rest), as trained heads do."""
-    from specmlx.drafters.mtp_model import MTPConfig, MTPModel
+    from specmlx.models.mtp import MTPConfig, MTPModel
 
     vocab = target_args.vocab_size
     size = draft_vocab or vocab
@@ -190,7 +190,7 @@ def gemma4_assistant_config(target_args, ordered: bool = False, centroids: int =
 def gemma4_assistant(target_args, seed: int, ordered: bool = False, sharpness: float = 4.0, **kw):
     """A random assistant for a tiny Gemma 4 target; with `ordered`, a centroid
     head whose clusters are a fixed shuffle of the vocabulary."""
-    from specmlx.drafters.gemma4_assistant_model import AssistantConfig, Gemma4AssistantModel
+    from specmlx.models.gemma4_assistant import AssistantConfig, Gemma4AssistantModel
 
     config = AssistantConfig.from_dict(gemma4_assistant_config(target_args, ordered=ordered, **kw))
     mx.random.seed(seed)

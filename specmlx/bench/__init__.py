@@ -1,4 +1,4 @@
-"""`python -m specmlx.bench`: target alone, mlx-lm's speculative decoding and
+"""`specmlx bench`: target alone, mlx-lm's speculative decoding and
 specmlx, measured in one process, interleaved prompt by prompt.
 
 Every mode decodes from the same state: the prompt minus its last token

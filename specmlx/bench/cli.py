@@ -27,7 +27,7 @@ from .report import document, render, write_json
 from .runs import Measurement
 from .summary import summarize
 
-PROG = "python -m specmlx.bench"
+PROG = "specmlx bench"
 
 
 class Parser(argparse.ArgumentParser):
@@ -148,7 +148,7 @@ def parse_options(args: argparse.Namespace) -> Options:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("specmlx.bench", lambda: bench(parse_options(build_parser().parse_args(argv))))
+    return run_cli("specmlx bench", lambda: bench(parse_options(build_parser().parse_args(argv))))
 
 
 def log(message: str) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecmlxError
-from ..presets import REPO_ROOT
 
 
 def default_prompts_path() -> Path:
-    return REPO_ROOT.parent / "shared" / "prompts" / "bench.jsonl"
+    """The project's own prompt set, shipped with the package: code, edits that copy their input, prose."""
+    return Path(__file__).resolve().parent / "prompts.jsonl"
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 from specmlx.convert.gguf_convert import convert_gguf
 from specmlx.convert.gguf_file import GGUF_MAGIC
 from specmlx.convert.hf import convert_hf, looks_like_repo_id
-from specmlx.convert.drafter import convert_drafter
+from specmlx.convert.gemma4_assistant import convert_gemma4_assistant
 from specmlx.convert.mtp import convert_mtp
-from specmlx.drafters.gemma4_assistant_model import is_gemma4_assistant_dir
+from specmlx.models.gemma4_assistant import is_gemma4_assistant_dir
 from specmlx.convert.options import resolve_format
-from specmlx.drafters.mtp_model import is_mtp_dir
+from specmlx.models.mtp import is_mtp_dir
 from specmlx.errors import SpecmlxError
 
 
@@ -48,7 +48,7 @@ def convert(
     if path.is_dir() and is_gemma4_assistant_dir(path):
         if quantize or q_bits is not None or q_group_size is not None:
             raise SpecmlxError("Gemma 4 assistant drafters are converted unquantized: drop -q/--q-bits")
-        return convert_drafter(path, Path(out), dtype=fmt.dtype,
+        return convert_gemma4_assistant(path, Path(out), dtype=fmt.dtype,
                                force=force, progress=progress)
     if path.is_dir() or looks_like_repo_id(str(source)):
         return convert_hf(path if path.is_dir() else str(source), Path(out), fmt, force=force, progress=progress)

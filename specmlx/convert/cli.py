@@ -1,4 +1,4 @@
-"""`python -m specmlx.convert SOURCE --out DIR`: argument parsing and one-line errors."""
+"""`specmlx convert SOURCE --out DIR`: argument parsing and one-line errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from specmlx.errors import run_cli
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m specmlx.convert",
+        prog="specmlx convert",
         description="Convert a GGUF file, a local Hugging Face directory or a hub repo id into an MLX model directory.",
     )
     parser.add_argument("source", help="GGUF file, Hugging Face model directory, or hub repo id (org/name)")
@@ -50,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
         print(out)
         return 0
 
-    return run_cli("specmlx.convert", body)
+    return run_cli("specmlx convert", body)

@@ -13,7 +13,7 @@ from mlx.utils import tree_map
 
 from specmlx.convert.atomic import staged_path
 from specmlx.convert.options import OutputFormat
-from specmlx.drafters.mtp_model import load_mtp, save_mtp
+from specmlx.models.mtp import load_mtp, save_mtp
 
 
 def convert_mtp(source: Path, out: Path, fmt: OutputFormat, force: bool = False) -> Path:

@@ -34,7 +34,7 @@ from ..sampling import SamplingParams, sample, warp
 from ..vocab import fit_vocab
 from .base import Draft
 from .confidence import unsure
-from .gemma4_assistant_model import SLIDING, Gemma4AssistantModel
+from ..models.gemma4_assistant import SLIDING, Gemma4AssistantModel
 from .history import HiddenHistory
 
 # Where the query sits. The sources disagree by one (research notes A5): HF

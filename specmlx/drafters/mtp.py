@@ -21,7 +21,7 @@ from ..sampling import SamplingParams, sample, warp
 from .base import Draft
 from .confidence import unsure
 from .history import HiddenHistory
-from .mtp_model import MTPModel
+from ..models.mtp import MTPModel
 
 
 class MTPDrafter:

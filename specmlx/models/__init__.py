@@ -1,1 +1,1 @@
-"""`python -m specmlx.models list|fetch NAME|path NAME`: get a preset's models ready."""
+"""Architectures that mlx-lm does not have: specmlx's MTP head and Gemma 4 assistant drafters."""

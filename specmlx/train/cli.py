@@ -1,4 +1,4 @@
-"""`python -m specmlx.train`: an MTP drafter head for a target, from text.
+"""`specmlx train`: an MTP drafter head for a target, from text.
 
 Two phases, both resumable: the target's hidden states over the corpus are
 saved under OUT/features (the slow part), then the head trains on them with
@@ -17,7 +17,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from ..blas import describe
-from ..drafters.mtp_model import MTPConfig, MTPModel, save_mtp
+from ..models.mtp import MTPConfig, MTPModel, save_mtp
 from ..errors import SpecmlxError, run_cli
 from ..presets import default_preset_name
 from .corpus import default_sources, documents, find_files, token_counts, windows
@@ -27,7 +27,7 @@ from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_r
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specmlx.train", description=__doc__,
+    p = argparse.ArgumentParser(prog="specmlx train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", default=None, help="target: preset name or model directory (default: the default preset)")
     p.add_argument("--data", type=Path, nargs="*", default=None,
@@ -110,4 +110,4 @@ def _summary(p: Progress) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_cli("specmlx.train", lambda: run(args))
+    return run_cli("specmlx train", lambda: run(args))

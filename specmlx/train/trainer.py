@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..drafters.mtp import head_rows
 from ..errors import SpecmlxError
-from ..drafters.mtp_model import MTPModel, save_mtp
+from ..models.mtp import MTPModel, save_mtp
 from ..hidden import embed
 from .features import load_shard, shard_count
 
@@ -221,7 +221,7 @@ class Trainer:
         folder = self.out / "checkpoint"
         if not (folder / "state.json").exists():
             return
-        from ..drafters.mtp_model import load_mtp
+        from ..models.mtp import load_mtp
         from mlx.utils import tree_unflatten
 
         saved = load_mtp(folder)

@@ -12,7 +12,7 @@ from app.widgets.answer import AnswerView
 from app.widgets.stats import StatsPanel
 from specmlx import presets
 from specmlx.events import Source
-from specmlx.models.fetch import fetch_preset
+from specmlx.presets.fetch import fetch_preset
 
 from .helpers import run, send, wait_until
 

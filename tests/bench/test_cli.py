@@ -48,28 +48,28 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def test_bad_arguments_are_one_line(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("specmlx.bench: error: ") and message in err
+    assert err.count("\n") == 1 and err.startswith("specmlx bench: error: ") and message in err
 
 
 def test_bad_prompts_and_drafters_fail_before_any_run(capsys, tmp_path, model_dirs, prompts_file):
     code, _, err = run(capsys, "--target", model_dirs["target"], "--prompts", tmp_path / "none.jsonl")
-    assert code == 2 and err == f"specmlx.bench: error: {tmp_path / 'none.jsonl'}: no such prompts file\n"
+    assert code == 2 and err == f"specmlx bench: error: {tmp_path / 'none.jsonl'}: no such prompts file\n"
     code, _, err = run(capsys, "--target", model_dirs["target"], "--prompts", prompts_file,
                        "--drafter", tmp_path / "missing")
     assert code == 2 and "no such model directory" in err and "Traceback" not in err
-    assert err.splitlines()[-1].startswith("specmlx.bench: error: ") and "run/s" not in err
+    assert err.splitlines()[-1].startswith("specmlx bench: error: ") and "run/s" not in err
 
 
 def test_an_unwritable_output_fails_before_loading(capsys, tmp_path, prompts_file):
     code, _, err = run(capsys, "--prompts", prompts_file, "--json", tmp_path / "no" / "out.json")
-    assert code == 2 and err == f"specmlx.bench: error: --json: {tmp_path / 'no'} is not a directory\n"
+    assert code == 2 and err == f"specmlx bench: error: --json: {tmp_path / 'no'} is not a directory\n"
 
 
 def test_the_module_entry_point_reports_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "specmlx.bench", "--prompts", tmp_path / "x.jsonl"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == f"specmlx.bench: error: {tmp_path / 'x.jsonl'}: no such prompts file\n"
+    assert result.stderr == f"specmlx bench: error: {tmp_path / 'x.jsonl'}: no such prompts file\n"
 
 
 def test_list_parsing():

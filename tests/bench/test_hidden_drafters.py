@@ -9,7 +9,7 @@ import pytest
 
 from specmlx.bench.calibrate import time_drafter_step
 from specmlx.bench.cli import main
-from specmlx.drafters import mtp_model
+from specmlx.models import mtp as mtp_model
 
 from .. import tiny
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from specmlx.bench.prompts import PromptRow, default_prompts_path, encode_prompts, read_prompts
 from specmlx.errors import SpecmlxError
-from specmlx.presets import REPO_ROOT
 
 
 def write(path, *rows) -> object:
@@ -43,11 +43,16 @@ def test_missing_and_empty_files(tmp_path):
         read_prompts(write(tmp_path / "empty.jsonl", ""))
 
 
-def test_default_is_the_shared_bench_file():
-    assert default_prompts_path() == REPO_ROOT.parent / "shared" / "prompts" / "bench.jsonl"
-    if default_prompts_path().exists():
-        rows = read_prompts(default_prompts_path())
-        assert rows and all(r.prompt for r in rows)
+def test_the_default_set_ships_with_the_package_and_covers_each_kind():
+    import specmlx.bench
+
+    assert default_prompts_path().parent == Path(specmlx.bench.__file__).parent
+    rows = read_prompts(default_prompts_path())
+    assert len(rows) >= 16
+    kinds = {kind: sum(r.kind == kind for r in rows) for kind in ("code", "edit", "prose")}
+    assert set(r.kind for r in rows) == set(kinds) and min(kinds.values()) >= 5
+    # An edit prompt carries the code it asks to change: the answer copies it.
+    assert all("```" in r.prompt for r in rows if r.kind == "edit")
 
 
 def test_prompts_become_chat_turns_with_the_generation_prompt(tokenizer):

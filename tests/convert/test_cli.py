@@ -47,7 +47,7 @@ def test_errors_are_one_line_and_exit_2(tiny_gguf, tmp_path, capsys, make_source
     source = make_source(tiny_gguf, tmp_path)
     code, _, stderr = run([str(source), "--out", str(tmp_path / "out"), "--no-progress", *extra], capsys)
     assert code == 2
-    assert stderr.count("\n") == 1 and stderr.startswith("specmlx.convert: error: ") and message in stderr
+    assert stderr.count("\n") == 1 and stderr.startswith("specmlx convert: error: ") and message in stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -68,4 +68,4 @@ def test_python_dash_m_has_no_traceback(tiny_gguf, tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
-    assert result.stderr.startswith("specmlx.convert: error: ") and "truncated" in result.stderr
+    assert result.stderr.startswith("specmlx convert: error: ") and "truncated" in result.stderr

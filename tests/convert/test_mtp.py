@@ -4,7 +4,7 @@ import mlx.core as mx
 import pytest
 
 from specmlx.convert.api import convert
-from specmlx.drafters.mtp_model import load_mtp, save_mtp
+from specmlx.models.mtp import load_mtp, save_mtp
 from specmlx.errors import SpecmlxError
 
 from .. import tiny

@@ -14,7 +14,7 @@ from scipy.stats import chisquare
 
 from specmlx.cache import cache_length
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
-from specmlx.drafters.gemma4_assistant_model import (
+from specmlx.models.gemma4_assistant import (
     AssistantConfig, AssistantLayer, Gemma4AssistantModel, load_gemma4_assistant,
 )
 from specmlx.engine import Engine, GenerationConfig

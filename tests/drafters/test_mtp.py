@@ -7,7 +7,7 @@ import pytest
 
 from specmlx.cache import cache_length
 from specmlx.drafters.mtp import MTPDrafter, head_rows
-from specmlx.drafters.mtp_model import is_mtp_dir, load_mtp, save_mtp
+from specmlx.models.mtp import is_mtp_dir, load_mtp, save_mtp
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.sampling import SamplingParams

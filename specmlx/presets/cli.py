@@ -1,4 +1,4 @@
-"""Command line for presets."""
+"""`specmlx models list|fetch NAME|path NAME`: get a preset's models ready."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import sys
 from typing import Sequence
 
 from ..errors import SpecmlxError, run_cli
-from ..presets import default_preset_name, get_preset, is_fetched, model_path, presets
+from . import default_preset_name, get_preset, is_fetched, model_path, presets
 from .fetch import fetch_preset
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specmlx.models", description=__doc__)
+    parser = argparse.ArgumentParser(prog="specmlx models", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list the presets and whether they are fetched")
-    fetch = commands.add_parser("fetch", help="download or convert a preset's models into models/NAME/")
+    fetch = commands.add_parser("fetch", help="download or convert a preset's models into the models directory (see list)")
     fetch.add_argument("name", nargs="?", help="preset (default: the default preset)")
     fetch.add_argument("--force", action="store_true", help="fetch again even if present")
     path = commands.add_parser("path", help="print where a preset's target (or a drafter) is")
@@ -39,7 +39,7 @@ def list_presets() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_cli("specmlx.models", lambda: run(args))
+    return run_cli("specmlx models", lambda: run(args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
     if args.role != "target" and args.role not in {d.role for d in preset.drafters}:
         raise SpecmlxError(f"preset {preset.name} has no model {args.role!r}")
     if not is_fetched(path):
-        raise SpecmlxError(f"{preset.name}/{args.role} is not fetched; run: python -m specmlx.models fetch {preset.name}")
+        raise SpecmlxError(f"{preset.name}/{args.role} is not fetched; run: specmlx models fetch {preset.name}")
     print(path)
     return 0

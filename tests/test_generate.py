@@ -1,4 +1,4 @@
-"""`python -m specmlx generate` end to end on tiny saved models."""
+"""`specmlx generate` end to end on tiny saved models."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from specmlx.loading import load_tokenizer
-from specmlx.cli import main
+from specmlx.generate import main
 
 from . import tiny
 
@@ -19,7 +19,7 @@ PROMPT = "def add(a, b):\n    return"
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(["generate", *map(str, argv)])
+    code = main([*map(str, argv)])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -124,7 +124,7 @@ def test_bad_target_is_one_line_and_exit_2(capsys, tmp_path, model_dirs, case):
     path = broken_dirs(tmp_path, model_dirs)[case]
     code, out, err = cli(capsys, "--target", path, "--prompt", PROMPT)
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("specmlx: error: ") and str(path) in err
+    assert err.count("\n") == 1 and err.startswith("specmlx generate: error: ") and str(path) in err
     assert "Traceback" not in err
 
 

@@ -1,8 +1,8 @@
-"""Named target/drafter pairs, read from models/presets.toml.
+"""Named target/drafter pairs, read from the packaged presets.toml.
 
-A preset's models live in models/NAME/ROLE/ once fetched (`python -m
-specmlx.models fetch NAME`). Wherever the engine takes a model path, it also
-takes a preset name.
+A preset's models live in `models_dir()/NAME/ROLE/` once fetched (`specmlx
+models fetch NAME`). Wherever the engine takes a model path, it also takes a
+preset name.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import SpecmlxError
+import platformdirs
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from ..errors import SpecmlxError
+
+# The catalog and the bundled drafters ship inside the package, so a wheel has them too.
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class ModelSource:
     role: str  # "target" or the drafter's name
     hub: str | None
     offline: str | None  # a checkpoint key of specmlx.convert.sources
-    bundled: str | None = None  # a drafter committed in this repository, relative to its root
+    bundled: str | None = None  # a drafter shipped with the package, relative to PACKAGE_DIR
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,31 @@ class Preset:
         return (self.target, *self.drafters)
 
 
+def checkout_root() -> Path | None:
+    """The source checkout this package runs from, if any (not in a wheel install)."""
+    root = PACKAGE_DIR.parents[1]
+    return root if (root / "pyproject.toml").is_file() and (root / ".git").exists() else None
+
+
 def models_dir() -> Path:
-    """Where fetched models live: $SPECMLX_MODELS, else the checkout's models/."""
-    return Path(os.environ.get("SPECMLX_MODELS", REPO_ROOT / "models")).expanduser()
+    """Where fetched models live: $SPECMLX_MODELS; else a checkout's models/;
+    else the platform's user cache (~/Library/Caches/specmlx on macOS,
+    $XDG_CACHE_HOME/specmlx on Linux)."""
+    if os.environ.get("SPECMLX_MODELS"):
+        return Path(os.environ["SPECMLX_MODELS"]).expanduser()
+    root = checkout_root()
+    if root is not None:
+        return root / "models"
+    return Path(platformdirs.user_cache_dir("specmlx", appauthor=False))
 
 
 def catalog_path() -> Path:
-    return REPO_ROOT / "models" / "presets.toml"
+    return PACKAGE_DIR / "presets.toml"
+
+
+def bundled_path(source: "ModelSource") -> Path:
+    """Where a bundled drafter ships (None-safe callers check `source.bundled`)."""
+    return PACKAGE_DIR / str(source.bundled)
 
 
 @lru_cache(maxsize=1)
@@ -103,6 +124,6 @@ def fetched_path(preset: Preset, role: str = "target") -> Path:
     if not is_fetched(path):
         raise SpecmlxError(
             f"preset {preset.name} is not fetched yet ({path} is missing); "
-            f"run: python -m specmlx.models fetch {preset.name}"
+            f"run: specmlx models fetch {preset.name}"
         )
     return path

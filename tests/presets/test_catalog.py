@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from specmlx import presets
-from specmlx.cli import main
+from specmlx.generate import main
 from specmlx.errors import SpecmlxError
 from specmlx.loading import drafter_source
 
@@ -19,11 +19,11 @@ def test_catalog_has_the_default_qwen_pair():
     assert default.drafters[0].offline == "qwen-0.5b"
 
 
-def test_the_bundled_mtp_head_is_in_the_checkout_for_its_target():
-    from specmlx.drafters.mtp_model import load_mtp
+def test_the_bundled_mtp_head_ships_with_the_package_for_its_target():
+    from specmlx.models.mtp import load_mtp
 
     mtp = next(d for d in presets.get_preset("qwen2.5-coder-1.5b").drafters if d.role == "mtp")
-    head = load_mtp(presets.REPO_ROOT / mtp.bundled)
+    head = load_mtp(presets.bundled_path(mtp))
     assert head.config.target_hidden_size == 1536 and head.config.target_vocab_size == 151936
 
 
@@ -49,9 +49,9 @@ def models_root(tmp_path, monkeypatch):
 
 
 def test_unfetched_preset_says_how_to_fetch(capsys, models_root):
-    assert main(["generate", "--target", "gemma-3-270m", "--prompt", "x"]) == 2
+    assert main(["--target", "gemma-3-270m", "--prompt", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "python -m specmlx.models fetch gemma-3-270m" in err
+    assert err.count("\n") == 1 and "specmlx models fetch gemma-3-270m" in err
 
 
 def test_preset_target_brings_its_drafter(capsys, models_root, model_dirs):
@@ -61,7 +61,7 @@ def test_preset_target_brings_its_drafter(capsys, models_root, model_dirs):
     assert drafter_source(None, preset.name) == str(presets.model_path(preset, preset.drafter))
     assert drafter_source(None, "/some/dir") == "ngram"
     assert drafter_source("gemma-3-270m", preset.name) == "ngram"
-    assert main(["generate", "--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]) == 0
+    assert main(["--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)["stats"]
     assert stats["drafter"] == str(presets.model_path(preset, preset.drafter)) and stats["drafted"] > 0
 

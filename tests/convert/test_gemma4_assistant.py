@@ -8,8 +8,8 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from specmlx.convert.drafter import convert_drafter
-from specmlx.drafters.gemma4_assistant_model import (
+from specmlx.convert.gemma4_assistant import convert_gemma4_assistant
+from specmlx.models.gemma4_assistant import (
     AssistantConfig, is_gemma4_assistant_dir, load_gemma4_assistant, sanitize,
 )
 from specmlx.errors import SpecmlxError
@@ -63,7 +63,7 @@ def test_round_trip_keeps_every_tensor(tmp_path, model, target_args):
     assert is_gemma4_assistant_dir(source)
     reference = load_gemma4_assistant(source)  # the HF layout loads directly too
     reference.set_dtype(mx.float32)
-    out = convert_drafter(source, tmp_path / "mlx", dtype="float32", progress=False)
+    out = convert_gemma4_assistant(source, tmp_path / "mlx", dtype="float32", progress=False)
     assert is_gemma4_assistant_dir(out)
     stored = mx.load(str(out / "model.safetensors"))
     assert "lm_head.weight" not in stored
@@ -82,7 +82,7 @@ def test_round_trip_keeps_every_tensor(tmp_path, model, target_args):
 
 def test_half_precision_output(tmp_path, model, target_args):
     source = write_hf_checkpoint(tmp_path / "hf", model, target_args)
-    out = convert_drafter(source, tmp_path / "mlx", dtype="float16", progress=False)
+    out = convert_gemma4_assistant(source, tmp_path / "mlx", dtype="float16", progress=False)
     stored = mx.load(str(out / "model.safetensors"))
     assert stored["masked_embedding.centroids.weight"].dtype == mx.float16
     assert stored["masked_embedding.token_ordering"].dtype == mx.int32
@@ -102,26 +102,26 @@ def test_other_trunk_prefixes_are_accepted(model, target_args):
 def test_output_is_atomic_and_not_overwritten(tmp_path, model, target_args):
     source = write_hf_checkpoint(tmp_path / "hf", model, target_args)
     out = tmp_path / "mlx"
-    convert_drafter(source, out, progress=False)
+    convert_gemma4_assistant(source, out, progress=False)
     with pytest.raises(SpecmlxError, match="already exists"):
-        convert_drafter(source, out, progress=False)
+        convert_gemma4_assistant(source, out, progress=False)
     (source / "model-00002-of-00002.safetensors").unlink()  # tensors missing
     with pytest.raises(SpecmlxError, match="assistant weights do not match its config"):
-        convert_drafter(source, out, force=True, progress=False)
+        convert_gemma4_assistant(source, out, force=True, progress=False)
     assert is_gemma4_assistant_dir(out)  # the old output is untouched
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_bad_sources_are_refused(tmp_path, model, target_args):
     with pytest.raises(SpecmlxError, match="not a directory"):
-        convert_drafter(tmp_path / "missing", tmp_path / "out", progress=False)
+        convert_gemma4_assistant(tmp_path / "missing", tmp_path / "out", progress=False)
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "config.json").write_text(json.dumps({"model_type": "gemma4_text"}))
     assert not is_gemma4_assistant_dir(plain)
     with pytest.raises(SpecmlxError, match="not a Gemma 4 assistant"):
-        convert_drafter(plain, tmp_path / "out", progress=False)
+        convert_gemma4_assistant(plain, tmp_path / "out", progress=False)
     source = write_hf_checkpoint(tmp_path / "hf", model, target_args)
     with pytest.raises(SpecmlxError, match="unknown dtype"):
-        convert_drafter(source, tmp_path / "out", dtype="int8", progress=False)
+        convert_gemma4_assistant(source, tmp_path / "out", dtype="int8", progress=False)
     assert not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from specmlx.convert.atomic import check_destination, staged_path
 from specmlx.convert.options import DTYPES
-from specmlx.drafters.gemma4_assistant_model import ORDERING, load_gemma4_assistant, read_config
+from specmlx.models.gemma4_assistant import ORDERING, load_gemma4_assistant, read_config
 from specmlx.errors import SpecmlxError
 
 # Files copied as they are (the assistant shares its target's tokenizer; keeping
@@ -28,7 +28,7 @@ EXTRAS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special
           "generation_config.json", "chat_template.jinja")
 
 
-def convert_drafter(
+def convert_gemma4_assistant(
     source: str | Path, out: str | Path, dtype: str = "float32", force: bool = False, progress: bool = True
 ) -> Path:
     """Write the assistant at `source` to `out` in `dtype`; returns `out`.

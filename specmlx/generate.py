@@ -1,0 +1,144 @@
+"""`specmlx generate ...`: one generation from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import mlx.core as mx
+
+from .blas import describe
+from .engine import Engine, GenerationConfig
+from .errors import SpecmlxError, run_cli
+from .events import Source
+from .loading import MODEL_DRAFTERS, load_pair
+from .presets import default_preset_name
+from .sampling import SamplingParams
+from .stats import GenerationStats
+
+DRAFT_STYLE = "\033[32m"  # accepted draft tokens: green
+RESET = "\033[0m"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    gen = argparse.ArgumentParser(prog="specmlx generate", description="Generate text from a prompt "
+                                  "with exact speculative decoding.")
+    gen.add_argument("--target", default=None, help="target: a preset name, model directory or "
+                     "Hugging Face repo id (default: the default preset)")
+    gen.add_argument("--drafter", help=f"drafter: {MODEL_DRAFTERS} (default: the preset's "
+                     "drafter, else ngram)")
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="prompt text")
+    source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    gen.add_argument("--system", help="system message (with --chat)")
+    gen.add_argument("--max-tokens", type=int, default=256)
+    gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--min-p", type=float, default=0.0)
+    gen.add_argument("--num-draft", type=int, default=4, help="tokens drafted per round (default 4)")
+    gen.add_argument("--adaptive", action="store_true",
+                     help="tune the draft length to the acceptance history, from --num-draft up to 12")
+    gen.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
+                     help="stop a round's draft after a step where the drafter's top probability "
+                     "is below P; --num-draft is then a cap (default 0: always draft --num-draft)")
+    gen.add_argument("--lookup", type=int, default=0, metavar="N",
+                     help="before drafting, look for the last N or more tokens earlier in the context and "
+                     "propose what followed them (free drafts when the answer copies the prompt; "
+                     "default 0: off; e.g. 3)")
+    gen.add_argument("--lookup-draft", type=int, default=8, metavar="K",
+                     help="tokens proposed by a lookup (default 8)")
+    gen.add_argument("--seed", type=int, help="make sampling reproducible")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
+    gen.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, sources, stats")
+    return gen
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    try:
+        return args.prompt_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecmlxError(f"{args.prompt_file}: no such prompt file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecmlxError(f"{args.prompt_file}: cannot read prompt ({err})") from None
+
+
+def encode(tokenizer, text: str, chat: bool, system: str | None) -> list[int]:
+    if not chat:
+        if system is not None:
+            raise SpecmlxError("--system needs --chat")
+        return list(tokenizer.encode(text))
+    if not tokenizer.has_chat_template:
+        raise SpecmlxError("this tokenizer has no chat template; drop --chat")
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": text}
+    ]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def format_stats(stats: GenerationStats) -> str:
+    hist = " ".join(f"{n}:{c}" for n, c in enumerate(stats.accepted_histogram))
+    timing = (
+        f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, other {stats.other_s:.2f} s"
+        + ("" if stats.profiled else " (draft and verify share one graph; --profile splits them)")
+    )
+    return "\n".join([
+        f"prompt: {stats.prompt_tokens} tokens, {stats.prompt_tps:.1f} tok/s",
+        f"generation: {stats.generation_tokens} tokens, {stats.generation_tps:.2f} tok/s "
+        f"(finished: {stats.finish_reason})",
+        f"drafter {stats.drafter}: {stats.rounds} rounds, drafted {stats.drafted}, accepted "
+        f"{stats.accepted} ({100 * stats.acceptance_rate:.1f}%), mean accepted length "
+        f"{stats.mean_accepted:.2f}",
+        f"accepted drafts per round (n:rounds): {hist}",
+        f"target forwards {stats.target_forwards}, host syncs {stats.host_syncs}",
+        timing,
+    ])
+
+
+def generate(args: argparse.Namespace) -> int:
+    config = GenerationConfig(
+        max_tokens=args.max_tokens, num_draft=args.num_draft, seed=args.seed,
+        sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
+        stop=tuple(args.stop), profile=args.profile, adaptive=args.adaptive,
+        draft_p_min=args.draft_p_min, lookup=args.lookup, lookup_draft=args.lookup_draft,
+    )
+    text = read_prompt(args)
+    target, drafter = load_pair(args.target or default_preset_name(), args.drafter)
+    prompt = encode(target.tokenizer, text, args.chat, args.system)
+    engine = Engine(target.model, drafter, target.tokenizer)
+    run = engine.generate(prompt, config)
+    color = sys.stdout.isatty() and not args.json
+    events = []
+    for event in run:
+        events.append(event)
+        if not args.json:
+            styled = color and event.source is Source.DRAFT and event.text
+            sys.stdout.write(f"{DRAFT_STYLE}{event.text}{RESET}" if styled else event.text)
+            sys.stdout.flush()
+    if args.json:
+        json.dump({
+            "text": "".join(e.text for e in events) + run.tail,
+            "tokens": [e.token for e in events],
+            "sources": [e.source.value for e in events],
+            "stats": run.stats.to_dict(),
+        }, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(run.tail + "\n")
+        if color:
+            print(f"({DRAFT_STYLE}green{RESET}: accepted draft tokens)", file=sys.stderr)
+        print(format_stats(run.stats), file=sys.stderr)
+        print(f"backend: {mx.default_device()}, BLAS: {describe()}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli("specmlx generate", lambda: generate(args))
