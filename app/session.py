@@ -186,7 +186,7 @@ class Session:
             raise SpecmlxError("nothing to compare with yet: send a message first")
         prompt, config, tokens = self._last
         self._select("none")
-        run = self.engine.generate(prompt, replace(config, max_tokens=max(tokens, 8), num_draft=0))
+        run = self.engine.generate(prompt, replace(config, max_tokens=max(tokens, 8), policy=DraftPolicy(num_draft=0)))
         try:
             for _ in run:
                 if stop():

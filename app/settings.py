@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specmlx.engine import GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
 from specmlx.sampling import SamplingParams
 
@@ -40,7 +41,7 @@ class ChatSettings:
     def generation_config(self, stop: tuple[str, ...] = ()) -> GenerationConfig:
         return GenerationConfig(
             max_tokens=self.max_tokens,
-            num_draft=self.num_draft,
             sampling=SamplingParams(temp=self.temp, top_p=self.top_p),
+            policy=DraftPolicy(num_draft=self.num_draft),
             stop=stop,
         )

@@ -10,6 +10,7 @@ same loop is plain autoregressive decoding.
 from __future__ import annotations
 
 import random
+import weakref
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Iterable, Iterator, Sequence
@@ -20,58 +21,57 @@ from mlx_lm.utils import common_prefix_len
 
 from .adaptive import DraftLength
 from .cache import PREFILL_STEP, cache_length, make_cache, rewind
-from .drafters import Draft, Drafter
+from .drafters import Draft, Drafter, HiddenDrafter
 from .drafters.ngram import lookup
 from .errors import SpecmlxError
 from .events import Source, TokenEvent
 from .hidden import check_exposes_hidden, decoder, head
+from .policy import LOOKUP_NGRAM, DraftPolicy
 from .sampling import SamplingParams, warp
 from .stats import GenerationStats, StatsRecorder
 from .text import TextStream
 from .verify import verify_greedy, verify_sampled
-
-# Longest tail the lookup-first round matches: longer matches are tried first
-# and are the more reliable copies.
-LOOKUP_NGRAM = 8
-
+from .vocab import context_window
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """How to generate. `profile` adds one host sync per round so that drafting
-    and verification are timed apart; leave it off to measure speed. With
-    `adaptive`, `num_draft` is where the draft length starts and it then
-    follows the acceptance history, up to `max_draft`. With `draft_p_min` > 0
-    a drafter stops a round's draft after a step whose top probability is
-    below it (one small sync per drafted token); `num_draft` is then a cap.
-    With `lookup` = n > 0 a round first looks for the last n (up to
-    `LOOKUP_NGRAM`) tokens earlier in the context and, when found, proposes
-    up to `lookup_draft` tokens that followed them instead of asking the
-    drafter: free drafts where the answer copies its input (code edits)."""
+    """How to generate: how many tokens, how to sample, and how rounds draft
+    (`policy`). `profile` adds one host sync per round so that drafting and
+    verification are timed apart; leave it off to measure speed."""
 
     max_tokens: int = 256
-    num_draft: int = 4
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    policy: DraftPolicy = field(default_factory=DraftPolicy)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     profile: bool = False
-    adaptive: bool = False
-    max_draft: int = 12
-    draft_p_min: float = 0.0
-    lookup: int = 0
-    lookup_draft: int = 8
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
-        if self.num_draft < 0:
-            raise SpecmlxError(f"number of draft tokens must be >= 0, got {self.num_draft}")
-        if not 0.0 <= self.draft_p_min < 1.0:
-            raise SpecmlxError(f"draft p-min must be in [0, 1), got {self.draft_p_min}")
-        if not 0 <= self.lookup <= LOOKUP_NGRAM:
-            raise SpecmlxError(f"lookup match length must be in 0..{LOOKUP_NGRAM} (0 turns it off), "
-                               f"got {self.lookup}")
-        if self.lookup_draft < 1:
-            raise SpecmlxError(f"lookup draft length must be >= 1, got {self.lookup_draft}")
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round committed: the accepted drafts then the target's own
+    next token (`tokens`), out of `drafted` proposed, and whether the proposal
+    was looked up in the context rather than drafted."""
+
+    tokens: tuple[int, ...]
+    drafted: int
+    looked_up: bool
+
+    @property
+    def accepted(self) -> int:
+        return len(self.tokens) - 1
+
+    def source(self, index: int) -> Source:
+        """Where `tokens[index]` came from."""
+        if index < self.accepted:
+            return Source.DRAFT
+        if self.drafted == 0:
+            return Source.TARGET
+        return Source.BONUS if self.accepted == self.drafted else Source.CORRECTED
 
 
 class Engine:
@@ -89,22 +89,65 @@ class Engine:
         eos_token_ids: Iterable[int] | None = None,
     ) -> None:
         self.target = target
-        self.drafter = drafter
         self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else ()
         self.eos_token_ids = frozenset(eos_token_ids)
         self.cache = make_cache(target, name="target")
         self.context: list[int] = []  # committed tokens; the caches hold a prefix
+        self.context_window = context_window(target)  # None: the config does not say
         check_exposes_hidden(target)
-        self.reads_hidden = getattr(drafter, "reads_hidden", False)
-        if self.reads_hidden:
-            drafter.attach(target, self.cache)
+        # For each drafter swapped out, the context its state is a prefix of.
+        self._covered: weakref.WeakKeyDictionary[Drafter, list[int]] = weakref.WeakKeyDictionary()
+        self.drafter: Drafter = drafter
+        self._start_using(drafter, covered=[])
+
+    @property
+    def reads_hidden(self) -> bool:
+        """Whether the drafter reads the target's hidden states (MTP-style)."""
+        return isinstance(self.drafter, HiddenDrafter)
+
+    def use(self, drafter: Drafter) -> None:
+        """Draft with `drafter` from now on, keeping the target's cache.
+
+        The outgoing drafter's state is remembered as a prefix of the context,
+        so taking it back later only recomputes what changed since. The
+        incoming one is rewound to what it shares with the context; one that
+        reads hidden states is attached, and the target's cache is cut back to
+        that shared prefix so the next prefill shows it every hidden state it
+        missed.
+        """
+        if drafter is self.drafter:
+            return
+        self._covered[self.drafter] = self.context[: cache_length(self.cache)]
+        self.drafter = drafter
+        self._start_using(drafter, covered=self._covered.pop(drafter, []))
+
+    def _start_using(self, drafter: Drafter, covered: list[int]) -> None:
+        keep = min(common_prefix_len(covered, self.context), cache_length(self.cache))
+        drafter.rewind(keep)
+        if isinstance(drafter, HiddenDrafter):
+            drafter.attach(self.target, self.cache)
+            rewind(self.cache, keep)
+
+    def room(self, prompt_tokens: int) -> int | None:
+        """How many new tokens fit after a prompt of this length, or None without a known window."""
+        return None if self.context_window is None else self.context_window - prompt_tokens
 
     def generate(self, prompt: Sequence[int], config: GenerationConfig = GenerationConfig()) -> "Generation":
-        """Start generating from `prompt` (token ids). Iterate the result for events."""
+        """Start generating from `prompt` (token ids). Iterate the result for events.
+
+        A prompt and `max_tokens` that do not fit the target's context window
+        are refused: past it a model's positions mean nothing and it writes
+        garbage. Callers that can shorten (the chat) check `room` first."""
         if len(prompt) == 0:
             raise SpecmlxError("the prompt is empty")
+        room = self.room(len(prompt))
+        if room is not None and config.max_tokens > room:
+            fits = f"at most {room} new tokens fit" if room > 0 else "no new token fits"
+            raise SpecmlxError(
+                f"the prompt ({len(prompt)} tokens) and max tokens ({config.max_tokens}) do not fit the "
+                f"target's context window of {self.context_window} tokens; {fits}")
         return Generation(self, list(prompt), config)
 
     # -- phases ---------------------------------------------------------------
@@ -132,18 +175,18 @@ class Engine:
         draft is deterministic (q one-hot), so every round still proposes from
         a known q and verification stays exact at every temperature.
         """
-        if config.lookup and num_draft > 0:
-            found = lookup(tokens, min(config.lookup_draft, room), LOOKUP_NGRAM, config.lookup)
+        policy = config.policy
+        if policy.lookup and num_draft > 0:
+            found = lookup(tokens, min(policy.lookup_draft, room), LOOKUP_NGRAM, policy.lookup)
             if found:
                 return Draft(mx.array(found, dtype=mx.uint32)), True
-        return self.drafter.draft(tokens, num_draft, config.sampling, key, config.draft_p_min), False
+        return self.drafter.draft(tokens, num_draft, config.sampling, key, policy.p_min), False
 
     def _round(
         self, tokens: list[int], num_draft: int, room: int, config: GenerationConfig,
         key: mx.array, rec: StatsRecorder,
-    ) -> tuple[list[int], int, int, bool]:
-        """One round, drafting at most `num_draft` tokens (`room` if looked up).
-        Returns (accepted drafts, the target's next token, drafted count, looked up)."""
+    ) -> Round:
+        """One round, drafting at most `num_draft` tokens (`room` if looked up)."""
         sampling, profile = config.sampling, config.profile
         draft_key, verify_key = mx.random.split(key)
         start = perf_counter()
@@ -151,7 +194,7 @@ class Engine:
         draft, looked_up = self._propose(tokens, num_draft, room, config, draft_key)
         if profile:
             self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
-        drafted = perf_counter()
+        draft_done = perf_counter()
         # 2. score [last, d1..dk] in one target forward (still lazy)
         scored = cache_length(self.cache)
         pending = mx.array(tokens[scored:], dtype=mx.uint32)
@@ -161,21 +204,21 @@ class Engine:
             self.drafter.observe(scored, hidden)  # rejected rows are cut by the rewind below
         # 3. verify (still lazy)
         if sampling.greedy:
-            accepted, following = verify_greedy(logits, draft.tokens)
+            n_accepted, following = verify_greedy(logits, draft.tokens)
         else:
             p = mx.exp(warp(logits, sampling))
-            accepted, following = verify_sampled(p, draft.probs, draft.tokens, verify_key)
+            n_accepted, following = verify_sampled(p, draft.probs, draft.tokens, verify_key)
         # 4. the round's one blocking host sync
-        proposal, accepted, following = self._sync(rec, draft.tokens, accepted, following,
+        proposal, accepted, following = self._sync(rec, draft.tokens, n_accepted, following,
                                                    keep=(hidden,) if self.reads_hidden else ())
         # 5. rewind both caches to the accepted prefix: O(1) offset moves
         committed = len(tokens) + accepted
         rewind(self.cache, committed)
         self.drafter.rewind(committed)
-        rec.draft_s += drafted - start
-        rec.verify_s += perf_counter() - drafted
+        rec.draft_s += draft_done - start
+        rec.verify_s += perf_counter() - draft_done
         rec.record_round(draft.size, accepted)
-        return proposal[:accepted], following, draft.size, looked_up
+        return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up)
 
     @staticmethod
     def _sync(rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:
@@ -186,7 +229,8 @@ class Engine:
         return [a.tolist() for a in arrays]
 
     def _decode(self, prompt: list[int], config: GenerationConfig, out: "Generation") -> Iterator[TokenEvent]:
-        rec = StatsRecorder(drafter=self.drafter.name, num_draft=config.num_draft)
+        policy = config.policy
+        rec = StatsRecorder(drafter=self.drafter.name, num_draft=policy.num_draft)
         seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(63)
         key = mx.random.key(seed)
         text = TextStream(self.tokenizer, config.stop)
@@ -196,23 +240,21 @@ class Engine:
         rec.prompt_tokens = len(prompt)
         tokens = self.context  # grows as tokens are committed
         finish = ""
-        length = DraftLength(config.num_draft, max(config.max_draft, config.num_draft), config.adaptive)
+        length = DraftLength(policy.num_draft, max(policy.max_draft, policy.num_draft), policy.adaptive)
         rec.resume()
         try:
             while not finish:
                 budget = config.max_tokens - rec.generation_tokens
                 key, round_key = mx.random.split(key)
-                accepted, following, drafted, looked_up = self._round(
-                    tokens, min(length.current, budget - 1), budget - 1, config, round_key, rec,
-                )
-                if not looked_up:  # the length follows the drafter's record, not the lookup's
-                    length.update(drafted, len(accepted))
-                for i, token in enumerate(accepted + [following]):
+                done = self._round(tokens, min(length.current, budget - 1), budget - 1, config, round_key, rec)
+                if not done.looked_up:  # the length follows the drafter's record, not the lookup's
+                    length.update(done.drafted, done.accepted)
+                for i, token in enumerate(done.tokens):
                     tokens.append(token)
                     if token in self.eos_token_ids:
                         finish = "eos"
                         break
-                    event = TokenEvent(token, text.add(token), _source(i, len(accepted), drafted))
+                    event = TokenEvent(token, text.add(token), done.source(i))
                     rec.generation_tokens += 1
                     rec.pause()
                     yield event
@@ -229,14 +271,6 @@ class Engine:
             self.drafter.rewind(len(tokens))
             out.tail = text.finish()
             out.stats = rec.freeze(config.profile, finish or "cancelled")
-
-
-def _source(index: int, accepted: int, drafted: int) -> Source:
-    if index < accepted:
-        return Source.DRAFT
-    if drafted == 0:
-        return Source.TARGET
-    return Source.BONUS if accepted == drafted else Source.CORRECTED
 
 
 class Generation:

@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from .blas import describe
 from .engine import Engine, GenerationConfig
+from .policy import DraftPolicy
 from .errors import SpecmlxError, run_cli
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
@@ -104,10 +105,11 @@ def format_stats(stats: GenerationStats) -> str:
 
 def generate(args: argparse.Namespace) -> int:
     config = GenerationConfig(
-        max_tokens=args.max_tokens, num_draft=args.num_draft, seed=args.seed,
+        max_tokens=args.max_tokens, seed=args.seed,
         sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
-        stop=tuple(args.stop), profile=args.profile, adaptive=args.adaptive,
-        draft_p_min=args.draft_p_min, lookup=args.lookup, lookup_draft=args.lookup_draft,
+        policy=DraftPolicy(num_draft=args.num_draft, adaptive=args.adaptive, p_min=args.draft_p_min,
+                           lookup=args.lookup, lookup_draft=args.lookup_draft),
+        stop=tuple(args.stop), profile=args.profile,
     )
     text = read_prompt(args)
     target, drafter = load_pair(args.target or default_preset_name(), args.drafter)

@@ -29,3 +29,14 @@ def fit_vocab(logits: mx.array, size: int) -> mx.array:
         pad = mx.full((*logits.shape[:-1], size - width), -mx.inf, dtype=logits.dtype)
         return mx.concatenate([logits, pad], axis=-1)
     return logits
+
+
+def context_window(model: nn.Module) -> int | None:
+    """How many positions the model was built for (`max_position_embeddings`
+    in its config, or its text config's), or None when the config does not say."""
+    args = getattr(model, "args", None)
+    size = getattr(args, "max_position_embeddings", None)
+    text = getattr(args, "text_config", None)  # multimodal wrappers keep the text model's config apart
+    if size is None and isinstance(text, dict):
+        size = text.get("max_position_embeddings")
+    return size if isinstance(size, int) and size > 0 else None

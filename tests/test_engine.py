@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
@@ -11,6 +13,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specmlx.cache import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
 from specmlx.events import Source
 from specmlx.sampling import SamplingParams
@@ -30,8 +33,14 @@ def reference_greedy(model: nn.Module, prompt: list[int], n: int) -> list[int]:
     return [int(token) for token, _ in steps]
 
 
-def run(engine: Engine, prompt: list[int], **config):
-    generation = engine.generate(prompt, GenerationConfig(**config))
+POLICY = {field.name for field in dataclasses.fields(DraftPolicy)}
+
+
+def run(engine: Engine, prompt: list[int], **settings):
+    """Generate with `settings`: GenerationConfig fields and DraftPolicy fields mixed."""
+    policy = DraftPolicy(**{k: v for k, v in settings.items() if k in POLICY})
+    config = GenerationConfig(policy=policy, **{k: v for k, v in settings.items() if k not in POLICY})
+    generation = engine.generate(prompt, config)
     events = list(generation)
     return events, generation.stats
 
@@ -78,7 +87,7 @@ def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, targe
     engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
     for text in PROMPTS:
         prompt = tokenizer.encode(text)
-        events, stats = run(engine, prompt, max_tokens=40, num_draft=6, draft_p_min=p_min)
+        events, stats = run(engine, prompt, max_tokens=40, num_draft=6, p_min=p_min)
         assert [e.token for e in events] == reference_greedy(target, prompt, 40)
         assert stats.host_syncs == stats.rounds  # the drafter's own checks are not verify syncs
         _, full = run(engine, prompt, max_tokens=40, num_draft=6)
@@ -113,18 +122,18 @@ def test_greedy_exact_when_rounds_look_up_before_drafting(tokenizer, vocab, targ
 
 def test_lookup_needs_a_sane_match_and_draft_length():
     with pytest.raises(SpecmlxError, match="lookup match length"):
-        GenerationConfig(lookup=-1)
+        GenerationConfig(policy=DraftPolicy(lookup=-1))
     with pytest.raises(SpecmlxError, match="lookup match length"):
-        GenerationConfig(lookup=9)
+        GenerationConfig(policy=DraftPolicy(lookup=9))
     with pytest.raises(SpecmlxError, match="lookup draft length"):
-        GenerationConfig(lookup=2, lookup_draft=0)
+        GenerationConfig(policy=DraftPolicy(lookup=2, lookup_draft=0))
 
 
 def test_draft_p_min_must_be_a_probability():
     with pytest.raises(SpecmlxError, match="p-min"):
-        GenerationConfig(draft_p_min=1.0)
+        GenerationConfig(policy=DraftPolicy(p_min=1.0))
     with pytest.raises(SpecmlxError, match="p-min"):
-        GenerationConfig(draft_p_min=-0.1)
+        GenerationConfig(policy=DraftPolicy(p_min=-0.1))
 
 
 def test_sources_describe_each_round(tokenizer, vocab, target, noisy_drafter):
@@ -144,7 +153,7 @@ def test_caches_hold_exactly_the_committed_tokens_after_a_rejection(tokenizer, v
     drafter = ModelDrafter(noisy_drafter, vocab)
     engine = Engine(target, drafter, eos_token_ids=[])
     prompt = tokenizer.encode(PROMPTS[1])
-    generation = engine.generate(prompt, GenerationConfig(max_tokens=200, num_draft=4))
+    generation = engine.generate(prompt, GenerationConfig(max_tokens=200, policy=DraftPolicy(num_draft=4)))
     for event in generation:
         if event.source is Source.CORRECTED:
             break  # stop right after a round that rejected a draft
@@ -209,7 +218,7 @@ def test_stop_string_ends_generation_and_is_not_emitted(tokenizer, vocab, target
     stop = full[17:20]
     assert stop and full.index(stop) == 17
     engine = Engine(target, ModelDrafter(target, vocab), tokenizer=tokenizer_wrapper(tokenizer), eos_token_ids=[])
-    generation = engine.generate(prompt, GenerationConfig(max_tokens=40, num_draft=5, stop=(stop,)))
+    generation = engine.generate(prompt, GenerationConfig(max_tokens=40, stop=(stop,), policy=DraftPolicy(num_draft=5)))
     text = "".join(e.text for e in generation) + generation.tail
     assert text == full[:17]
     assert generation.stats.finish_reason == "stop"

@@ -17,6 +17,7 @@ from scipy.stats import chisquare
 from specmlx.drafters import Draft, ModelDrafter, PromptLookupDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams, warp
 
 from . import tiny
@@ -46,9 +47,7 @@ def sample_sequences(engine: Engine, sampling: SamplingParams, num_draft: int = 
                      length: int = LENGTH, **config) -> tuple[list[tuple[int, ...]], float]:
     seqs, rounds = [], 0
     for seed in range(RUNS):
-        generation = engine.generate(PROMPT, GenerationConfig(
-            max_tokens=length, num_draft=num_draft, sampling=sampling, seed=seed, draft_p_min=p_min,
-            **config))
+        generation = engine.generate(PROMPT, GenerationConfig(max_tokens=length, sampling=sampling, seed=seed, **config, policy=DraftPolicy(num_draft=num_draft, p_min=p_min)))
         seqs.append(tuple(e.token for e in generation))
         rounds += generation.stats.rounds
     return seqs, rounds / RUNS

@@ -11,6 +11,7 @@ from mlx_lm.generate import generate_step
 
 from specmlx import presets
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
 from specmlx.loading import load_pair
 from specmlx.presets.fetch import fetch_preset
@@ -54,7 +55,7 @@ def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
     code_tokens = code_rounds = 0
     for row in rows:
         prompt = chat(target.tokenizer, row["prompt"])
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, num_draft=4))
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=4)))
         tokens = [e.token for e in generation]
         assert tokens == target_greedy(target.model, prompt, set(target.tokenizer.eos_token_ids)), row["id"]
         assert generation.stats.host_syncs == generation.stats.rounds
@@ -84,7 +85,7 @@ def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
     tokens = rounds = 0
     for row in bench_prompts("code")[4:6]:
         prompt = chat(target.tokenizer, row["prompt"])
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, num_draft=4))
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=4)))
         assert [e.token for e in generation] == target_greedy(target.model, prompt, eos), row["id"]
         tokens += generation.stats.generation_tokens
         rounds += generation.stats.rounds

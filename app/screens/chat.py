@@ -164,7 +164,7 @@ class ChatScreen(Screen):
             self.figures = replace(
                 self._idle_figures(), prompt_tokens=update.prompt_tokens, reused=update.reused,
                 drafter=self._drafter_label(update.drafter),
-                num_draft=update.config.num_draft if update.drafter != "none" else None,
+                num_draft=update.config.policy.num_draft if update.drafter != "none" else None,
             )
         elif isinstance(update, Streamed):
             answer.append(update.events)

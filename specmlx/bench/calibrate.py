@@ -26,6 +26,7 @@ import mlx.nn as nn
 from ..cache import make_cache, prefill, rewind
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
+from ..policy import DraftPolicy
 
 WARMUP = 1
 
@@ -76,7 +77,7 @@ def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int]
     what its empty attempt took.
     """
     engine = Engine(target, drafter, eos_token_ids=())
-    config = GenerationConfig(max_tokens=2, num_draft=1, seed=0, profile=True)
+    config = GenerationConfig(max_tokens=2, seed=0, profile=True, policy=DraftPolicy(num_draft=1))
     context = list(prompt)
     times = []
     for i in range(WARMUP + steps):

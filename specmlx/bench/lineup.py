@@ -20,7 +20,7 @@ from typing import Iterable
 import mlx.nn as nn
 
 from ..drafters import Drafter, ModelDrafter, NoDrafter
-from ..engine import LOOKUP_NGRAM
+from ..policy import LOOKUP_NGRAM
 from ..errors import SpecmlxError
 from ..loading import LoadedModel, check_pair, drafter_source, load, load_drafter, resolve
 

@@ -22,6 +22,7 @@ from mlx_lm.sample_utils import make_sampler
 from ..cache import make_cache, prefill
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
+from ..policy import DraftPolicy
 from ..sampling import SamplingParams
 from .lineup import Variant
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET
@@ -159,10 +160,8 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do."""
     engine = Engine(model, drafter, tokenizer)
-    config = GenerationConfig(max_tokens=max_tokens, num_draft=num_draft,
-                              sampling=SamplingParams(temp=temp), seed=seed, profile=profile,
-                              adaptive=variant.adaptive, draft_p_min=variant.p_min,
-                              lookup=variant.lookup)
+    config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
+                              profile=profile, policy=replace(policy, num_draft=num_draft))
     generation = engine.generate(list(prompt), config)
     tokens = tuple(event.token for event in generation)
     stats = generation.stats

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -58,16 +58,17 @@ class Drafter(Protocol):
         """Forget everything past the first `length` tokens of the sequence."""
 
 
+@runtime_checkable
 class HiddenDrafter(Drafter, Protocol):
     """A drafter that reads the target (MTP-style): its embeddings, final hidden
-    states and, for Gemma 4 assistants, its KV cache.
+    states and, for Gemma 4 assistants, its KV cache. The engine recognises
+    one by these two methods (`isinstance(drafter, HiddenDrafter)`).
 
-    The engine calls `attach` once, then `observe` with the hidden states of
-    every position the target scores (prefill and verify), lazily and before
-    the round's sync; `rewind` then drops the rows of rejected positions.
+    The engine calls `attach` when it starts using the drafter, then
+    `observe` with the hidden states of every position the target scores
+    (prefill and verify), lazily and before the round's sync; `rewind` then
+    drops the rows of rejected positions.
     """
-
-    reads_hidden: bool
 
     def attach(self, target: nn.Module, cache: list) -> None:
         """Share the target's weights and caches (read only)."""

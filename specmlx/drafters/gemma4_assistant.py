@@ -1,4 +1,4 @@
-"""Drafting with a Gemma 4 assistant (see `gemma4_assistant_model`).
+"""Drafting with a Gemma 4 assistant (the network: `specmlx.models.gemma4_assistant`).
 
 The assistant has no cache: every step attends over the target's own KV
 cache, read in place, and conditions on the target's final hidden state at
@@ -22,6 +22,7 @@ cuts the hidden-state history.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import mlx.core as mx
@@ -30,10 +31,10 @@ from mlx_lm.models import gemma4_text
 
 from ..errors import SpecmlxError
 from ..hidden import embed
-from ..sampling import SamplingParams, sample, warp
+from ..sampling import SamplingParams
 from ..vocab import fit_vocab
 from .base import Draft
-from .confidence import unsure
+from .loop import Scores, draft_loop
 from ..models.gemma4_assistant import SLIDING, Gemma4AssistantModel
 from .history import HiddenHistory
 
@@ -48,8 +49,6 @@ HF_POSITION_LAG = 0
 
 
 class Gemma4AssistantDrafter:
-    reads_hidden = True
-
     def __init__(
         self, model: Gemma4AssistantModel, vocab_size: int, name: str = "gemma4-assistant",
         position_lag: int = HF_POSITION_LAG,
@@ -134,24 +133,16 @@ class Gemma4AssistantDrafter:
         kv = self.target_kv(scored)
         position = scored - self.position_lag  # constant for the whole round
         h = self.history.rows(scored - 1, scored)[None]  # (1, 1, backbone)
-        token = mx.array([tokens[-1]], dtype=mx.uint32)
-        keys = mx.random.split(key, num_draft)
-        drafted, probs = [], []
-        for i in range(num_draft):
-            x = mx.concatenate([embed(self.target, token[None]) * self.embed_scale, h], axis=-1)
-            out, h = self.model(x, kv, position)
-            out = out[0, -1]
-            if sampling.greedy:
-                token = self.model.greedy(out)
-                scores = None if p_min <= 0 else self.model.logits(out)
-            else:
-                # No final-logit softcap: HF's and mlx-vlm's assistants take raw
-                # logits from the tied head (the cap belongs to the target's head).
-                scores = warp(fit_vocab(self.model.logits(out), self.vocab_size), sampling)
-                token = sample(scores, keys[i])
-                probs.append(mx.exp(scores))
-            token = token.reshape(1).astype(mx.uint32)
-            drafted.append(token)
-            if i + 1 < num_draft and unsure(scores, p_min):
-                break
-        return Draft(mx.concatenate(drafted), mx.stack(probs) if probs else None)
+        first = mx.array([tokens[-1]], dtype=mx.uint32)
+        step = functools.partial(self._step, kv, position)
+        return draft_loop(step, first, h, num_draft, sampling, key, p_min)
+
+    def _step(self, kv: dict, position: int, token: mx.array, h: mx.array) -> tuple[Scores, mx.array]:
+        """Feed the token and the assistant's projected state; K/V and the position stay fixed."""
+        x = mx.concatenate([embed(self.target, token[None]) * self.embed_scale, h], axis=-1)
+        out, h = self.model(x, kv, position)
+        out = out[0, -1]
+        # No final-logit softcap: HF's and mlx-vlm's assistants take raw
+        # logits from the tied head (the cap belongs to the target's head).
+        logits = self.model.logits(out)
+        return Scores(fit_vocab(logits, self.vocab_size), (self.model.greedy(out), logits)), h

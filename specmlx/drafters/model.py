@@ -9,9 +9,9 @@ import mlx.nn as nn
 
 from ..cache import cache_length, make_cache, prefill, rewind
 from ..vocab import fit_vocab
-from ..sampling import SamplingParams, sample, warp
+from ..sampling import SamplingParams
 from .base import Draft
-from .confidence import unsure
+from .loop import Scores, draft_loop
 
 
 class ModelDrafter:
@@ -40,26 +40,12 @@ class ModelDrafter:
             return Draft.empty()
         # Everything the cache has not seen: the last token, plus the final
         # draft of the previous round when all of it was accepted.
-        x = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
-        keys = mx.random.split(key, num_draft)
-        drafted, probs = [], []
-        for i in range(num_draft):
-            logits = self.model(x[None], cache=self.cache)[0, -1]
-            logits = fit_vocab(logits, self.vocab_size)
-            if sampling.greedy:
-                token, scores = mx.argmax(logits), logits
-            else:
-                scores = warp(logits, sampling)
-                token = sample(scores, keys[i])
-                probs.append(mx.exp(scores))
-            drafted.append(token)
-            if i + 1 < num_draft and unsure(scores, p_min):
-                break
-            x = token.reshape(1).astype(mx.uint32)
-        return Draft(
-            tokens=mx.stack(drafted).astype(mx.uint32),
-            probs=mx.stack(probs) if probs else None,
-        )
+        unseen = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
+        return draft_loop(self._step, unseen, None, num_draft, sampling, key, p_min)
+
+    def _step(self, fed: mx.array, state: None) -> tuple[Scores, None]:
+        logits = self.model(fed[None], cache=self.cache)[0, -1]
+        return Scores(fit_vocab(logits, self.vocab_size)), None
 
     def rewind(self, length: int) -> None:
         rewind(self.cache, length)

@@ -1,4 +1,4 @@
-"""Drafting with specmlx's own MTP head (see `mtp_model`).
+"""Drafting with specmlx's own MTP head (the network: `specmlx.models.mtp`).
 
 The head keeps a small KV cache of its own. Position j of that cache holds
 (embed(token j+1), target hidden j), so it runs one behind the target. A
@@ -17,16 +17,14 @@ import mlx.nn as nn
 from ..cache import cache_length, rewind
 from ..errors import SpecmlxError
 from ..hidden import embed, text_model
-from ..sampling import SamplingParams, sample, warp
+from ..sampling import SamplingParams
 from .base import Draft
-from .confidence import unsure
+from .loop import Scores, draft_loop
 from .history import HiddenHistory
 from ..models.mtp import MTPModel
 
 
 class MTPDrafter:
-    reads_hidden = True
-
     def __init__(self, model: MTPModel, vocab_size: int, name: str = "mtp") -> None:
         self.model = model
         self.vocab_size = vocab_size
@@ -72,22 +70,14 @@ class MTPDrafter:
         self.real = n - 1
         ids = mx.array(tokens[fed + 1 : n], dtype=mx.uint32)
         hidden = self.history.rows(fed, n - 1)
-        keys = mx.random.split(key, num_draft)
-        drafted, probs = [], []
-        for i in range(num_draft):
-            features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
-            if sampling.greedy:
-                scores = features[0] @ self.head_rows.T  # over the draft vocabulary only
-                token = self.model.draft_ids[mx.argmax(scores)]
-            else:
-                scores = warp(self.logits(features[0]), sampling)
-                token = sample(scores, keys[i])
-                probs.append(mx.exp(scores))
-            drafted.append(token)
-            if i + 1 < num_draft and unsure(scores, p_min):
-                break
-            ids, hidden = token.reshape(1).astype(mx.uint32), features
-        return Draft(mx.stack(drafted).astype(mx.uint32), mx.stack(probs) if probs else None)
+        return draft_loop(self._step, ids, hidden, num_draft, sampling, key, p_min)
+
+    def _step(self, ids: mx.array, hidden: mx.array) -> tuple[Scores, mx.array]:
+        """Feed (embed(ids), hidden) rows; the head's features are the next step's hidden."""
+        features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
+        draft_scores = features[0] @ self.head_rows.T  # over the draft vocabulary only: cheaper
+        greedy = (self.model.draft_ids[mx.argmax(draft_scores)], draft_scores)
+        return Scores(self.logits(features[0]), greedy), features
 
     def rewind(self, length: int) -> None:
         self.history.rewind(length)

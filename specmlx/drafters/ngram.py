@@ -13,6 +13,7 @@ import mlx.core as mx
 
 from ..sampling import SamplingParams
 from .base import Draft
+from .labels import NGRAM
 
 
 def lookup(tokens: Sequence[int], num_draft: int, max_ngram: int, min_ngram: int) -> list[int]:
@@ -32,7 +33,7 @@ def lookup(tokens: Sequence[int], num_draft: int, max_ngram: int, min_ngram: int
 class PromptLookupDrafter:
     """Deterministic drafter: its q is one-hot, so verification stays exact."""
 
-    name = "ngram"
+    name = NGRAM
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram

@@ -12,10 +12,11 @@ import mlx.core as mx
 
 from ..sampling import SamplingParams
 from .base import Draft
+from .labels import NONE
 
 
 class NoDrafter:
-    name = "none"
+    name = NONE
 
     def prefill(self, tokens: Sequence[int]) -> None:
         pass

@@ -136,10 +136,10 @@ class FakeEngine:
         rounds = sum(e.source is not Source.DRAFT for e in events)
         accepted = sum(e.source is Source.DRAFT for e in events)
         drafting = getattr(self.drafter, "name", "") != "none"
-        drafted = rounds * config.num_draft if drafting else 0
-        histogram = [0] * (config.num_draft + 1)
+        drafted = rounds * config.policy.num_draft if drafting else 0
+        histogram = [0] * (config.policy.num_draft + 1)
         return GenerationStats(
-            drafter=self.drafter.name, num_draft=config.num_draft, prompt_tokens=0,
+            drafter=self.drafter.name, num_draft=config.policy.num_draft, prompt_tokens=0,
             generation_tokens=len(events), rounds=rounds, drafted=max(drafted, accepted), accepted=accepted,
             accepted_histogram=tuple(histogram), target_forwards=rounds, host_syncs=rounds,
             prefill_s=0.0, decode_s=len(events) / self.tps, draft_s=0.0, verify_s=0.0, profiled=False,

@@ -77,7 +77,7 @@ def test_settings_choose_the_drafter_and_sampling(tiny_engine):
     lookup = ChatSettings(max_tokens=8, drafter="ngram", temp=0.7, top_p=0.9, num_draft=2)
     started = answer(session, "hi", lookup)[0]
     assert isinstance(session.engine.drafter, PromptLookupDrafter)
-    assert (started.config.sampling.temp, started.config.sampling.top_p, started.config.num_draft) == (0.7, 0.9, 2)
+    assert (started.config.sampling.temp, started.config.sampling.top_p, started.config.policy.num_draft) == (0.7, 0.9, 2)
     answer(session, "again", ChatSettings(max_tokens=8, speculation=False))
     assert isinstance(session.engine.drafter, NoDrafter)
 

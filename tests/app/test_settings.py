@@ -19,4 +19,4 @@ def test_speculation_off_means_no_drafter_but_keeps_the_choice():
     settings = ChatSettings(drafter="ngram", speculation=False, temp=0.5, num_draft=3)
     assert settings.active_drafter == "none" and settings.drafter == "ngram"
     config = settings.generation_config(stop=("x",))
-    assert (config.sampling.temp, config.num_draft, config.stop) == (0.5, 3, ("x",))
+    assert (config.sampling.temp, config.policy.num_draft, config.stop) == (0.5, 3, ("x",))

@@ -18,6 +18,7 @@ from specmlx.models.gemma4_assistant import (
     AssistantConfig, AssistantLayer, Gemma4AssistantModel, load_gemma4_assistant,
 )
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
 from specmlx.sampling import SamplingParams, warp
 
@@ -51,7 +52,7 @@ def prefilled(target, model, vocab, prompt) -> tuple[Engine, Gemma4AssistantDraf
     """An engine whose caches hold `prompt`, and one more target token committed."""
     drafter = Gemma4AssistantDrafter(model, vocab)
     engine = Engine(target, drafter, eos_token_ids=[])
-    list(engine.generate(prompt, GenerationConfig(max_tokens=1, num_draft=0)))
+    list(engine.generate(prompt, GenerationConfig(max_tokens=1, policy=DraftPolicy(num_draft=0))))
     return engine, drafter
 
 
@@ -238,7 +239,7 @@ def test_greedy_output_equals_the_targets_own(tokenizer, vocab, g4_target, assis
 def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, g4_target, assistants, ordered):
     engine = Engine(g4_target, Gemma4AssistantDrafter(assistants[ordered], vocab), eos_token_ids=[])
     prompt = tokenizer.encode(PROMPTS[0])
-    events, stats = run(engine, prompt, max_tokens=20, num_draft=5, draft_p_min=0.5)
+    events, stats = run(engine, prompt, max_tokens=20, num_draft=5, p_min=0.5)
     assert [e.token for e in events] == reference_greedy(g4_target, prompt, 20)
     _, full = run(engine, prompt, max_tokens=20, num_draft=5)
     assert 0 < stats.drafted / stats.rounds < full.drafted / full.rounds  # drafts were cut short
@@ -298,8 +299,7 @@ def test_sampled_output_follows_the_target_distribution():
     counts: dict[tuple[int, ...], int] = {}
     rounds = 0
     for seed in range(RUNS):
-        generation = engine.generate(PROMPT, GenerationConfig(max_tokens=LENGTH, num_draft=2,
-                                                              sampling=SAMPLED, seed=seed))
+        generation = engine.generate(PROMPT, GenerationConfig(max_tokens=LENGTH, sampling=SAMPLED, seed=seed, policy=DraftPolicy(num_draft=2)))
         seq = tuple(e.token for e in generation)
         counts[seq] = counts.get(seq, 0) + 1
         rounds += generation.stats.rounds

@@ -9,6 +9,7 @@ from specmlx.cache import cache_length
 from specmlx.drafters.mtp import MTPDrafter, head_rows
 from specmlx.models.mtp import is_mtp_dir, load_mtp, save_mtp
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
 from specmlx.sampling import SamplingParams
 
@@ -36,7 +37,7 @@ def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, targe
     engine = Engine(target, MTPDrafter(mtp_model, vocab), eos_token_ids=[])
     for text in PROMPTS:
         prompt = tokenizer.encode(text)
-        events, stats = run(engine, prompt, max_tokens=30, num_draft=6, draft_p_min=0.3)
+        events, stats = run(engine, prompt, max_tokens=30, num_draft=6, p_min=0.3)
         assert [e.token for e in events] == reference_greedy(target, prompt, 30)
         _, full = run(engine, prompt, max_tokens=30, num_draft=6)
         assert 0 < stats.drafted / stats.rounds < full.drafted / full.rounds  # drafts were cut short
@@ -47,7 +48,7 @@ def test_drafts_only_from_the_draft_vocabulary(tokenizer, vocab, target, mtp_mod
     engine = Engine(target, drafter, eos_token_ids=[])
     allowed = set(mtp_model.draft_ids.tolist())
     prompt = tokenizer.encode(PROMPTS[1])
-    list(engine.generate(prompt, GenerationConfig(max_tokens=2, num_draft=0)))
+    list(engine.generate(prompt, GenerationConfig(max_tokens=2, policy=DraftPolicy(num_draft=0))))
     tokens = engine.context
     for sampling in (SamplingParams(), SamplingParams(temp=1.0)):
         draft = drafter.draft(tokens, 5, sampling, mx.random.key(0))

@@ -10,6 +10,7 @@ import pytest
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.models.mtp import MTPConfig, MTPModel, load_mtp
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
 from specmlx.train.corpus import Document, windows
 from specmlx.train.features import collect, load_shard, shard_count
 from specmlx.train.trainer import TrainConfig, Trainer, draft_vocabulary, shard_token_counts
@@ -81,7 +82,7 @@ def test_training_raises_agreement_and_resumes(features, target, target_args, tm
     # The trained head drafts through the engine, exactly.
     drafter = MTPDrafter(load_mtp(tmp_path / "checkpoint"), vocab)
     prompt = tokenizer.encode(CORPUS[0])
-    run = Engine(target, drafter, eos_token_ids=[]).generate(prompt, GenerationConfig(max_tokens=16, num_draft=3))
+    run = Engine(target, drafter, eos_token_ids=[]).generate(prompt, GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=3)))
     tokens = [e.token for e in run]
     from ..test_engine import reference_greedy
     assert tokens == reference_greedy(target, prompt, 16)

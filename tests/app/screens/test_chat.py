@@ -139,9 +139,9 @@ def test_settings_change_the_next_answers_parameters(fake_engine):
             await send(pilot, "two")
             await answered(pilot, 2)
             first, second = engine.calls
-            assert first.config.sampling.temp == 0 and first.config.num_draft == 4
+            assert first.config.sampling.temp == 0 and first.config.policy.num_draft == 4
             assert (second.config.sampling.temp, second.config.sampling.top_p) == (0.7, 0.9)
-            assert (second.config.num_draft, second.config.max_tokens) == (2, 50)
+            assert (second.config.policy.num_draft, second.config.max_tokens) == (2, 50)
             assert isinstance(second.drafter, NoDrafter)
 
             await pilot.press("ctrl+s")
@@ -239,7 +239,7 @@ def test_plain_decoding_is_measured_for_the_speedup(fake_engine):
             await pilot.press("ctrl+b")
             await wait_until(pilot, lambda: panel.figures.baseline_tps is not None, what="the baseline")
             baseline = engine.calls[-1]
-            assert isinstance(baseline.drafter, NoDrafter) and baseline.config.num_draft == 0
+            assert isinstance(baseline.drafter, NoDrafter) and baseline.config.policy.num_draft == 0
             assert baseline.prompt == engine.calls[0].prompt
             assert panel.figures.baseline_tps == 42.0
     run(scenario)

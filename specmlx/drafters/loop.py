@@ -1,0 +1,56 @@
+"""The drafting loop every model-based drafter runs, with its own step.
+
+Exactness rests on q: each proposed token must be drawn from the
+distribution recorded for it, warped exactly as verification warps p. That
+happens here only. A drafter supplies `step`, its network's forward for one
+position; this loop splits the keys, picks greedily or samples, collects q,
+stops on low confidence (`confidence.py`) and feeds each token back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from ..sampling import SamplingParams, sample, warp
+from .base import Draft
+from .confidence import unsure
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One draft position's output, lazy (unused parts are never computed).
+
+    `logits`: over the target's vocabulary, what sampling warps into q.
+    `greedy`: (token, its log-scores) when the drafter has a cheaper argmax
+    than over `logits` (a draft vocabulary), else None.
+    """
+
+    logits: mx.array
+    greedy: tuple[mx.array, mx.array | None] | None = None
+
+
+# step(tokens to feed, state) -> (scores at the last of them, state for the next step)
+Step = Callable[[mx.array, Any], tuple[Scores, Any]]
+
+
+def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling: SamplingParams,
+               key: mx.array, p_min: float) -> Draft:
+    """Propose up to `num_draft` tokens: `first` (uint32 ids) and `state` feed the first step."""
+    keys = mx.random.split(key, num_draft)
+    tokens, probs, fed = [], [], first
+    for i in range(num_draft):
+        scores, state = step(fed, state)
+        if sampling.greedy:
+            token, confidence = scores.greedy or (mx.argmax(scores.logits), scores.logits)
+        else:
+            confidence = warp(scores.logits, sampling)
+            token = sample(confidence, keys[i])
+            probs.append(mx.exp(confidence))
+        fed = token.reshape(1).astype(mx.uint32)
+        tokens.append(fed)
+        if i + 1 < num_draft and unsure(confidence, p_min):
+            break
+    return Draft(mx.concatenate(tokens), mx.stack(probs) if probs else None)
