@@ -34,11 +34,11 @@ def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSet
                                num_draft=spec.num_draft, **common)
     if spec.mode == SPECMLX:
         measured = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
-                               num_draft=spec.num_draft, variant=entrant.variant, **common)
+                               num_draft=spec.num_draft, policy=entrant.policy, **common)
         if settings.profile:
             # Profiling adds a sync per round: its own pass, so tokens/s stays clean.
             profiled = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
-                                   num_draft=spec.num_draft, profile=True, variant=entrant.variant, **common)
+                                   num_draft=spec.num_draft, profile=True, policy=entrant.policy, **common)
             measured = replace(measured, split=profiled.split)
         return measured
     raise ValueError(f"unknown mode {spec.mode!r}")

@@ -20,7 +20,7 @@ from typing import Iterable
 import mlx.nn as nn
 
 from ..drafters import Drafter, ModelDrafter, NoDrafter
-from ..policy import LOOKUP_NGRAM
+from ..policy import LOOKUP_NGRAM, DraftPolicy
 from ..errors import SpecmlxError
 from ..loading import LoadedModel, check_pair, drafter_source, load, load_drafter, resolve
 
@@ -32,27 +32,13 @@ _SUFFIXES = re.compile(r"((?:\+adaptive|\+pmin=[^+]*|\+lookup=[^+]*)*)$")
 
 
 @dataclass(frozen=True)
-class Variant:
-    """How an entrant sets its draft length."""
-
-    adaptive: bool = False
-    p_min: float = 0.0
-    lookup: int = 0
-
-    @property
-    def fixed_length(self) -> bool:
-        """k drafts every round: what Leviathan's formula assumes."""
-        return not self.adaptive and self.p_min == 0.0 and self.lookup == 0
-
-
-@dataclass(frozen=True)
 class Entrant:
     """One drafter under test. `name` labels it in tables; `spec` loaded it."""
 
     name: str
     spec: str
     drafter: Drafter
-    variant: Variant = Variant()
+    policy: DraftPolicy = DraftPolicy()  # its num_draft is set per run (--num-draft)
 
     @property
     def model(self) -> nn.Module | None:
@@ -83,8 +69,9 @@ def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(resolved))  # dedupe, keep order
 
 
-def split_variant(spec: str) -> tuple[str, str, Variant]:
-    """("drafter", "+adaptive+pmin=0.5", Variant(True, 0.5)); ("drafter", "", Variant()) without suffixes."""
+def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
+    """("drafter", "+adaptive+pmin=0.5", DraftPolicy(adaptive=True, p_min=0.5)); ("drafter", "",
+    DraftPolicy()) without suffixes."""
     suffix = _SUFFIXES.search(spec).group(1)
     adaptive, p_min, lookup = False, 0.0, 0
     for part in filter(None, suffix.split("+")):
@@ -101,18 +88,13 @@ def split_variant(spec: str) -> tuple[str, str, Variant]:
             raise SpecmlxError(f"--drafter {spec}: {P_MIN}{value} is not a number") from None
         if not 0.0 < p_min < 1.0:
             raise SpecmlxError(f"--drafter {spec}: +pmin must be between 0 and 1, got {value}")
-    return spec[: len(spec) - len(suffix)], suffix, Variant(adaptive, p_min, lookup)
+    return spec[: len(spec) - len(suffix)], suffix, DraftPolicy(adaptive=adaptive, p_min=p_min, lookup=lookup)
 
 
 def _lookup_length(spec: str, value: str) -> int:
     if not (value.isdigit() and 1 <= int(value) <= LOOKUP_NGRAM):
         raise SpecmlxError(f"--drafter {spec}: +lookup must be a whole number from 1 to {LOOKUP_NGRAM}, got {value}")
     return int(value)
-
-
-def is_fixed_length(name: str) -> bool:
-    """Whether an entrant's name (as in result rows) drafts k tokens every round."""
-    return split_variant(name)[2].fixed_length
 
 
 def label(spec: str) -> str:
@@ -131,7 +113,7 @@ def load_lineup(target: str, specs: list[str]) -> Lineup:
     names = [label(base) + suffix for base, suffix, _ in split]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafters[base], variant)
-        for name, spec, (base, _, variant) in zip(names, specs, split)
+        Entrant(name, spec, drafters[base], policy)
+        for name, spec, (base, _, policy) in zip(names, specs, split)
     )
     return Lineup(loaded, entrants)

@@ -42,7 +42,7 @@ def plan_runs(entrants: Sequence[Entrant], temps: Sequence[float], num_drafts: S
                 runs.append(RunSpec(SPECMLX, entrant.name, temp, 0))
                 continue
             for k in num_drafts:
-                if entrant.model is not None and entrant.variant.fixed_length:
+                if entrant.model is not None and entrant.policy.fixed_length:
                     runs.append(RunSpec(MLX_LM_SPEC, entrant.name, temp, k))
                 runs.append(RunSpec(SPECMLX, entrant.name, temp, k))
     return [run for run in runs if run.mode in modes]

@@ -9,7 +9,7 @@ hides in it) out of the figures. All modes stop at EOS and at `max_tokens`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any, Sequence
 
@@ -24,7 +24,6 @@ from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
-from .lineup import Variant
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET
 
 
@@ -57,6 +56,7 @@ class Measurement:
     accepted: int
     finish_reason: str  # "eos" or "length"
     split: TimeSplit | None = None  # specmlx with --profile only
+    fixed_length: bool = True  # num_draft drafts every round (not adaptive, p-min or lookup)
 
     @property
     def generated(self) -> int:
@@ -156,7 +156,7 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
 
 def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
                 prompt: Sequence[int], temp: float, num_draft: int, max_tokens: int, seed: int,
-                profile: bool = False, variant: Variant = Variant()) -> Measurement:
+                profile: bool = False, policy: DraftPolicy = DraftPolicy()) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do."""
     engine = Engine(model, drafter, tokenizer)
@@ -171,4 +171,5 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         tokens=tokens, decode_s=stats.decode_s, rounds=stats.rounds,
         round_tokens=stats.accepted + stats.rounds, drafted=stats.drafted, accepted=stats.accepted,
         finish_reason="eos" if stats.finish_reason == "eos" else "length", split=split,
+        fixed_length=policy.fixed_length,
     )

@@ -12,7 +12,6 @@ from typing import Sequence
 
 from .calibrate import Calibration
 from .leviathan import alpha_from_mean_accepted, predicted_speedup
-from .lineup import is_fixed_length
 from .plan import MLX_LM_SPEC, TARGET
 from .runs import Measurement
 
@@ -40,6 +39,7 @@ class Row:
     alpha: float | None
     cost_ratio: float | None
     predicted_speedup: float | None
+    fixed_length: bool = True  # num_draft drafts every round: Leviathan's formula applies
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -82,7 +82,7 @@ def _base_row(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]
         acceptance_rate=accepted / drafted if drafted else None,
         s_per_round=decode_s / rounds if rounds else 0.0, split_per_round=_split(group),
         same_as_target=_same_as_target(group, reference), speedup=None, vs_mlx_lm=None,
-        alpha=None, cost_ratio=None, predicted_speedup=None,
+        alpha=None, cost_ratio=None, predicted_speedup=None, fixed_length=first.fixed_length,
     )
 
 
@@ -110,7 +110,7 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
             if row.mode != MLX_LM_SPEC:
                 updates["vs_mlx_lm"] = _ratio(row.tokens_per_s, mlx_tps.get((row.drafter, row.temp, row.num_draft)))
             # Leviathan's formula assumes k drafts every round; adaptive and p-min runs vary it.
-            if row.num_draft > 0 and is_fixed_length(row.drafter):
+            if row.num_draft > 0 and row.fixed_length:
                 updates["alpha"] = alpha_from_mean_accepted(row.mean_accepted, row.num_draft)
                 c = calibration.cost_ratio(row.drafter) if calibration is not None else None
                 if c is not None:

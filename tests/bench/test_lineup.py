@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from specmlx.bench.lineup import Variant, drafter_specs, is_fixed_length, label, load_lineup, split_variant
+from specmlx.bench.lineup import drafter_specs, label, load_lineup, split_variant
+from specmlx.policy import DraftPolicy
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
 
@@ -56,18 +57,18 @@ def test_an_adaptive_entrant_shares_its_drafter_and_has_no_mlx_lm_run(model_dirs
     lineup = load_lineup(str(model_dirs["target"]), [drafter, drafter + "+adaptive"])
     fixed, adaptive = lineup.entrants
     assert (fixed.name, adaptive.name) == ("drafter", "drafter+adaptive")
-    assert adaptive.variant.adaptive and not fixed.variant.adaptive and adaptive.drafter is fixed.drafter
+    assert adaptive.policy.adaptive and not fixed.policy.adaptive and adaptive.drafter is fixed.drafter
     runs = plan_runs(lineup.entrants, [0.0], [4])
     assert [r.drafter for r in runs if r.mode == MLX_LM_SPEC] == ["drafter"]
 
 
 def test_suffixes_make_variants():
-    assert split_variant("/m/d") == ("/m/d", "", Variant())
-    assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", Variant(p_min=0.6))
-    assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", Variant(True, 0.3))
-    assert split_variant("d+lookup=3+pmin=0.5") == ("d", "+lookup=3+pmin=0.5", Variant(p_min=0.5, lookup=3))
-    assert is_fixed_length("d") and not is_fixed_length("d+adaptive") and not is_fixed_length("d+pmin=0.5")
-    assert not is_fixed_length("d+lookup=2")
+    assert split_variant("/m/d") == ("/m/d", "", DraftPolicy())
+    assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", DraftPolicy(p_min=0.6))
+    assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", DraftPolicy(adaptive=True, p_min=0.3))
+    assert split_variant("d+lookup=3+pmin=0.5") == ("d", "+lookup=3+pmin=0.5", DraftPolicy(p_min=0.5, lookup=3))
+    fixed = [split_variant(s)[2].fixed_length for s in ("d", "d+adaptive", "d+pmin=0.5", "d+lookup=2")]
+    assert fixed == [True, False, False, False]
 
 
 @pytest.mark.parametrize("spec, message", [("d+pmin=high", "+pmin=high is not a number"),
@@ -83,5 +84,5 @@ def test_a_p_min_entrant_shares_its_drafter(model_dirs):
     drafter = str(model_dirs["drafter"])
     lineup = load_lineup(str(model_dirs["target"]), [drafter, drafter + "+pmin=0.5"])
     fixed, confident = lineup.entrants
-    assert confident.name == "drafter+pmin=0.5" and confident.variant == Variant(p_min=0.5)
+    assert confident.name == "drafter+pmin=0.5" and confident.policy == DraftPolicy(p_min=0.5)
     assert confident.drafter is fixed.drafter

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from specmlx.bench.lineup import Entrant, Variant
+from specmlx.bench.lineup import Entrant
+from specmlx.policy import DraftPolicy
 from specmlx.bench.plan import MLX_LM_SPEC, SPECMLX, TARGET, RunSpec, plan_runs
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 
@@ -47,6 +48,6 @@ def test_modes_filter_the_plan(target, vocab):
 
 def test_variable_length_variants_have_no_mlx_lm_twin(target, vocab):
     drafter = ModelDrafter(target, vocab, name="small")
-    plan = plan_runs([Entrant("small+pmin=0.5", "/m/small+pmin=0.5", drafter, Variant(p_min=0.5))],
+    plan = plan_runs([Entrant("small+pmin=0.5", "/m/small+pmin=0.5", drafter, DraftPolicy(p_min=0.5))],
                      temps=[0.0], num_drafts=[6])
     assert [r.mode for r in plan] == [TARGET, SPECMLX]

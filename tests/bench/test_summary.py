@@ -11,13 +11,14 @@ from specmlx.bench.summary import summarize
 
 
 def measure(mode, prompt, tokens, decode_s, rounds, drafted=0, accepted=0, drafter="d", temp=0.0, k=2,
-            split=None, finish="length", round_tokens=None):
+            split=None, finish="length", round_tokens=None, fixed_length=True):
     if mode == "target":
         drafter, k = "", 0
     return Measurement(mode=mode, drafter=drafter, temp=temp, num_draft=k, prompt_id=prompt,
                        tokens=tuple(tokens), decode_s=decode_s, rounds=rounds,
                        round_tokens=accepted + rounds if round_tokens is None else round_tokens,
-                       drafted=drafted, accepted=accepted, finish_reason=finish, split=split)
+                       drafted=drafted, accepted=accepted, finish_reason=finish, split=split,
+                       fixed_length=fixed_length)
 
 
 SAME = [1, 2, 3, 4]
@@ -85,8 +86,9 @@ def test_without_calibration_there_is_no_prediction():
 
 @pytest.mark.parametrize("name", ["d+adaptive", "d+pmin=0.5"])
 def test_a_variable_length_run_gets_no_fixed_length_prediction(name):
+    """The measurement says whether k drafts every round; the name is only a label."""
     ms = [measure("target", "a", SAME, 1.0, 4),
-          measure("specmlx", "a", SAME, 1.0, 2, 4, 2, drafter=name)]
+          measure("specmlx", "a", SAME, 1.0, 2, 4, 2, drafter=name, fixed_length=False)]
     calibration = Calibration(steps=3, context=9, target_step_s=0.1, drafter_step_s={name: 0.02})
     row = summarize(ms, calibration)[1]
     assert row.speedup == pytest.approx(1.0) and row.alpha is None and row.predicted_speedup is None
