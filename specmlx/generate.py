@@ -16,7 +16,6 @@ from .policy import DraftPolicy
 from .errors import SpecmlxError, run_cli
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
-from .presets import default_preset_name
 from .sampling import SamplingParams
 from .stats import GenerationStats
 
@@ -112,7 +111,9 @@ def generate(args: argparse.Namespace) -> int:
         stop=tuple(args.stop), profile=args.profile,
     )
     text = read_prompt(args)
-    target, drafter = load_pair(args.target or default_preset_name(), args.drafter)
+    # Loading takes seconds to minutes: say what is happening, on a terminal only.
+    progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() else None
+    target, drafter = load_pair(args.target, args.drafter, progress)
     prompt = encode(target.tokenizer, text, args.chat, args.system)
     engine = Engine(target.model, drafter, target.tokenizer)
     run = engine.generate(prompt, config)

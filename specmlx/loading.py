@@ -1,32 +1,37 @@
-"""Loading targets and drafters: local MLX directories or Hugging Face repos.
+"""Loading targets and drafters: presets, local MLX directories or Hugging Face repos.
 
-mlx-lm does the loading; this module turns every way it can fail into one
-clear line, and decides what a drafter spec (`ngram`, `none`, a path) means.
+The one way in for every front end (the CLI, the bench, the app): `load_pair`,
+or `load_drafters` for one target and several drafters. mlx-lm does the
+loading; this module decides what a drafter spec means, checks a pairing
+before any weights load, reports each step, and turns every way loading can
+fail into one clear line.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import mlx.nn as nn
 
 from .compat import check_compatible, check_vocab_fits
-from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .drafters import BUILTIN, NGRAM, NONE, Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .drafters.gemma4_assistant import Gemma4AssistantDrafter
-from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .drafters.mtp import MTPDrafter
-from .models.mtp import is_mtp_dir, load_mtp
-from .errors import SpecmlxError
+from .errors import SpecmlxError, first_line
+from .hub import download, is_repo_id
 from .memory import check_fits
-from .presets import fetched_path, get_preset, is_preset
+from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
+from .models.mtp import is_mtp_dir, load_mtp
+from .presets import default_preset_name, fetched_path, get_preset, is_preset, models_dir
 from .vocab import vocab_size
 
-REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 MODEL_DRAFTERS = "a preset name, model directory or repo id, 'ngram' or 'none'"
+
+# Told each step of a load, as one line ("loading target ..."), for progress displays.
+Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,17 @@ class LoadedModel:
     tokenizer: Any  # mlx-lm TokenizerWrapper
     path: Path
     name: str
+
+
+def display_name(source: str) -> str:
+    """What a model is called on screen: a preset's name, a preset drafter's
+    role (`mtp`), a directory's own name, or a repo id as is."""
+    if source in BUILTIN or is_preset(source) or is_repo_id(source) and not Path(source).exists():
+        return source
+    path = Path(source).expanduser().resolve()
+    if path.parent.parent == models_dir().expanduser().resolve():  # models/PRESET/ROLE
+        return path.parent.name if path.name == "target" else path.name
+    return path.name
 
 
 def resolve(source: str) -> Path:
@@ -49,21 +65,9 @@ def resolve(source: str) -> Path:
         if not (path / "config.json").is_file():
             raise SpecmlxError(f"{source}: no config.json in this directory; is it an MLX model?")
         return path
-    if REPO_ID.fullmatch(source):
+    if is_repo_id(source):
         return download(source)
     raise SpecmlxError(f"{source}: no such model directory")
-
-
-def download(repo: str) -> Path:
-    """Fetch an MLX model repo from the Hugging Face hub (with progress bars)."""
-    from huggingface_hub import snapshot_download
-    from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
-
-    try:
-        return Path(snapshot_download(repo, allow_patterns=DEFAULT_ALLOW_PATTERNS))
-    except Exception as err:  # offline, unknown repo, gated repo, disk full...
-        reason = _one_line(err, last=True)
-        raise SpecmlxError(f"{repo}: not a local directory, and downloading it failed: {reason}") from None
 
 
 def load(source: str, path: Path | None = None) -> LoadedModel:
@@ -78,14 +82,27 @@ def load(source: str, path: Path | None = None) -> LoadedModel:
     try:
         model, tokenizer = mlx_load(str(path))
     except Exception as err:  # mlx-lm raises many types for broken directories
-        message = _one_line(err)
+        message = first_line(err)
         raise SpecmlxError(f"{source}: cannot load model: {message}") from None
-    loaded = LoadedModel(model, tokenizer, path, source)
+    loaded = LoadedModel(model, tokenizer, path, display_name(source))
     check_vocab_fits(tokenizer, vocab_size(model), source)
     return loaded
 
 
-def drafter_source(spec: str | None, target: str) -> str:
+@dataclass(frozen=True)
+class DrafterSource:
+    """A drafter spec resolved against a target: `ngram`, `none`, or a model
+    directory / repo id (`source`), and its display `name`."""
+
+    source: str
+    name: str
+
+    @property
+    def builtin(self) -> bool:
+        return self.source in BUILTIN
+
+
+def resolve_drafter(spec: str | None, target: str) -> DrafterSource:
     """What to draft with: `spec`, a preset's drafter, or prompt lookup.
 
     A preset name stands for that preset's own drafter, and with a preset target
@@ -93,31 +110,32 @@ def drafter_source(spec: str | None, target: str) -> str:
     preset target brings its drafter and any other target gets prompt lookup.
     """
     if spec is None:
-        return drafter_source(target, target) if is_preset(target) else "ngram"
+        return resolve_drafter(target, target) if is_preset(target) else DrafterSource(NGRAM, NGRAM)
     if is_preset(target) and spec in {d.role for d in get_preset(target).drafters}:
-        return str(fetched_path(get_preset(target), spec))  # `--drafter mtp`: that preset's drafter
+        return DrafterSource(str(fetched_path(get_preset(target), spec)), spec)  # `--drafter mtp`
     if is_preset(spec):
         preset = get_preset(spec)
-        if preset.drafter in ("ngram", "none"):
-            return preset.drafter
-        return str(fetched_path(preset, preset.drafter))
-    return spec
+        if preset.drafter in BUILTIN:
+            return DrafterSource(preset.drafter, preset.drafter)
+        return DrafterSource(str(fetched_path(preset, preset.drafter)), preset.drafter)
+    return DrafterSource(spec, display_name(spec))
 
 
-def load_drafter(spec: str, target: LoadedModel, path: Path | None = None) -> Drafter:
-    """`ngram`, `none`, or a model that shares the target's tokenizer."""
-    if spec == "ngram":
+def load_drafter(drafter: DrafterSource, target: LoadedModel, path: Path | None = None) -> Drafter:
+    """`ngram`, `none`, an MTP-style head, or a model that shares the target's tokenizer."""
+    if drafter.source == NGRAM:
         return PromptLookupDrafter()
-    if spec == "none":
+    if drafter.source == NONE:
         return NoDrafter()
-    path = resolve(spec) if path is None else path
+    path = resolve(drafter.source) if path is None else path
+    width = vocab_size(target.model)
     if is_mtp_dir(path):
-        return MTPDrafter(load_mtp(path), vocab_size(target.model), name=spec)
+        return MTPDrafter(load_mtp(path), width, name=drafter.name)
     if is_gemma4_assistant_dir(path):
-        return Gemma4AssistantDrafter(load_gemma4_assistant(path), vocab_size(target.model), name=spec)
-    drafter = load(spec, path)
-    check_compatible(target.tokenizer, drafter.tokenizer, target.name, drafter.name)
-    return ModelDrafter(drafter.model, vocab_size(target.model), name=spec)
+        return Gemma4AssistantDrafter(load_gemma4_assistant(path), width, name=drafter.name)
+    model = load(drafter.source, path)
+    check_compatible(target.tokenizer, model.tokenizer, str(target.path), drafter.source)
+    return ModelDrafter(model.model, width, name=drafter.name)
 
 
 def load_tokenizer(source: str, path: Path) -> Any:
@@ -128,7 +146,7 @@ def load_tokenizer(source: str, path: Path) -> Any:
         config = json.loads((path / "config.json").read_text())
         return mlx_load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     except Exception as err:  # unreadable config, missing or broken tokenizer files
-        message = _one_line(err)
+        message = first_line(err)
         raise SpecmlxError(f"{source}: cannot load its tokenizer: {message}") from None
 
 
@@ -137,28 +155,41 @@ def is_head_dir(path: Path) -> bool:
     return is_mtp_dir(path) or is_gemma4_assistant_dir(path)
 
 
-def check_pair(target: str, drafter: str) -> tuple[Path, Path | None]:
+def check_pair(target: str, drafter: DrafterSource) -> tuple[Path, Path | None]:
     """Resolve both, check their tokenizers agree and that they fit in memory
     together, before any weights load: a wrong pairing costs seconds."""
     target_path = resolve(target)
-    drafter_path = None if drafter in ("ngram", "none") else resolve(drafter)
+    drafter_path = None if drafter.builtin else resolve(drafter.source)
     if drafter_path is not None and not is_head_dir(drafter_path):
-        check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter, drafter_path),
-                         target, drafter)
+        check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter.source, drafter_path),
+                         target, drafter.source)  # errors name what the user typed, in full
     check_fits(target_path, drafter_path)
     return target_path, drafter_path
 
 
-def load_pair(target: str, drafter: str | None = None) -> tuple[LoadedModel, Drafter]:
-    """Check the pair (`check_pair`), then load the target and the drafter."""
-    drafter = drafter_source(drafter, target)
-    target_path, drafter_path = check_pair(target, drafter)
+def load_drafters(target: str | None, specs: Sequence[str | None],
+                  progress: Progress | None = None) -> tuple[LoadedModel, list[Drafter]]:
+    """One target and its drafters: every pairing is checked before any weights
+    load, then the target loads once and each distinct drafter once."""
+    say = progress or (lambda step: None)
+    target = target or default_preset_name()
+    drafters = [resolve_drafter(spec, target) for spec in specs]
+    say(f"checking {display_name(target)}" + "".join(f" + {d.name}" for d in drafters if not d.builtin))
+    paths = {d: check_pair(target, d) for d in dict.fromkeys(drafters)}
+    target_path = next(iter(paths.values()))[0] if paths else resolve(target)
+    say(f"loading target {display_name(target)} ({target_path})")
     loaded = load(target, target_path)
-    return loaded, load_drafter(drafter, loaded, drafter_path)
+    built: dict[DrafterSource, Drafter] = {}
+    for drafter, (_, path) in paths.items():
+        if path is not None:
+            say(f"loading drafter {drafter.name} ({path})")
+        built[drafter] = load_drafter(drafter, loaded, path)
+    return loaded, [built[d] for d in drafters]
 
 
-def _one_line(err: BaseException, last: bool = False) -> str:
-    """One line of a library's error (the first, or the last for tracebacks
-    relayed as text), or its type when it says nothing."""
-    lines = str(err).strip().splitlines()
-    return (lines[-1] if last else lines[0]) if lines else type(err).__name__
+def load_pair(target: str | None = None, drafter: str | None = None,
+              progress: Progress | None = None) -> tuple[LoadedModel, Drafter]:
+    """A target (default: the default preset) and its drafter (default: the
+    preset's, else prompt lookup), checked, then loaded; `progress` hears each step."""
+    loaded, (built,) = load_drafters(target, [drafter], progress)
+    return loaded, built

@@ -23,7 +23,7 @@ def other_family(tmp_path):
 
 def test_a_drafter_of_another_family_is_refused_before_the_memory_check(model_dirs, other_family, no_memory):
     with pytest.raises(SpecmlxError, match=r"drafter \S*other cannot draft for target \S*target: their vocabularies differ"):
-        loading.check_pair(str(model_dirs["target"]), str(other_family))
+        loading.check_pair(str(model_dirs["target"]), loading.DrafterSource(str(other_family), "other"))
 
 
 def test_a_matching_pair_that_does_not_fit_is_refused_without_loading(model_dirs, no_memory, monkeypatch):
@@ -32,9 +32,33 @@ def test_a_matching_pair_that_does_not_fit_is_refused_without_loading(model_dirs
         loading.load_pair(str(model_dirs["target"]), str(model_dirs["drafter"]))
 
 
-def test_a_matching_pair_loads(model_dirs):
-    target, drafter = loading.load_pair(str(model_dirs["target"]), str(model_dirs["drafter"]))
-    assert target.path == model_dirs["target"] and drafter.name == str(model_dirs["drafter"])
+def test_a_matching_pair_loads_reporting_each_step_under_short_names(model_dirs):
+    steps = []
+    target, drafter = loading.load_pair(str(model_dirs["target"]), str(model_dirs["drafter"]), steps.append)
+    assert target.path == model_dirs["target"] and (target.name, drafter.name) == ("target", "drafter")
+    assert steps == ["checking target + drafter", f"loading target target ({model_dirs['target']})",
+                     f"loading drafter drafter ({model_dirs['drafter']})"]
+
+
+def test_one_load_for_a_drafter_named_two_ways(model_dirs):
+    target, drafters = loading.load_drafters(str(model_dirs["target"]),
+                                             [str(model_dirs["drafter"]), str(model_dirs["drafter"]), "ngram"])
+    assert drafters[0] is drafters[1] and drafters[2].name == "ngram"
+
+
+def test_display_names(models_root_for_names):
+    preset_dir = models_root_for_names / "qwen2.5-coder-1.5b"
+    assert loading.display_name(str(preset_dir / "mtp")) == "mtp"
+    assert loading.display_name(str(preset_dir / "target")) == "qwen2.5-coder-1.5b"
+    assert loading.display_name("/somewhere/My-Model-4bit") == "My-Model-4bit"
+    assert loading.display_name("mlx-community/Qwen2.5-0.5B-4bit") == "mlx-community/Qwen2.5-0.5B-4bit"
+    assert loading.display_name("ngram") == "ngram" and loading.display_name("gemma-3-270m") == "gemma-3-270m"
+
+
+@pytest.fixture
+def models_root_for_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path))
+    return tmp_path
 
 
 def test_a_broken_tokenizer_is_one_line(model_dirs, tmp_path):
@@ -42,7 +66,7 @@ def test_a_broken_tokenizer_is_one_line(model_dirs, tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text("{}")
     with pytest.raises(SpecmlxError, match=r"broken: cannot load its tokenizer"):
-        loading.check_pair(str(model_dirs["target"]), str(broken))
+        loading.check_pair(str(model_dirs["target"]), loading.DrafterSource(str(broken), "broken"))
 
 
 def test_mtp_style_heads_load_by_their_config_and_draft(tmp_path, tokenizer, target, target_args, model_dirs, capsys):

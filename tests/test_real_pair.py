@@ -74,11 +74,11 @@ def test_a_drafter_of_another_tokenizer_family_is_refused(pair):
 
 def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
     from specmlx.drafters.mtp import MTPDrafter
-    from specmlx.loading import drafter_source, load_drafter
+    from specmlx.loading import load_drafter, resolve_drafter
 
     target, _ = pair
     preset = presets.get_preset(presets.default_preset_name())
-    drafter = load_drafter(drafter_source("mtp", preset.name), target)
+    drafter = load_drafter(resolve_drafter("mtp", preset.name), target)
     assert isinstance(drafter, MTPDrafter)
     engine = Engine(target.model, drafter, target.tokenizer)
     eos = set(target.tokenizer.eos_token_ids)

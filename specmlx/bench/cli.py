@@ -168,8 +168,7 @@ def bench(options: Options) -> int:
     check_writable(options.plot, "--plot")
     rows = read_prompts(options.prompts, options.limit)
     specs = drafter_specs(options.target, options.drafters)
-    log(f"loading {options.target} with drafters {', '.join(specs)}")
-    lineup = load_lineup(options.target, specs)
+    lineup = load_lineup(options.target, specs, progress=log)
     chat = bool(lineup.target.tokenizer.has_chat_template)
     if not chat:
         log("the target's tokenizer has no chat template: prompts are used as plain text")

@@ -1,6 +1,6 @@
 """The target and the drafters it is benchmarked with, loaded once.
 
-Every drafter is a spec string loaded by `specmlx.loading.load_drafter`, so a
+Every drafter is a spec string loaded by `specmlx.loading.load_drafters`, so a
 new drafter kind needs no change here: it is one more `--drafter` value.
 Suffixes make variants of a drafter, sharing its weights: `+adaptive` runs it
 with the adaptive draft length (`--num-draft` is then where the length
@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
 import mlx.nn as nn
 
-from ..drafters import Drafter, ModelDrafter, NoDrafter
+from ..drafters import NGRAM, Drafter, ModelDrafter, NoDrafter
 from ..policy import LOOKUP_NGRAM, DraftPolicy
 from ..errors import SpecmlxError
-from ..loading import LoadedModel, check_pair, drafter_source, load, load_drafter, resolve
+from ..loading import LoadedModel, Progress, display_name, load_drafters, resolve_drafter
 
 
 ADAPTIVE = "+adaptive"
@@ -64,8 +63,8 @@ def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
     drafter and prompt lookup."""
     specs = [part.strip() for value in requested for part in value.split(",") if part.strip()]
     if not specs:
-        specs = [drafter_source(None, target), "ngram"]
-    resolved = [drafter_source(base, target) + suffix for base, suffix, _ in map(split_variant, specs)]
+        specs = [resolve_drafter(None, target).source, NGRAM]
+    resolved = [resolve_drafter(base, target).source + suffix for base, suffix, _ in map(split_variant, specs)]
     return list(dict.fromkeys(resolved))  # dedupe, keep order
 
 
@@ -97,23 +96,15 @@ def _lookup_length(spec: str, value: str) -> int:
     return int(value)
 
 
-def label(spec: str) -> str:
-    """A short name: a model directory's own name (a preset keeps its role there)."""
-    return Path(spec).name if spec not in ("ngram", "none") else spec
-
-
-def load_lineup(target: str, specs: list[str]) -> Lineup:
+def load_lineup(target: str, specs: list[str], progress: Progress | None = None) -> Lineup:
     """Check every pair before any weights load, then load the target once, and
     each drafter once (its variants share it)."""
     split = [split_variant(spec) for spec in specs]
-    bases = [base for base, _, _ in split]
-    paths = {base: check_pair(target, base)[1] for base in bases}
-    loaded = load(target, resolve(target))
-    drafters = {base: load_drafter(base, loaded, path) for base, path in paths.items()}
-    names = [label(base) + suffix for base, suffix, _ in split]
+    loaded, drafters = load_drafters(target, [base for base, _, _ in split], progress)
+    names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafters[base], policy)
-        for name, spec, (base, _, policy) in zip(names, specs, split)
+        Entrant(name, spec, drafter, policy)
+        for name, spec, drafter, (_, _, policy) in zip(names, specs, drafters, split)
     )
     return Lineup(loaded, entrants)

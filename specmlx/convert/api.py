@@ -6,7 +6,8 @@ from pathlib import Path
 
 from specmlx.convert.gguf_convert import convert_gguf
 from specmlx.convert.gguf_file import GGUF_MAGIC
-from specmlx.convert.hf import convert_hf, looks_like_repo_id
+from specmlx.convert.hf import convert_hf
+from specmlx.hub import is_repo_id
 from specmlx.convert.gemma4_assistant import convert_gemma4_assistant
 from specmlx.convert.mtp import convert_mtp
 from specmlx.models.gemma4_assistant import is_gemma4_assistant_dir
@@ -50,7 +51,7 @@ def convert(
             raise SpecmlxError("Gemma 4 assistant drafters are converted unquantized: drop -q/--q-bits")
         return convert_gemma4_assistant(path, Path(out), dtype=fmt.dtype,
                                force=force, progress=progress)
-    if path.is_dir() or looks_like_repo_id(str(source)):
+    if path.is_dir() or is_repo_id(str(source)):
         return convert_hf(path if path.is_dir() else str(source), Path(out), fmt, force=force, progress=progress)
     raise SpecmlxError(f"no such file or directory: {source}")
 

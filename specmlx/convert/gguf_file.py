@@ -13,7 +13,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from specmlx.errors import SpecmlxError
+from specmlx.errors import SpecmlxError, first_line
 
 GGUF_MAGIC = b"GGUF"
 
@@ -70,7 +70,7 @@ def open_gguf(path: Path) -> GGUFFile:
         reader = gguf.GGUFReader(path)
     except Exception as exc:  # the reader has no error type of its own
         raise SpecmlxError(
-            f"{path.name}: truncated or corrupt GGUF ({type(exc).__name__}: {_first_line(exc)})"
+            f"{path.name}: truncated or corrupt GGUF ({type(exc).__name__}: {first_line(exc)})"
         ) from exc
     _check_complete(path, reader)
     arch = reader.get_field("general.architecture")
@@ -85,8 +85,3 @@ def _check_complete(path: Path, reader: gguf.GGUFReader) -> None:
     end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)
     if end > size:
         raise SpecmlxError(f"{path.name}: truncated GGUF ({size:,} bytes, tensors need {end:,})")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else "no detail"

@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..convert.api import convert
 from ..convert.atomic import staged_path
-from ..convert.hf import download
+from ..hub import download
 from ..convert.mtp import convert_mtp
 from ..convert.options import metal_available, resolve_format
 from ..models.mtp import is_mtp_dir

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from specmlx.bench.lineup import drafter_specs, label, load_lineup, split_variant
+from specmlx.bench.lineup import drafter_specs, load_lineup, split_variant
 from specmlx.policy import DraftPolicy
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
@@ -27,11 +27,6 @@ def test_a_preset_brings_its_drafter_and_ngram(tmp_path, monkeypatch):
 
 def test_comma_separated_repeated_and_deduplicated():
     assert drafter_specs("x", ["ngram, none", "ngram", "/m/d"]) == ["ngram", "none", "/m/d"]
-
-
-def test_labels():
-    assert label("/models/qwen2.5-coder-1.5b/qwen2.5-coder-0.5b") == "qwen2.5-coder-0.5b"
-    assert label("ngram") == "ngram"
 
 
 def test_load_every_kind_once(model_dirs):

@@ -11,7 +11,7 @@ import pytest
 from mlx_lm import load
 
 from specmlx.convert import convert
-from specmlx.convert.hf import looks_like_repo_id
+from specmlx.hub import is_repo_id
 from specmlx.errors import SpecmlxError
 
 
@@ -58,7 +58,7 @@ def test_unsupported_model_type(converted_tiny, tmp_path):
 
 @pytest.mark.parametrize("source, expected", [("Qwen/Qwen2.5-0.5B", True), ("org/model.gguf", False), ("a/b/c", False)])
 def test_repo_id_shape(source, expected):
-    assert looks_like_repo_id(source) is expected
+    assert is_repo_id(source) is expected
 
 
 def test_missing_local_path(tmp_path):

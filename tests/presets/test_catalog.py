@@ -8,7 +8,7 @@ import pytest
 from specmlx import presets
 from specmlx.generate import main
 from specmlx.errors import SpecmlxError
-from specmlx.loading import drafter_source
+from specmlx.loading import DrafterSource, resolve_drafter
 
 
 def test_catalog_has_the_default_qwen_pair():
@@ -58,16 +58,19 @@ def test_preset_target_brings_its_drafter(capsys, models_root, model_dirs):
     preset = presets.get_preset("qwen2.5-coder-1.5b")
     shutil.copytree(model_dirs["target"], presets.model_path(preset))
     shutil.copytree(model_dirs["drafter"], presets.model_path(preset, preset.drafter))
-    assert drafter_source(None, preset.name) == str(presets.model_path(preset, preset.drafter))
-    assert drafter_source(None, "/some/dir") == "ngram"
-    assert drafter_source("gemma-3-270m", preset.name) == "ngram"
+    assert resolve_drafter(None, preset.name) == DrafterSource(str(presets.model_path(preset, preset.drafter)),
+                                                               preset.drafter)
+    assert resolve_drafter(None, "/some/dir") == DrafterSource("ngram", "ngram")
+    assert resolve_drafter("gemma-3-270m", preset.name) == DrafterSource("ngram", "ngram")
     assert main(["--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)["stats"]
-    assert stats["drafter"] == str(presets.model_path(preset, preset.drafter)) and stats["drafted"] > 0
+    assert stats["drafter"] == preset.drafter and stats["drafted"] > 0  # its short name, not a path
 
 
 def test_a_drafter_role_names_that_presets_drafter(models_root, model_dirs):
     preset = presets.get_preset("qwen2.5-coder-1.5b")
     shutil.copytree(model_dirs["drafter"], presets.model_path(preset, preset.drafter))
-    assert drafter_source(preset.drafter, preset.name) == str(presets.model_path(preset, preset.drafter))
-    assert drafter_source(preset.drafter, "/some/dir") == preset.drafter  # not a role without a preset target
+    path = str(presets.model_path(preset, preset.drafter))
+    assert resolve_drafter(preset.drafter, preset.name) == DrafterSource(path, preset.drafter)
+    # not a role without a preset target: a directory of that name, if any
+    assert resolve_drafter(preset.drafter, "/some/dir").source == preset.drafter

@@ -1,0 +1,60 @@
+"""Where internal errors go: a log file under the data directory, not the screen.
+
+A user sees one sentence that says what failed and where the details are;
+the traceback, which helps whoever fixes the bug, is appended to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from logging.handlers import RotatingFileHandler
+from pathlib import Path
+
+import platformdirs
+
+from .errors import SpecmlxError
+
+LOG_NAME = "specmlx.log"
+
+
+def data_dir() -> Path:
+    """$SPECMLX_DATA_DIR, else the platform's user data directory
+    (~/Library/Application Support/specmlx, $XDG_DATA_HOME/specmlx)."""
+    if os.environ.get("SPECMLX_DATA_DIR"):
+        return Path(os.environ["SPECMLX_DATA_DIR"]).expanduser()
+    return Path(platformdirs.user_data_dir("specmlx", appauthor=False))
+
+
+def log_path() -> Path:
+    return data_dir() / LOG_NAME
+
+
+def _logger() -> logging.Logger:
+    logger = logging.getLogger("specmlx")
+    path = log_path()
+    if not any(getattr(h, "baseFilename", None) == str(path) for h in logger.handlers):
+        for old in [h for h in logger.handlers if isinstance(h, RotatingFileHandler)]:
+            logger.removeHandler(old)  # the data directory moved (tests, a new $SPECMLX_DATA_DIR)
+            old.close()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = RotatingFileHandler(path, maxBytes=1_000_000, backupCount=2, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # never echoed to stderr by a root handler
+    return logger
+
+
+def user_error(err: BaseException, doing: str) -> SpecmlxError:
+    """`err` as a user sees it. A SpecmlxError already speaks to the user and
+    passes through; anything else is logged with its traceback and becomes
+    "`doing`: an internal error (details in LOG)"."""
+    if isinstance(err, SpecmlxError):
+        return err
+    try:
+        _logger().error("%s", doing, exc_info=(type(err), err, err.__traceback__))
+        where = f"details in {log_path()}"
+    except OSError:  # an unwritable data directory must not hide the first error
+        where = "the log file could not be written"
+    return SpecmlxError(f"{doing}: an internal error ({type(err).__name__}; {where})")
