@@ -1,4 +1,4 @@
-"""`python -m app`: the terminal chat, on the default preset unless told otherwise."""
+"""`specmlx-chat` (or `python -m app`): the terminal chat, on the default preset unless told otherwise."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m app",
+        prog="specmlx-chat",
         description="Offline terminal chat with exact speculative decoding; "
                     "shows which tokens the drafter guessed right.",
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--target", help="target model: an MLX model directory or Hugging Face repo id")
-    source.add_argument("--preset", help="a preset name (python -m specmlx.models list); default: the default preset")
+    source.add_argument("--target", help="target model: a preset name, an MLX model directory or a Hugging Face "
+                                         "repo id (default: the default preset)")
+    source.add_argument("--preset", help="a preset name (specmlx models list); the same as --target NAME")
     parser.add_argument("--drafter", help="drafter: a model directory or repo id, 'ngram' or 'none' "
                                           "(default: the preset's drafter, or ngram with --target)")
     parser.add_argument("--system", default="", help="system prompt for new chats")
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_fast_blas()  # before MLX is imported (Linux CPU): may re-execute this process
     from .app import SpecApp
 
-    app = SpecApp(target=args.target, drafter=args.drafter, preset=args.preset, system=args.system)
+    app = SpecApp(target=args.target or args.preset, drafter=args.drafter, system=args.system)
     try:
         app.run()
     finally:

@@ -10,6 +10,7 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from specmlx.engine import Engine
+from specmlx.log import data_dir
 
 from .loader import LoadFailure, ModelChoice, load_session
 from .mlx_thread import MLXThread
@@ -18,7 +19,7 @@ from .screens.loading import LoadingScreen
 from .screens.missing import MissingModelScreen
 from .session import Session
 from .settings import ChatSettings
-from .store import Store, data_dir
+from .store import Store
 
 EngineFactory = Callable[[], "Engine | Session"]
 
@@ -26,8 +27,8 @@ EngineFactory = Callable[[], "Engine | Session"]
 class SpecApp(App[int]):
     """The chat app.
 
-    Models come from `target`/`drafter`/`preset` (as on the command line; no
-    target means the default preset), or from `engine_factory`, which is
+    Models come from `target`/`drafter` (as on the command line; no target
+    means the default preset), or from `engine_factory`, which is
     called on the MLX thread and returns an Engine or a ready Session: tests
     and scripts inject models that way. `data_dir` holds the history
     (default: $SPECMLX_DATA_DIR or the user data directory).
@@ -38,12 +39,12 @@ class SpecApp(App[int]):
     COMMAND_PALETTE_BINDING = "ctrl+p"
 
     def __init__(
-        self, *, target: str | None = None, drafter: str | None = None, preset: str | None = None,
+        self, *, target: str | None = None, drafter: str | None = None,
         engine_factory: EngineFactory | None = None, settings: ChatSettings | None = None,
         system: str = "", data_dir: Path | None = None, cursor_blink: bool = True,
     ) -> None:
         super().__init__()
-        self.choice = ModelChoice(target, drafter, preset)
+        self.choice = ModelChoice(target, drafter)
         self.engine_factory = engine_factory
         self.initial_settings = settings
         self.system = system
@@ -93,8 +94,15 @@ class SpecApp(App[int]):
             ]:
                 yield SystemCommand(title, help, action)
 
+    def on_unmount(self) -> None:
+        # Workers are done by now. Ending the MLX thread here, not only when
+        # the caller remembers to, lets the models go with the app.
+        self.close_resources()
+
     def close_resources(self) -> None:
-        """After `run()` returns (workers are done by then): end the MLX thread, close the history."""
+        """End the MLX thread and close the history; safe to call twice."""
         self.mlx.close()
         if self.store is not None:
             self.store.close()
+            self.store = None
+        self.session = None

@@ -12,6 +12,7 @@ at a time.
 from __future__ import annotations
 
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, TypeVar
 
@@ -26,9 +27,11 @@ class MLXThread:
         self._closed = False
         # A safety net for owners that never call close(): the hook the standard
         # library's own executors use, run before non-daemon threads are joined.
+        # It holds a weak reference, so it keeps nothing (models) alive by itself.
         register = getattr(threading, "_register_atexit", None)
         if register is not None:
-            register(self.close)
+            ref = weakref.ref(self)
+            register(lambda: (lambda thread: thread and thread.close())(ref()))
 
     def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """Run `fn` on the MLX thread and wait for it; its exception is re-raised here."""

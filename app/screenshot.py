@@ -34,7 +34,7 @@ async def shoot(args: argparse.Namespace) -> str:
     from .widgets.answer import AnswerView
 
     settings = ChatSettings(max_tokens=args.max_tokens, system=args.system)
-    app = SpecApp(target=args.target, drafter=args.drafter, preset=args.preset, settings=settings,
+    app = SpecApp(target=args.target or args.preset, drafter=args.drafter, settings=settings,
                   data_dir=args.data_dir, cursor_blink=False)
     async with app.run_test(size=(args.width, args.height)) as pilot:
         await wait(pilot, lambda: isinstance(app.screen, ChatScreen), args.timeout, "the models to load")

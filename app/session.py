@@ -15,13 +15,14 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from mlx_lm.utils import common_prefix_len
 
-from specmlx.drafters import Drafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters import NGRAM, NONE, Drafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.events import Source, TokenEvent
+from specmlx.policy import DraftPolicy
 from specmlx.stats import GenerationStats
 
-from .settings import ChatSettings
+from .settings import MODEL, ChatSettings
 
 # Without a chat template the conversation is a plain transcript, cut at the next turn.
 PLAIN_STOP = ("\nUser:",)
@@ -35,12 +36,15 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class Started:
-    """An answer began: the prompt and what the caches already held of it."""
+    """An answer began: the prompt, what the caches already held of it, and
+    how many of the oldest messages were left out to fit the context window
+    (`config.max_tokens` is then at most the room that was left)."""
 
     prompt_tokens: int
     reused: int
-    drafter: str  # "model", "ngram" or "none"
+    drafter: str  # MODEL, NGRAM or NONE
     config: GenerationConfig
+    dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,9 +102,8 @@ class Session:
     """One conversation over one engine.
 
     `drafters` maps the settings' choices to drafter objects; the engine's
-    drafter is swapped between answers. A swapped-out drafter keeps its
-    cache, so when it comes back it is rewound to what it shares with the
-    engine's context at that time.
+    drafter is swapped between answers (`Engine.use`, which keeps each
+    drafter in step with the context).
     """
 
     def __init__(self, engine: Engine, *, target_name: str = "target", model_drafter: Drafter | None = None) -> None:
@@ -108,14 +111,13 @@ class Session:
         self.target_name = target_name
         current = engine.drafter
         self.drafters: dict[str, Drafter] = {
-            "ngram": current if isinstance(current, PromptLookupDrafter) else PromptLookupDrafter(),
-            "none": current if isinstance(current, NoDrafter) else NoDrafter(),
+            NGRAM: current if isinstance(current, PromptLookupDrafter) else PromptLookupDrafter(),
+            NONE: current if isinstance(current, NoDrafter) else NoDrafter(),
         }
         if model_drafter is None and not isinstance(current, (PromptLookupDrafter, NoDrafter)):
             model_drafter = current
         if model_drafter is not None:
-            self.drafters["model"] = model_drafter
-        self._seen: dict[str, list[int]] = {}  # drafter choice -> context when swapped out
+            self.drafters[MODEL] = model_drafter
         self.history: list[ChatMessage] = []
         self._last: tuple[list[int], GenerationConfig, int] | None = None  # prompt, config, tokens
 
@@ -124,7 +126,7 @@ class Session:
     @property
     def drafter_name(self) -> str:
         """The model drafter's name, or "" when there is none."""
-        drafter = self.drafters.get("model")
+        drafter = self.drafters.get(MODEL)
         return drafter.name if drafter is not None else ""
 
     @property
@@ -143,14 +145,35 @@ class Session:
         self.history = list(history)
         self._last = None
 
-    def prompt_ids(self, system: str = "") -> list[int]:
-        """The whole conversation, ready for the assistant's next answer."""
-        tokenizer = self.engine.tokenizer
+    def prompt_ids(self, system: str = "", skip: int = 0) -> list[int]:
+        """The conversation but its `skip` oldest messages, ready for the assistant's next answer."""
+        tokenizer, history = self.engine.tokenizer, self.history[skip:]
         if not self.has_chat_template:
-            return list(tokenizer.encode(plain_transcript(self.history, system)))
+            return list(tokenizer.encode(plain_transcript(history, system)))
         messages = [{"role": "system", "content": system}] if system else []
-        messages += [{"role": m.role, "content": m.content} for m in self.history]
+        messages += [{"role": m.role, "content": m.content} for m in history]
         return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def fit(self, system: str, max_tokens: int) -> tuple[list[int], int, int]:
+        """The prompt that fits the target's context window with room to answer:
+        (prompt, oldest messages left out, max tokens). Whole exchanges go,
+        oldest first, until `max_tokens` fit after the prompt; the system
+        prompt and the new message always stay, and if they alone leave less
+        room, the answer is shortened to what is left."""
+        skip = 0
+        while True:
+            prompt = self.prompt_ids(system, skip)
+            room = self.engine.room(len(prompt))
+            if room is None or room >= max_tokens or skip + 1 >= len(self.history):
+                break
+            skip += 1
+            if skip + 1 < len(self.history) and self.history[skip].role == "assistant":
+                skip += 1  # a question goes with its answer
+        if room is not None and room < 1:
+            raise SpecmlxError(
+                f"this message is too long: with the system prompt it takes {len(prompt)} tokens, and the "
+                f"model's context window holds {self.engine.context_window}; shorten it")
+        return prompt, skip, max_tokens if room is None else min(max_tokens, room)
 
     # -- running the engine ----------------------------------------------------
 
@@ -162,11 +185,12 @@ class Session:
         """
         self.history.append(ChatMessage("user", text))
         choice = self._select(settings.active_drafter)
-        prompt = self.prompt_ids(settings.system)
-        reused = min(common_prefix_len(self.engine.context, prompt), len(prompt) - 1)
         config = settings.generation_config(stop=() if self.has_chat_template else PLAIN_STOP)
+        prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
+        config = replace(config, max_tokens=max_tokens)
+        reused = min(common_prefix_len(self.engine.context, prompt), len(prompt) - 1)
         generation = self.engine.generate(prompt, config)
-        yield Started(len(prompt), reused, choice, config)
+        yield Started(len(prompt), reused, choice, config, dropped)
         emitted: list[str] = []
         try:
             for update in batched(generation, stop):
@@ -185,8 +209,10 @@ class Session:
         if self._last is None:
             raise SpecmlxError("nothing to compare with yet: send a message first")
         prompt, config, tokens = self._last
-        self._select("none")
-        run = self.engine.generate(prompt, replace(config, max_tokens=max(tokens, 8), policy=DraftPolicy(num_draft=0)))
+        self._select(NONE)
+        room = self.engine.room(len(prompt))
+        budget = max(tokens, 8) if room is None else min(max(tokens, 8), room)
+        run = self.engine.generate(prompt, replace(config, max_tokens=budget, policy=DraftPolicy(num_draft=0)))
         try:
             for _ in run:
                 if stop():
@@ -201,15 +227,8 @@ class Session:
         """Make `choice` the engine's drafter, in step with the engine's context."""
         if choice not in self.drafters:
             raise SpecmlxError("no drafter model was loaded; choose prompt lookup or none")
-        new, old = self.drafters[choice], self.engine.drafter
-        if new is not old:
-            self._seen[self._choice_of(old)] = list(self.engine.context)
-            new.rewind(common_prefix_len(self._seen.get(choice, []), self.engine.context))
-            self.engine.drafter = new
+        self.engine.use(self.drafters[choice])
         return choice
-
-    def _choice_of(self, drafter: Drafter) -> str:
-        return next(k for k, d in self.drafters.items() if d is drafter)
 
 
 def plain_transcript(history: Sequence[ChatMessage], system: str = "") -> str:

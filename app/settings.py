@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import GenerationConfig
-from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
+from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 
+MODEL = "model"  # the choice of the loaded drafter model, beside NGRAM and NONE
 # Drafter choices: a drafter model (if one was loaded), prompt lookup, none.
-DRAFTERS = {"model": "drafter model", "ngram": "prompt lookup", "none": "none"}
+DRAFTERS = {MODEL: "drafter model", NGRAM: "prompt lookup", NONE: "none"}
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class ChatSettings:
     top_p: float = 1.0
     num_draft: int = 4
     max_tokens: int = 1024
-    drafter: str = "model"
+    drafter: str = MODEL
     speculation: bool = True
     system: str = ""
 
@@ -36,7 +38,7 @@ class ChatSettings:
 
     @property
     def active_drafter(self) -> str:
-        return self.drafter if self.speculation else "none"
+        return self.drafter if self.speculation else NONE
 
     def generation_config(self, stop: tuple[str, ...] = ()) -> GenerationConfig:
         return GenerationConfig(

@@ -10,9 +10,7 @@ the workers, behind a lock.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -56,16 +54,6 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 
 class StoreError(Exception):
     """History could not be read or written; the chat goes on without it."""
-
-
-def data_dir() -> Path:
-    """$SPECMLX_DATA_DIR, else the platform's user data directory."""
-    if os.environ.get("SPECMLX_DATA_DIR"):
-        return Path(os.environ["SPECMLX_DATA_DIR"]).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "specmlx"
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "specmlx"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,17 @@ def random_drafter(vocab):
 
 
 @pytest.fixture(scope="session")
+def g4_args(vocab):
+    """A tiny Gemma 4 text target's config: the target Gemma 4 assistants read."""
+    return tiny.gemma4_args(vocab)
+
+
+@pytest.fixture(scope="session")
+def g4_target(g4_args):
+    return tiny.gemma4_target(g4_args, seed=0)
+
+
+@pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory, tokenizer, target, target_args, noisy_drafter) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     return {

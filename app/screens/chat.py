@@ -22,12 +22,14 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
+from specmlx.drafters import NGRAM, NONE
+from specmlx.log import user_error
 from specmlx.stats import GenerationStats
 
 from ..mlx_thread import MLXThread
 from ..recorder import AnswerRecorder
 from ..session import Baseline, ChatMessage, Session, Started, Streamed, Update
-from ..settings import DRAFTERS, ChatSettings
+from ..settings import DRAFTERS, MODEL, ChatSettings
 from ..store import Conversation, Store, StoreError
 from ..tally import Tally
 from ..widgets.answer import AnswerView
@@ -148,7 +150,7 @@ class ChatScreen(Screen):
                     self.post_message(self.StoreFailed(str(err)))
                 self.post_message(self.AnswerUpdate(update))  # after the commit
         except Exception as err:  # an engine or MLX failure ends this answer, not the app
-            self.post_message(self.AnswerFailed(str(err) or type(err).__name__))
+            self.post_message(self.AnswerFailed(str(user_error(err, "the answer failed"))))
 
     def _saving(self, write: Callable, *args) -> object | None:
         """A history write from the event loop; on failure, a warning and None."""
@@ -164,8 +166,10 @@ class ChatScreen(Screen):
             self.figures = replace(
                 self._idle_figures(), prompt_tokens=update.prompt_tokens, reused=update.reused,
                 drafter=self._drafter_label(update.drafter),
-                num_draft=update.config.policy.num_draft if update.drafter != "none" else None,
+                num_draft=update.config.policy.num_draft if update.drafter != NONE else None,
             )
+            if update.dropped:
+                self._add(Note(self._dropped_note(update)))
         elif isinstance(update, Streamed):
             answer.append(update.events)
             if not self._tally.tokens:  # the first round also paid for the prefill: not counted
@@ -264,8 +268,8 @@ class ChatScreen(Screen):
         stop = lambda: self._stop.is_set() or worker.is_cancelled  # noqa: E731
         try:
             self.post_message(self.BaselineDone(self.mlx.call(self.session.measure_baseline, stop)))
-        except Exception as err:
-            self.post_message(self.BaselineDone(None, str(err) or type(err).__name__))
+        except Exception as err:  # a sentence for the screen; a traceback, if any, for the log
+            self.post_message(self.BaselineDone(None, str(user_error(err, "measuring plain decoding failed"))))
 
     def on_chat_screen_baseline_done(self, message: BaselineDone) -> None:
         if message.baseline is not None:
@@ -365,22 +369,29 @@ class ChatScreen(Screen):
         transcript.mount_all(widgets)
         self._answer = None
 
+    def _dropped_note(self, started: Started) -> str:
+        window = self.session.engine.context_window
+        shortened = started.config.max_tokens < self.settings.max_tokens
+        limit = f", and it can be at most {started.config.max_tokens} tokens long" if shortened else ""
+        return (f"the {started.dropped} oldest messages no longer fit the model's context window of {window} "
+                f"tokens: this answer does not see them{limit}")
+
     def _drafter_label(self, choice: str) -> str:
-        if choice == "model":
+        if choice == MODEL:
             return self.session.drafter_name
-        return "none (plain decoding)" if choice == "none" else DRAFTERS[choice]
+        return "none (plain decoding)" if choice == NONE else DRAFTERS[choice]
 
     def _idle_figures(self) -> Figures:
         choice = self.settings.active_drafter
         return Figures(
-            drafter=self._drafter_label(choice), num_draft=None if choice == "none" else self.settings.num_draft,
+            drafter=self._drafter_label(choice), num_draft=None if choice == NONE else self.settings.num_draft,
             baseline_tps=self.baseline_tps,
         )
 
     def _final_figures(self, stats: GenerationStats, tally: Tally) -> Figures:
         """The engine's own numbers; the per-round sparkline comes from the sources."""
-        drafted = stats.drafter != "none"
-        label = {"ngram": DRAFTERS["ngram"], "none": "none (plain decoding)"}.get(stats.drafter, stats.drafter)
+        drafted = stats.drafter != NONE
+        label = {NGRAM: DRAFTERS[NGRAM], NONE: "none (plain decoding)"}.get(stats.drafter, stats.drafter)
         return replace(
             self.figures, drafter=label, tokens=stats.generation_tokens,
             tps=stats.generation_tps, acceptance=stats.acceptance_rate if stats.drafted else None,

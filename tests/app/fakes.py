@@ -125,6 +125,14 @@ class FakeEngine:
         self.calls: list[Call] = []
         self.threads: set[int] = set()
 
+        self.context_window: int | None = None  # no limit unless a test sets one
+
+    def use(self, drafter: Any) -> None:
+        self.drafter = drafter
+
+    def room(self, prompt_tokens: int) -> int | None:
+        return None if self.context_window is None else self.context_window - prompt_tokens
+
     def generate(self, prompt: Sequence[int], config: GenerationConfig = GenerationConfig()) -> FakeGeneration:
         self.threads.add(threading.get_ident())
         generation = FakeGeneration(self, list(prompt), config)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.store import Store, data_dir
+from app.store import Store
 from specmlx.events import Source, TokenEvent
 from specmlx.stats import GenerationStats
 
@@ -94,16 +94,3 @@ def test_an_unusable_location_falls_back_to_memory(tmp_path):
     assert "will not be saved" in warning
     store.new_conversation("in memory")
     assert len(store.conversations()) == 1
-
-
-def test_data_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("SPECMLX_DATA_DIR", str(tmp_path / "x"))
-    assert data_dir() == tmp_path / "x"
-    monkeypatch.delenv("SPECMLX_DATA_DIR")
-    monkeypatch.setattr(sys, "platform", "linux")
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert data_dir() == tmp_path / "xdg" / "specmlx"
-    monkeypatch.delenv("XDG_DATA_HOME")
-    assert data_dir() == Path.home() / ".local" / "share" / "specmlx"
-    monkeypatch.setattr(sys, "platform", "darwin")
-    assert data_dir() == Path.home() / "Library" / "Application Support" / "specmlx"

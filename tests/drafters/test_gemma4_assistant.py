@@ -29,16 +29,6 @@ SAMPLED = SamplingParams(temp=1.0)
 
 
 @pytest.fixture(scope="module")
-def g4_args(vocab):
-    return tiny.gemma4_args(vocab)
-
-
-@pytest.fixture(scope="module")
-def g4_target(g4_args):
-    return tiny.gemma4_target(g4_args, seed=0)
-
-
-@pytest.fixture(scope="module")
 def assistants(g4_args):
     return {ordered: tiny.gemma4_assistant(g4_args, seed=1, ordered=ordered) for ordered in (False, True)}
 

@@ -254,7 +254,7 @@ def test_a_missing_model_says_how_to_get_one(tmp_path):
             await pilot.pause()
             shown = "\n".join(str(w.render()) for w in app.screen.query("Static"))
             assert "no such model directory" in shown
-            assert "python -m specmlx.convert" in shown and "--target DIR" in shown
+            assert "specmlx convert" in shown and "--target DIR" in shown
             await pilot.press("q")
         assert app.return_code == 2
     run(scenario)
@@ -293,4 +293,5 @@ def test_startup_loads_model_directories_showing_each_step(model_dirs):
             await send(pilot, "hi")
             await answered(pilot)
     run(scenario)
-    assert [m.step.split()[:2] for m in progress.values()] == [["loading", "target"], ["loading", "drafter"], ["ready"]]
+    steps = [m.step.split()[:2] for m in progress.values()]
+    assert steps == [["checking", "target"], ["loading", "target"], ["loading", "drafter"], ["ready"]]

@@ -1,0 +1,96 @@
+"""Swapping drafters on one engine (`Engine.use`): after every swap, in every
+order, greedy output is still the target's own.
+
+Every drafter kind drafts for one tiny Gemma 4 target: a small LM, none,
+specmlx's MTP head, prompt lookup and a Gemma 4 assistant. The conversation
+grows across swaps, so each incoming drafter must be brought up to date with
+a context it partly missed, and the ones that read hidden states must see
+every position they skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from specmlx.drafters import HiddenDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
+from specmlx.drafters.mtp import MTPDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
+
+from . import tiny
+
+KINDS = ("model", "none", "mtp", "ngram", "assistant")
+CONFIG = GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=3))
+
+
+@pytest.fixture(scope="module")
+def drafters(g4_args, vocab):
+    small = tiny.build(tiny.qwen2_args(vocab, hidden=32), seed=7)
+    return {
+        "model": ModelDrafter(small, vocab, name="model"),
+        "none": NoDrafter(),
+        "mtp": MTPDrafter(tiny.mtp(g4_args, seed=3), vocab),
+        "ngram": PromptLookupDrafter(),
+        "assistant": Gemma4AssistantDrafter(tiny.gemma4_assistant(g4_args, seed=2), vocab),
+    }
+
+
+def eulerian_walk(kinds: tuple[str, ...]) -> list[str]:
+    """A walk that makes every ordered swap a -> b (a != b) exactly once
+    (Hierholzer on the complete directed graph, which is Eulerian)."""
+    unused = {a: [b for b in kinds if b != a] for a in kinds}
+    stack, walk = [kinds[0]], []
+    while stack:
+        node = stack[-1]
+        if unused[node]:
+            stack.append(unused[node].pop())
+        else:
+            walk.append(stack.pop())
+    return walk[::-1]
+
+
+def target_greedy(target, prompt: list[int], n: int) -> list[int]:
+    return [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=n)]
+
+
+def test_the_walk_covers_every_ordered_swap():
+    walk = eulerian_walk(KINDS)
+    pairs = list(zip(walk, walk[1:]))
+    assert sorted(pairs) == sorted(itertools.permutations(KINDS, 2))
+
+
+def test_every_swap_in_every_order_keeps_greedy_output_exact(g4_target, drafters, tokenizer):
+    engine = Engine(g4_target, drafters["model"], eos_token_ids=[])
+    context = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    drafted = {kind: 0 for kind in KINDS}
+    for step, kind in enumerate(eulerian_walk(KINDS)):
+        engine.use(drafters[kind])
+        assert engine.drafter is drafters[kind] and engine.reads_hidden == (kind in ("mtp", "assistant"))
+        # The next turn extends the context, as a chat does: the caches are reused.
+        prompt = context + tokenizer.encode(f"\n# turn {step}\n")
+        generation = engine.generate(prompt, CONFIG)
+        tokens = [e.token for e in generation]
+        assert tokens == target_greedy(g4_target, prompt, CONFIG.max_tokens), f"step {step}: {kind}"
+        drafted[kind] += generation.stats.drafted
+        context = prompt + tokens
+    # Every drafter that can draft did, after coming back into use.
+    assert all(drafted[k] > 0 for k in ("model", "mtp", "assistant")) and drafted["none"] == 0
+
+
+def test_the_engine_tells_drafters_that_read_hidden_states_by_their_protocol(drafters):
+    assert [k for k in KINDS if isinstance(drafters[k], HiddenDrafter)] == ["mtp", "assistant"]
+
+
+def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenizer):
+    engine = Engine(g4_target, drafters["mtp"], eos_token_ids=[])
+    prompt = tokenizer.encode("x = 1\ny = 2\n")
+    first = [e.token for e in engine.generate(prompt, CONFIG)]
+    held = len(engine.context)
+    engine.use(drafters["mtp"])
+    assert len(engine.context) == held
+    assert first == target_greedy(g4_target, prompt, CONFIG.max_tokens)
