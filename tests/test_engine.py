@@ -269,3 +269,20 @@ def tokenizer_wrapper(tokenizer):
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
     return TokenizerWrapper(tokenizer)
+
+
+def test_a_prompt_and_max_tokens_past_the_context_window_are_refused(tokenizer, vocab):
+    """Past its positions a model writes garbage: refused, naming both numbers and the room left."""
+    args = tiny.qwen2_args(vocab, max_position_embeddings=48)
+    engine = Engine(tiny.build(args, seed=0), NoDrafter(), eos_token_ids=[])
+    assert engine.context_window == 48 and engine.room(40) == 8
+    prompt = list(range(3, 43))  # 40 tokens
+    with pytest.raises(SpecmlxError, match=r"the prompt \(40 tokens\) and max tokens \(9\) do not fit the "
+                                           r"target's context window of 48 tokens; at most 8 new tokens fit"):
+        engine.generate(prompt, GenerationConfig(max_tokens=9))
+    assert len(list(engine.generate(prompt, GenerationConfig(max_tokens=8)))) == 8
+
+
+def test_a_target_whose_config_names_no_window_is_not_limited(vocab):
+    args = tiny.qwen2_args(vocab, max_position_embeddings=None)  # as configs that do not say
+    assert Engine(tiny.build(args, seed=0), NoDrafter(), eos_token_ids=[]).room(10**6) is None

@@ -154,3 +154,12 @@ def test_offline_hub_repo_is_one_line(capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code, _, err = cli(capsys, "--target", "mlx-community/no-such-model-4bit", "--prompt", "x")
     assert code == 2 and err.count("\n") == 1 and "mlx-community/no-such-model-4bit" in err
+
+
+def test_a_prompt_past_the_context_window_is_one_line_and_exit_2(capsys, tmp_path, tokenizer, vocab):
+    args = tiny.qwen2_args(vocab, max_position_embeddings=64)
+    short = tiny.save_model(tiny.build(args, seed=0), args, tokenizer, tmp_path / "short")
+    code, out, err = cli(capsys, "--target", short, "--drafter", "none", "--prompt", "word " * 80,
+                         "--max-tokens", 16)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "context window of 64 tokens" in err and "max tokens (16)" in err and "Traceback" not in err

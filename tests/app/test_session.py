@@ -143,3 +143,34 @@ def test_without_a_chat_template_the_chat_is_a_plain_transcript(fake_engine):
     list(session.stream("hi", GREEDY))
     assert plain_transcript(session.history[:1], "sys") == "sys\nUser: hi\nAssistant:"
     assert engine.calls[0].config.stop == ("\nUser:",)
+
+
+def test_the_context_window_drops_the_oldest_exchanges_keeps_the_system_prompt_and_clamps(fake_engine):
+    engine = fake_engine()
+    session = Session(engine)
+    settings = ChatSettings(max_tokens=40, system="Be brief.")
+    answer(session, "first " * 10, settings)
+    answer(session, "second " * 10, settings)
+    session.history.append(session.history[0])  # the next question, to measure its prompts
+    without_first, only_last = session.prompt_ids("Be brief.", skip=2), session.prompt_ids("Be brief.", skip=4)
+    session.history.pop()
+    # Room for the whole answer once the first exchange goes: only that one goes.
+    engine.context_window = len(without_first) + 40
+    started = answer(session, "first " * 10, settings)[0]
+    assert (started.dropped, started.config.max_tokens) == (2, 40)
+    assert engine.calls[-1].prompt == without_first and "Be brief." in engine.tokenizer.decode(without_first)
+    # Too little room even for the new question alone: every earlier turn goes, and the answer is shortened.
+    session.history[-2:] = []
+    engine.context_window = len(only_last) + 30
+    started = answer(session, "first " * 10, settings)[0]
+    assert (started.dropped, started.config.max_tokens) == (4, 30)
+    assert engine.calls[-1].prompt == only_last
+
+
+def test_a_message_too_long_for_the_window_is_refused_in_one_sentence(fake_engine):
+    engine = fake_engine()
+    engine.context_window = 20
+    session = Session(engine)
+    with pytest.raises(SpecmlxError, match=r"this message is too long: .* context window holds 20; shorten it"):
+        answer(session, "word " * 50)
+    assert not engine.calls

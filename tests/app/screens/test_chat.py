@@ -295,3 +295,55 @@ def test_startup_loads_model_directories_showing_each_step(model_dirs):
     run(scenario)
     steps = [m.step.split()[:2] for m in progress.values()]
     assert steps == [["checking", "target"], ["loading", "target"], ["loading", "drafter"], ["ready"]]
+
+
+def test_an_mtp_drafted_answer_then_plain_decoding_shows_a_measured_speedup(target, target_args, vocab, wrapped):
+    """A drafter that reads the target's hidden states, swapped out for the
+    baseline and back: no error, and a speedup on screen."""
+    from specmlx.drafters.mtp import MTPDrafter
+    from specmlx.engine import Engine
+
+    from ... import tiny
+    from app.widgets.stats import speedup
+
+    notes = []
+
+    async def scenario():
+        app = chat_app(lambda: Engine(target, MTPDrafter(tiny.mtp(target_args, seed=3), vocab), wrapped),
+                       settings=ChatSettings(max_tokens=24))
+        app.notify = lambda message, **kwargs: notes.append((message, kwargs.get("severity")))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            panel = app.screen.query_one(StatsPanel)
+            for _ in range(2):  # the second answer runs the MTP head again after the swap back
+                await send(pilot, "def add(a, b):")
+                await answered(pilot)
+                await pilot.press("ctrl+b")
+                await wait_until(pilot, lambda: not app.screen.busy, what="the baseline")
+                assert panel.figures.baseline_tps is not None, notes
+            assert "×" in speedup(panel.figures) and "vs plain" in speedup(panel.figures)
+            assert not app.screen.query(".error")  # no error note in the transcript
+            assert app.screen.session.engine.drafter.name == "none"  # the baseline's; the next answer swaps back
+    run(scenario)
+    assert not [n for n in notes if n[1] in ("warning", "error")], notes
+
+
+def test_old_turns_that_no_longer_fit_the_context_window_are_dropped_with_a_note(fake_engine):
+    engine = fake_engine()
+
+    async def scenario():
+        app = chat_app(lambda: engine, settings=ChatSettings(max_tokens=40))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            await send(pilot, "first question " * 4)
+            await answered(pilot)
+            first = engine.calls[-1].prompt
+            engine.context_window = len(first) + 45  # the next prompt, with the first exchange, is longer
+            await send(pilot, "second")
+            await answered(pilot)
+            notes = [str(n.render()) for n in app.screen.query(Note)]
+            assert any("the 2 oldest messages no longer fit the model's context window" in n for n in notes), notes
+            call = engine.calls[-1]
+            assert len(call.prompt) + call.config.max_tokens <= engine.context_window
+            assert "first question" not in engine.tokenizer.decode(call.prompt)
+    run(scenario)
