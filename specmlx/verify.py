@@ -7,7 +7,7 @@ Shapes: k drafted tokens, V vocabulary entries.
 - `logits` / `p`: (k + 1, V), the target at [last, d1..dk]
 - `q`: (k, V), the drafter's distribution at each drafted position
 - `draft`: (k,)
-Both functions return (accepted, next_token) as scalar arrays.
+Both verify functions return (accepted, next_token) as scalar arrays.
 """
 
 from __future__ import annotations
@@ -49,9 +49,18 @@ def verify_sampled(
     # u < p/q written without the division, so q(x) = 0 cannot produce NaN
     accepts = (u * q_draft < p_draft).astype(mx.int32)
     accepted = mx.cumprod(accepts).sum()
-    # Row i < k is the residual after rejecting draft i; row k is the bonus p_k.
+    return accepted, mx.random.categorical(mx.log(next_distribution(p, q, accepted)), key=residual_key)
+
+
+def next_distribution(p: mx.array, q: mx.array, accepted: mx.array) -> mx.array:
+    """What the token after `accepted` drafts is drawn from (unnormalised).
+
+    After rejecting draft i < k: the residual max(0, p_i - q_i). After all k
+    were accepted: the bonus row p_k. When p and q agree so closely that the
+    residual is all zero, p_i itself: a rejection is then (almost) never
+    drawn, and p_i is the law the target would have sampled from anyway.
+    """
+    k = q.shape[0]
     rows = mx.concatenate([mx.maximum(p[:k] - q, 0.0), p[k:]], axis=0)
     chosen = mx.take(rows, accepted, axis=0)
-    # p ≈ q can leave an all-zero residual; then p itself is the right law.
-    chosen = mx.where(chosen.sum() > 0, chosen, mx.take(p, accepted, axis=0))
-    return accepted, mx.random.categorical(mx.log(chosen), key=residual_key)
+    return mx.where(chosen.sum() > 0, chosen, mx.take(p, accepted, axis=0))

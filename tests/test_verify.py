@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specmlx.verify import verify_greedy, verify_sampled
+from specmlx.verify import next_distribution, verify_greedy, verify_sampled
 
 DRAWS = 20_000
 
@@ -91,16 +91,22 @@ def test_all_accepted_draws_the_bonus_from_the_last_row():
     assert (n.item(), token.item()) == (1, 2)
 
 
-def test_all_zero_residual_falls_back_to_p():
-    # q exceeds p everywhere the residual could live: max(0, p - q) == 0, and
-    # a rejection is still possible through u * q(x) >= p(x).
-    p = mx.array([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
-    q = mx.array([[0.5, 0.5 + 1e-7, 0.0]])
-    for seed in range(200):
-        n, token = verify_sampled(p, q, mx.array([1]), mx.random.key(seed))
-        assert token.item() in (0, 1, 2)
-        if n.item() == 0:
-            assert token.item() in (0, 1)  # drawn from p itself, not from NaNs
+def test_a_rejection_draws_from_the_residual_and_all_accepted_from_the_bonus_row():
+    p = mx.array([[0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
+    q = mx.array([[0.5, 0.2, 0.3]])
+    assert np.allclose(next_distribution(p, q, mx.array(0)), [0.0, 0.4, 0.0])  # max(0, p - q)
+    assert np.allclose(next_distribution(p, q, mx.array(1)), [0.2, 0.2, 0.6])  # p_k
+
+
+def test_an_all_zero_residual_falls_back_to_p():
+    # q equals p on the row: max(0, p - q) is all zero, and a categorical
+    # over log(0) everywhere would be meaningless (NaN or always token 0).
+    p = mx.array([[0.25, 0.75, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    q = mx.array([[0.25, 0.75, 0.0]])
+    assert np.allclose(next_distribution(p, q, mx.array(0)), [0.25, 0.75, 0.0])
+    # q above p everywhere p has mass (float rounding): the same fallback.
+    q = mx.array([[0.25 + 1e-6, 0.75 + 1e-6, 0.0]])
+    assert np.allclose(next_distribution(p, q, mx.array(0)), [0.25, 0.75, 0.0])
 
 
 def test_float32_ratio_does_not_underflow():
