@@ -28,20 +28,37 @@ def test_greedy_with_nothing_drafted_is_plain_argmax():
 
 def first_tokens(p: np.ndarray, q: np.ndarray | None, seed: int = 0) -> np.ndarray:
     """The first token of each of DRAWS one-draft rounds: the draft if
-    accepted, else the residual sample. It must be distributed as p[0]."""
+    accepted, else the residual sample. It must be distributed as p[0].
+
+    All draws are one vectorised graph (`mx.vmap` over their keys), evaluated
+    once: the same draws as calling `verify_sampled` DRAWS times, each synced."""
     p_mx = mx.array(p)
     q_mx = None if q is None else mx.array(q)
-    key = mx.random.key(seed)
-    out = np.empty(DRAWS, dtype=np.int64)
-    for i in range(DRAWS):
-        key, draft_key, verify_key = mx.random.split(key, 3)
-        if q is None:
+
+    def first(key: mx.array) -> mx.array:
+        draft_key, verify_key = mx.random.split(key)
+        if q_mx is None:
             draft = mx.array([1])  # a deterministic drafter always proposes token 1
         else:
             draft = mx.random.categorical(mx.log(q_mx[0]), key=draft_key).reshape(1)
         n, token = verify_sampled(p_mx, q_mx, draft, verify_key)
-        out[i] = draft.item() if n.item() > 0 else token.item()
-    return out
+        return mx.where(n > 0, draft[0], token)
+
+    keys = mx.random.split(mx.random.key(seed), DRAWS)
+    return np.array(mx.vmap(first)(keys), dtype=np.int64)
+
+
+def test_vectorised_draws_are_the_draws_of_separate_calls():
+    """What makes the batched check above a check of `verify_sampled` itself."""
+    p, q = (np.array(r, dtype=np.float32) for r in CASES["overlapping"])
+    p2 = np.stack([p, np.full(4, 0.25, np.float32)])
+    batched = first_tokens(p2, q[None])
+    keys = mx.random.split(mx.random.key(0), DRAWS)
+    for i in range(0, DRAWS, DRAWS // 40):
+        draft_key, verify_key = mx.random.split(keys[i])
+        draft = mx.random.categorical(mx.log(mx.array(q)), key=draft_key).reshape(1)
+        n, token = verify_sampled(mx.array(p2), mx.array(q[None]), draft, verify_key)
+        assert batched[i] == (draft.item() if n.item() > 0 else token.item())
 
 
 def assert_distributed_as(samples: np.ndarray, probs: np.ndarray) -> None:
