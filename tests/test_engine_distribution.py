@@ -43,11 +43,17 @@ def exact_distribution(target, sampling: SamplingParams, length: int = LENGTH) -
     return probs
 
 
-def sample_sequences(engine: Engine, sampling: SamplingParams, num_draft: int = 2, p_min: float = 0.0,
-                     length: int = LENGTH, **config) -> tuple[list[tuple[int, ...]], float]:
+def config(sampling: SamplingParams, seed: int, length: int, **policy) -> GenerationConfig:
+    """`length` tokens sampled with `seed`; rounds draft 2 tokens unless `policy` says otherwise."""
+    return GenerationConfig(max_tokens=length, sampling=sampling, seed=seed,
+                            policy=DraftPolicy(**{"num_draft": 2, **policy}))
+
+
+def sample_sequences(engine: Engine, sampling: SamplingParams, length: int = LENGTH,
+                     **policy) -> tuple[list[tuple[int, ...]], float]:
     seqs, rounds = [], 0
     for seed in range(RUNS):
-        generation = engine.generate(PROMPT, GenerationConfig(max_tokens=length, sampling=sampling, seed=seed, **config, policy=DraftPolicy(num_draft=num_draft, p_min=p_min)))
+        generation = engine.generate(PROMPT, config(sampling, seed, length, **policy))
         seqs.append(tuple(e.token for e in generation))
         rounds += generation.stats.rounds
     return seqs, rounds / RUNS
