@@ -31,7 +31,7 @@ def usage() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help"}:
-        print(usage())
+        print(usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     name, rest = args[0], args[1:]
     if name not in COMMANDS:

@@ -183,6 +183,7 @@ def test_models_list_puts_models_in_the_user_cache(user, sandbox, fetched_defaul
     result = user("specmlx", "models", "list")
     assert result.returncode == 0, result.stderr
     assert f"{DEFAULT} (default):" in result.stdout
+    assert result.stdout.splitlines()[0] == f"models directory: {sandbox['models']}"
     assert f"target: fetched at {fetched_default}" in result.stdout
     assert str(ROOT) not in result.stdout
     for name in presets.presets():

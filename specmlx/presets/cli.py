@@ -7,7 +7,7 @@ import sys
 from typing import Sequence
 
 from ..errors import SpecmlxError, run_cli
-from . import default_preset_name, get_preset, is_fetched, model_path, presets
+from . import default_preset_name, get_preset, is_fetched, model_path, models_dir, presets
 from .fetch import fetch_preset
 
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_presets() -> None:
+    print(f"models directory: {models_dir()}")
     default = default_preset_name()
     for preset in presets().values():
         mark = " (default)" if preset.name == default else ""

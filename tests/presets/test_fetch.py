@@ -68,6 +68,7 @@ def test_list_shows_presets_and_state(capsys, models_root):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "qwen2.5-coder-1.5b (default)" in out and "not fetched" in out
+    assert out.splitlines()[0] == f"models directory: {models_root}"  # where a fetch will put them
 
 
 def test_a_bundled_drafter_is_converted_from_the_package(models_root, target_args, monkeypatch, tmp_path):
