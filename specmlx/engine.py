@@ -99,13 +99,12 @@ class Engine:
         check_exposes_hidden(target)
         # For each drafter swapped out, the context its state is a prefix of.
         self._covered: weakref.WeakKeyDictionary[Drafter, list[int]] = weakref.WeakKeyDictionary()
-        self.drafter: Drafter = drafter
         self._start_using(drafter, covered=[])
 
     @property
     def reads_hidden(self) -> bool:
         """Whether the drafter reads the target's hidden states (MTP-style)."""
-        return isinstance(self.drafter, HiddenDrafter)
+        return self._reads_hidden
 
     def use(self, drafter: Drafter) -> None:
         """Draft with `drafter` from now on, keeping the target's cache.
@@ -119,16 +118,22 @@ class Engine:
         """
         if drafter is self.drafter:
             return
-        self._covered[self.drafter] = self.context[: cache_length(self.cache)]
-        self.drafter = drafter
-        self._start_using(drafter, covered=self._covered.pop(drafter, []))
+        outgoing, held = self.drafter, self.context[: cache_length(self.cache)]
+        self._start_using(drafter, covered=self._covered.get(drafter, []))
+        self._covered.pop(drafter, None)
+        self._covered[outgoing] = held
 
     def _start_using(self, drafter: Drafter, covered: list[int]) -> None:
+        """Attach first: a drafter that cannot read this target changes nothing."""
+        reads_hidden = isinstance(drafter, HiddenDrafter)  # once per swap: too slow for every round
+        if reads_hidden:
+            drafter.attach(self.target, self.cache)
         keep = min(common_prefix_len(covered, self.context), cache_length(self.cache))
         drafter.rewind(keep)
-        if isinstance(drafter, HiddenDrafter):
-            drafter.attach(self.target, self.cache)
+        if reads_hidden:
             rewind(self.cache, keep)
+        self.drafter: Drafter = drafter
+        self._reads_hidden = reads_hidden
 
     def room(self, prompt_tokens: int) -> int | None:
         """How many new tokens fit after a prompt of this length, or None without a known window."""

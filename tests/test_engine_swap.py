@@ -94,3 +94,18 @@ def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenize
     engine.use(drafters["mtp"])
     assert len(engine.context) == held
     assert first == target_greedy(g4_target, prompt, CONFIG.max_tokens)
+
+
+def test_a_drafter_that_cannot_read_this_target_is_refused_and_changes_nothing(g4_target, drafters, tokenizer,
+                                                                                 vocab):
+    from specmlx.errors import SpecmlxError
+
+    engine = Engine(g4_target, drafters["model"], eos_token_ids=[])
+    prompt = tokenizer.encode("a = [1, 2, 3]\n")
+    first = [e.token for e in engine.generate(prompt, CONFIG)]
+    wrong = MTPDrafter(tiny.mtp(tiny.qwen2_args(vocab, hidden=32), seed=4), vocab)  # hidden size 32, not 64
+    with pytest.raises(SpecmlxError, match="hidden states of width 32"):
+        engine.use(wrong)
+    assert engine.drafter is drafters["model"] and not engine.reads_hidden
+    follow = prompt + first + tokenizer.encode("\n")
+    assert [e.token for e in engine.generate(follow, CONFIG)] == target_greedy(g4_target, follow, CONFIG.max_tokens)
