@@ -8,9 +8,10 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static, Switch
 
+from specmlx.drafters import NGRAM, NONE
 from specmlx.errors import SpecmlxError
 
-from ..settings import DRAFTERS, ChatSettings
+from ..settings import DRAFTERS, MODEL, ChatSettings
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
@@ -45,9 +46,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Label("Drafter")
                 with RadioSet(id="drafter", compact=True):
                     model = f"model: {self.model_drafter}" if self.model_drafter else "model: none loaded"
-                    yield RadioButton(model, value=s.drafter == "model", id="model", disabled=not self.model_drafter)
-                    yield RadioButton(DRAFTERS["ngram"], value=s.drafter == "ngram", id="ngram")
-                    yield RadioButton(DRAFTERS["none"], value=s.drafter == "none", id="none")
+                    yield RadioButton(model, value=s.drafter == MODEL, id=MODEL, disabled=not self.model_drafter)
+                    yield RadioButton(DRAFTERS[NGRAM], value=s.drafter == NGRAM, id=NGRAM)
+                    yield RadioButton(DRAFTERS[NONE], value=s.drafter == NONE, id=NONE)
                 yield Label("System prompt")
                 yield Input(s.system, id="system", placeholder="(none)", compact=True)
             yield Static(id="settings-error")
