@@ -28,7 +28,9 @@ PROMPT = [0, 1, 2, 3, 0, 1, 2]
 
 @pytest.fixture(scope="module")
 def pair():
-    args = tiny.qwen2_args(VOCAB)
+    # One layer: these tests run 3,000 generations each, and on a CPU their
+    # time is per MLX op, not per FLOP. Depth changes nothing they check.
+    args = tiny.qwen2_args(VOCAB, layers=1)
     target = tiny.build(args, seed=7, sharpness=2.0)
     return target, tiny.perturbed(target, args, noise=0.6, seed=8)
 
@@ -104,11 +106,12 @@ def test_mtp_head_reproduces_the_target_distribution(pair, name):
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
 
 
-# At these p-mins the drafter's first step after PROMPT (top probability 0.44
-# at T=1, 0.53 within the top 3) never stops the draft, and its second step
-# stops it after some first tokens and not after others: whether a round's
-# draft stops after its second token depends on the first token sampled.
-P_MIN = {"temperature 1": 0.4, "top-k 3": 0.5}
+# At these p-mins the drafter's first step after PROMPT (top probability 0.63
+# at T=1, 0.69 within the top 3) never stops the draft, and its second step
+# (top 0.54 to 0.68 at T=1, 0.59 to 0.63 within the top 3) stops it after
+# some first tokens and not after others: whether a round's draft stops after
+# its second token depends on the first token sampled.
+P_MIN = {"temperature 1": 0.6, "top-k 3": 0.6}
 
 
 class RecordingDrafter(ModelDrafter):
