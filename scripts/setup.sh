@@ -21,5 +21,8 @@ fi
 # on macOS they come from the hub, already in MLX 4-bit form.
 extras="test,bench"
 [ "$(uname -s)" = "Linux" ] && extras="test,bench,offline-models"
+# setuptools new enough for pyproject's license field, so that the wheel test
+# (tests/test_package.py) builds without fetching a build environment.
+python -m pip install --quiet "setuptools>=77" wheel
 python -m pip install --quiet -e ".[$extras]"
 echo "setup: specmlx installed ($(python -c 'import mlx.core as mx; print(mx.default_device())'))"
