@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Callable, Iterable, Iterator, Sequence
 
-from mlx_lm.utils import common_prefix_len
 
 from specmlx.drafters import NGRAM, NONE, Drafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -184,12 +183,18 @@ class Session:
         and what was emitted is kept, in the history too.
         """
         self.history.append(ChatMessage("user", text))
-        choice = self._select(settings.active_drafter)
-        config = settings.generation_config(stop=() if self.has_chat_template else PLAIN_STOP)
-        prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
-        config = replace(config, max_tokens=max_tokens)
-        reused = min(common_prefix_len(self.engine.context, prompt), len(prompt) - 1)
-        generation = self.engine.generate(prompt, config)
+        try:
+            choice = self._select(settings.active_drafter)
+            config = settings.generation_config(stop=() if self.has_chat_template else PLAIN_STOP)
+            prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
+            config = replace(config, max_tokens=max_tokens)
+            generation = self.engine.generate(prompt, config)
+        except Exception:
+            # Not sent: a question with no answer would break the turn order
+            # that chat templates check, on every later message.
+            self.history.pop()
+            raise
+        reused = self.engine.reusable(prompt)
         yield Started(len(prompt), reused, choice, config, dropped)
         emitted: list[str] = []
         try:

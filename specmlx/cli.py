@@ -38,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specmlx: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     from .blas import ensure_fast_blas
+    from .errors import run_cli
 
     ensure_fast_blas()  # before MLX is imported (Linux CPU): may re-execute this process
-    return importlib.import_module(COMMANDS[name][0]).main(rest)
+    # The command's own main reports its errors; this catches a broken installation's import error.
+    return run_cli(f"specmlx {name}", lambda: importlib.import_module(COMMANDS[name][0]).main(rest))

@@ -135,9 +135,15 @@ class Engine:
         self.drafter: Drafter = drafter
         self._reads_hidden = reads_hidden
 
+    def reusable(self, prompt: Sequence[int]) -> int:
+        """How many of `prompt`'s tokens the target's cache already holds: what
+        prefill skips. A swap to a drafter that reads hidden states may have cut it."""
+        return min(common_prefix_len(self.context, list(prompt)), len(prompt) - 1, cache_length(self.cache))
+
     def room(self, prompt_tokens: int) -> int | None:
-        """How many new tokens fit after a prompt of this length, or None without a known window."""
-        return None if self.context_window is None else self.context_window - prompt_tokens
+        """How many new tokens fit after a prompt of this length, or None without a known window.
+        The last new token is never fed back, so n + m - 1 positions hold m new tokens."""
+        return None if self.context_window is None else self.context_window - prompt_tokens + 1
 
     def generate(self, prompt: Sequence[int], config: GenerationConfig = GenerationConfig()) -> "Generation":
         """Start generating from `prompt` (token ids). Iterate the result for events.
@@ -159,7 +165,7 @@ class Engine:
 
     def _prefill(self, prompt: list[int]) -> None:
         """Bring both caches to hold prompt[:-1], reusing what they share with it."""
-        keep = min(common_prefix_len(self.context, prompt), len(prompt) - 1)
+        keep = self.reusable(prompt)
         rewind(self.cache, keep)
         self.drafter.rewind(keep)
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.

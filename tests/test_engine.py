@@ -275,12 +275,14 @@ def test_a_prompt_and_max_tokens_past_the_context_window_are_refused(tokenizer, 
     """Past its positions a model writes garbage: refused, naming both numbers and the room left."""
     args = tiny.qwen2_args(vocab, max_position_embeddings=48)
     engine = Engine(tiny.build(args, seed=0), NoDrafter(), eos_token_ids=[])
-    assert engine.context_window == 48 and engine.room(40) == 8
+    # The last new token is never fed back: 40 + 9 - 1 = 48 positions hold 9 new tokens.
+    assert engine.context_window == 48 and engine.room(40) == 9
     prompt = list(range(3, 43))  # 40 tokens
-    with pytest.raises(SpecmlxError, match=r"the prompt \(40 tokens\) and max tokens \(9\) do not fit the "
-                                           r"target's context window of 48 tokens; at most 8 new tokens fit"):
-        engine.generate(prompt, GenerationConfig(max_tokens=9))
-    assert len(list(engine.generate(prompt, GenerationConfig(max_tokens=8)))) == 8
+    with pytest.raises(SpecmlxError, match=r"the prompt \(40 tokens\) and max tokens \(10\) do not fit the "
+                                           r"target's context window of 48 tokens; at most 9 new tokens fit"):
+        engine.generate(prompt, GenerationConfig(max_tokens=10))
+    assert len(list(engine.generate(prompt, GenerationConfig(max_tokens=9)))) == 9
+    assert cache_length(engine.cache) <= 48
 
 
 def test_a_target_whose_config_names_no_window_is_not_limited(vocab):

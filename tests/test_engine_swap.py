@@ -87,13 +87,49 @@ def test_the_engine_tells_drafters_that_read_hidden_states_by_their_protocol(dra
 
 
 def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenizer):
-    engine = Engine(g4_target, drafters["mtp"], eos_token_ids=[])
+    from specmlx.cache import cache_length
+
+    mtp = drafters["mtp"]
+    engine = Engine(g4_target, mtp, eos_token_ids=[])
     prompt = tokenizer.encode("x = 1\ny = 2\n")
     first = [e.token for e in engine.generate(prompt, CONFIG)]
-    held = len(engine.context)
-    engine.use(drafters["mtp"])
-    assert len(engine.context) == held
-    assert first == target_greedy(g4_target, prompt, CONFIG.max_tokens)
+    held = (list(engine.context), cache_length(engine.cache), mtp.history.length)
+    engine.use(mtp)
+    assert (engine.context, cache_length(engine.cache), mtp.history.length) == held
+
+
+STATEFUL = ("model", "mtp", "assistant")
+
+
+@pytest.mark.parametrize("kind", STATEFUL)
+@pytest.mark.parametrize("other", ["none", "ngram", "another mtp"])
+def test_a_drafter_back_after_the_context_diverged_drafts_as_a_fresh_one(kind, other, g4_target, g4_args, vocab,
+                                                                        tokenizer):
+    """While it was out, the conversation went elsewhere: what it still holds
+    of the old one must not leak into its drafts. Tokens and their sources
+    (which drafts were accepted) equal a fresh engine's."""
+    def make(kind):
+        if kind == "model":
+            return ModelDrafter(g4_target, vocab)  # the target drafting for itself: every draft accepted
+        if kind == "mtp":
+            return MTPDrafter(tiny.mtp(g4_args, seed=3), vocab)
+        return Gemma4AssistantDrafter(tiny.gemma4_assistant(g4_args, seed=2), vocab)
+
+    drafter = make(kind)
+    others = {"none": NoDrafter(), "ngram": PromptLookupDrafter(),
+              "another mtp": MTPDrafter(tiny.mtp(g4_args, seed=5), vocab)}
+    engine = Engine(g4_target, drafter, eos_token_ids=[])
+    first = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    list(engine.generate(first, CONFIG))
+    engine.use(others[other])
+    elsewhere = first[:5] + tokenizer.encode("something else entirely, x = 3\n")
+    answer = [e.token for e in engine.generate(elsewhere, CONFIG)]
+    engine.use(drafter)
+    prompt = elsewhere + answer + tokenizer.encode("\n# more\n")
+    got = [(e.token, e.source) for e in engine.generate(prompt, CONFIG)]
+    fresh = Engine(g4_target, make(kind), eos_token_ids=[])
+    assert got == [(e.token, e.source) for e in fresh.generate(prompt, CONFIG)]
+    assert kind != "model" or sum(source.value == "draft" for _, source in got) > 0
 
 
 def test_a_drafter_that_cannot_read_this_target_is_refused_and_changes_nothing(g4_target, drafters, tokenizer,

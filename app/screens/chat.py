@@ -168,8 +168,9 @@ class ChatScreen(Screen):
                 drafter=self._drafter_label(update.drafter),
                 num_draft=update.config.policy.num_draft if update.drafter != NONE else None,
             )
-            if update.dropped:
-                self._add(Note(self._dropped_note(update)))
+            note = self._window_note(update)
+            if note:
+                self._add(Note(note))
         elif isinstance(update, Streamed):
             answer.append(update.events)
             if not self._tally.tokens:  # the first round also paid for the prefill: not counted
@@ -369,12 +370,16 @@ class ChatScreen(Screen):
         transcript.mount_all(widgets)
         self._answer = None
 
-    def _dropped_note(self, started: Started) -> str:
+    def _window_note(self, started: Started) -> str:
+        """What fitting the context window changed for this answer, if anything."""
         window = self.session.engine.context_window
-        shortened = started.config.max_tokens < self.settings.max_tokens
-        limit = f", and it can be at most {started.config.max_tokens} tokens long" if shortened else ""
-        return (f"the {started.dropped} oldest messages no longer fit the model's context window of {window} "
-                f"tokens: this answer does not see them{limit}")
+        limit = started.config.max_tokens
+        short = f"at most {limit} tokens long" if limit < self.settings.max_tokens else ""
+        if not started.dropped:
+            return f"the context window of {window} tokens leaves room for an answer {short}" if short else ""
+        messages = "message no longer fits" if started.dropped == 1 else f"{started.dropped} oldest messages no longer fit"
+        return (f"the {messages} the model's context window of {window} tokens: this answer does not see "
+                f"{'it' if started.dropped == 1 else 'them'}" + (f", and it can be {short}" if short else ""))
 
     def _drafter_label(self, choice: str) -> str:
         if choice == MODEL:

@@ -70,7 +70,7 @@ def open_gguf(path: Path) -> GGUFFile:
         reader = gguf.GGUFReader(path)
     except Exception as exc:  # the reader has no error type of its own
         raise SpecmlxError(
-            f"{path.name}: truncated or corrupt GGUF ({type(exc).__name__}: {first_line(exc)})"
+            f"{path.name}: truncated or corrupt GGUF ({type(exc).__name__}: {first_line(exc)[:160]})"
         ) from exc
     _check_complete(path, reader)
     arch = reader.get_field("general.architecture")

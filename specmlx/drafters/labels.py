@@ -2,4 +2,5 @@
 
 NGRAM = "ngram"  # prompt lookup
 NONE = "none"  # plain decoding through the same loop
+MTP = "mtp"  # specmlx's MTP head: its role in the presets, and its drafter's default name
 BUILTIN = (NGRAM, NONE)

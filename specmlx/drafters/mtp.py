@@ -19,13 +19,14 @@ from ..errors import SpecmlxError
 from ..hidden import embed, text_model
 from ..sampling import SamplingParams
 from .base import Draft
+from .labels import MTP
 from .loop import Scores, draft_loop
 from .history import HiddenHistory
 from ..models.mtp import MTPModel
 
 
 class MTPDrafter:
-    def __init__(self, model: MTPModel, vocab_size: int, name: str = "mtp") -> None:
+    def __init__(self, model: MTPModel, vocab_size: int, name: str = MTP) -> None:
         self.model = model
         self.vocab_size = vocab_size
         self.name = name

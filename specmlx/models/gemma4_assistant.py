@@ -13,7 +13,7 @@ E2B/E4B assistants score only the tokens of the top-k of `num_centroids`
 clusters (`masked_embedding`); see `CentroidHead`.
 
 On disk: the Hugging Face layout (config.json with a nested `text_config`,
-*.safetensors). `specmlx.convert.drafter` writes the same layout in one
+*.safetensors). `specmlx.convert.gemma4_assistant` writes the same layout in one
 dtype with `token_ordering` as int32, and this module reads both.
 """
 

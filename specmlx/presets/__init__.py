@@ -15,6 +15,7 @@ from pathlib import Path
 
 import platformdirs
 
+from ..drafters.labels import NGRAM
 from ..errors import SpecmlxError
 
 # The catalog and the bundled drafters ship inside the package, so a wheel has them too.
@@ -37,7 +38,7 @@ class Preset:
     description: str
     target: ModelSource
     drafters: tuple[ModelSource, ...]
-    drafter: str  # the default: a drafter's role, "ngram" or "none"
+    drafter: str  # the default: a drafter's role, NGRAM or NONE
 
     @property
     def sources(self) -> tuple[ModelSource, ...]:
@@ -86,7 +87,7 @@ def _catalog() -> tuple[str, dict[str, Preset]]:
             description=entry.get("description", ""),
             target=next(s for s in sources if s.role == "target"),
             drafters=tuple(s for s in sources if s.role != "target"),
-            drafter=entry.get("drafter", "ngram"),
+            drafter=entry.get("drafter", NGRAM),
         )
     return data.get("default", next(iter(presets))), presets
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from mlx_lm.utils import common_prefix_len
+
 from specmlx.engine import GenerationConfig
 from specmlx.events import Source, TokenEvent
 from specmlx.stats import GenerationStats
@@ -127,11 +129,14 @@ class FakeEngine:
 
         self.context_window: int | None = None  # no limit unless a test sets one
 
+    def reusable(self, prompt: Sequence[int]) -> int:
+        return min(common_prefix_len(self.context, list(prompt)), len(prompt) - 1)
+
     def use(self, drafter: Any) -> None:
         self.drafter = drafter
 
     def room(self, prompt_tokens: int) -> int | None:
-        return None if self.context_window is None else self.context_window - prompt_tokens
+        return None if self.context_window is None else self.context_window - prompt_tokens + 1  # as Engine.room
 
     def generate(self, prompt: Sequence[int], config: GenerationConfig = GenerationConfig()) -> FakeGeneration:
         self.threads.add(threading.get_ident())

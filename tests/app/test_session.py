@@ -161,7 +161,7 @@ def test_the_context_window_drops_the_oldest_exchanges_keeps_the_system_prompt_a
     assert engine.calls[-1].prompt == without_first and "Be brief." in engine.tokenizer.decode(without_first)
     # Too little room even for the new question alone: every earlier turn goes, and the answer is shortened.
     session.history[-2:] = []
-    engine.context_window = len(only_last) + 30
+    engine.context_window = len(only_last) + 29  # room for 30: the last token is never fed back
     started = answer(session, "first " * 10, settings)[0]
     assert (started.dropped, started.config.max_tokens) == (4, 30)
     assert engine.calls[-1].prompt == only_last
@@ -173,4 +173,7 @@ def test_a_message_too_long_for_the_window_is_refused_in_one_sentence(fake_engin
     session = Session(engine)
     with pytest.raises(SpecmlxError, match=r"this message is too long: .* context window holds 20; shorten it"):
         answer(session, "word " * 50)
-    assert not engine.calls
+    assert not engine.calls and session.history == []  # not sent: the next message starts a clean turn
+    engine.context_window = None
+    answer(session, "short")
+    assert [m.role for m in session.history] == ["user", "assistant"]

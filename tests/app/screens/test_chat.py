@@ -344,6 +344,23 @@ def test_old_turns_that_no_longer_fit_the_context_window_are_dropped_with_a_note
             notes = [str(n.render()) for n in app.screen.query(Note)]
             assert any("the 2 oldest messages no longer fit the model's context window" in n for n in notes), notes
             call = engine.calls[-1]
-            assert len(call.prompt) + call.config.max_tokens <= engine.context_window
+            assert len(call.prompt) + call.config.max_tokens - 1 <= engine.context_window
             assert "first question" not in engine.tokenizer.decode(call.prompt)
+    run(scenario)
+
+
+def test_an_answer_shortened_to_fit_the_context_window_says_so(fake_engine):
+    engine = fake_engine()
+
+    async def scenario():
+        app = chat_app(lambda: engine, settings=ChatSettings(max_tokens=40))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            engine.context_window = 60  # the first prompt plus 40 tokens do not fit
+            await send(pilot, "one question")
+            await answered(pilot)
+            room = engine.calls[-1].config.max_tokens
+            assert room < 40
+            notes = [str(n.render()) for n in app.screen.query(Note)]
+            assert f"the context window of 60 tokens leaves room for an answer at most {room} tokens long" in notes
     run(scenario)
