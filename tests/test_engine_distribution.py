@@ -22,7 +22,10 @@ from specmlx.sampling import SamplingParams, warp
 
 from . import tiny
 
-VOCAB, LENGTH, RUNS = 5, 3, 3000
+# 2,000 seeded runs a check. The second negative control below is what that
+# buys: a drafter that reports q blended 20% towards uniform fails at p ~ 1e-13
+# (measured; a 10% blend gives p ~ 0.02, caught from about 3,000 runs on).
+VOCAB, LENGTH, RUNS = 5, 3, 2000
 PROMPT = [0, 1, 2, 3, 0, 1, 2]
 
 
@@ -167,19 +170,25 @@ def test_rounds_that_look_up_before_drafting_keep_the_target_distribution(pair, 
 
 
 class MisreportingDrafter(ModelDrafter):
-    """Samples from q but tells verification q is uniform: no longer exact."""
+    """Samples from q but reports q blended `blend` of the way towards uniform: no longer exact."""
+
+    blend = 1.0
 
     def draft(self, tokens, num_draft, sampling, key, p_min=0.0) -> Draft:
         draft = super().draft(tokens, num_draft, sampling, key, p_min)
         if draft.probs is None:
             return draft
-        return Draft(draft.tokens, mx.full(draft.probs.shape, 1.0 / VOCAB))
+        return Draft(draft.tokens, (1 - self.blend) * draft.probs + self.blend / VOCAB)
 
 
-def test_the_check_detects_a_drafter_that_misreports_q(pair):
-    """Negative control: the same test fails when exactness is broken."""
+@pytest.mark.parametrize("blend", [1.0, 0.2])
+def test_the_check_detects_a_drafter_that_misreports_q(pair, blend):
+    """Negative controls: the same test fails when exactness is broken, grossly
+    (q reported uniform) or subtly (q reported a fifth of the way to uniform)."""
     target, drafter = pair
     sampling = SamplingParams(temp=1.0)
-    engine = Engine(target, MisreportingDrafter(drafter, VOCAB), eos_token_ids=[])
+    misreporting = MisreportingDrafter(drafter, VOCAB)
+    misreporting.blend = blend
+    engine = Engine(target, misreporting, eos_token_ids=[])
     samples, _ = sample_sequences(engine, sampling)
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) < 1e-3
