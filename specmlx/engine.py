@@ -138,7 +138,7 @@ class Engine:
     def reusable(self, prompt: Sequence[int]) -> int:
         """How many of `prompt`'s tokens the target's cache already holds: what
         prefill skips. A swap to a drafter that reads hidden states may have cut it."""
-        return min(common_prefix_len(self.context, list(prompt)), len(prompt) - 1, cache_length(self.cache))
+        return min(common_prefix_len(self.context, prompt), len(prompt) - 1, cache_length(self.cache))
 
     def room(self, prompt_tokens: int) -> int | None:
         """How many new tokens fit after a prompt of this length, or None without a known window.

@@ -137,12 +137,14 @@ class Gemma4AssistantDrafter:
         step = functools.partial(self._step, kv, position)
         return draft_loop(step, first, h, num_draft, sampling, key, p_min)
 
-    def _step(self, kv: dict, position: int, token: mx.array, h: mx.array) -> tuple[Scores, mx.array]:
+    def _step(self, kv: dict, position: int, token: mx.array, h: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
         """Feed the token and the assistant's projected state; K/V and the position stay fixed."""
         x = mx.concatenate([embed(self.target, token[None]) * self.embed_scale, h], axis=-1)
         out, h = self.model(x, kv, position)
         out = out[0, -1]
         # No final-logit softcap: HF's and mlx-vlm's assistants take raw
         # logits from the tied head (the cap belongs to the target's head).
-        logits = self.model.logits(out)
-        return Scores(fit_vocab(logits, self.vocab_size), (self.model.greedy(out), logits)), h
+        logits = self.model.logits(out)  # lazy: greedy drafting reads it only for a p-min
+        if greedy:
+            return Scores(token=self.model.greedy(out), scores=logits), h
+        return Scores(logits=fit_vocab(logits, self.vocab_size)), h

@@ -21,19 +21,21 @@ from .confidence import unsure
 
 @dataclass(frozen=True)
 class Scores:
-    """One draft position's output, lazy (unused parts are never computed).
+    """One draft position's output, built only for the mode asked (lazy).
 
-    `logits`: over the target's vocabulary, what sampling warps into q.
-    `greedy`: (token, its log-scores) when the drafter has a cheaper argmax
-    than over `logits` (a draft vocabulary), else None.
+    Sampling reads `logits`, over the target's vocabulary: what is warped into q.
+    Greedy drafting reads `token` and its log-`scores` when the drafter has a
+    cheaper argmax than over full logits (a draft vocabulary, a centroid
+    head), else the argmax of `logits`.
     """
 
-    logits: mx.array
-    greedy: tuple[mx.array, mx.array | None] | None = None
+    logits: mx.array | None = None
+    token: mx.array | None = None
+    scores: mx.array | None = None
 
 
-# step(tokens to feed, state) -> (scores at the last of them, state for the next step)
-Step = Callable[[mx.array, Any], tuple[Scores, Any]]
+# step(tokens to feed, state, greedy) -> (scores at the last of them, state for the next step)
+Step = Callable[[mx.array, Any, bool], tuple[Scores, Any]]
 
 
 def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling: SamplingParams,
@@ -42,9 +44,11 @@ def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling
     keys = mx.random.split(key, num_draft)
     tokens, probs, fed = [], [], first
     for i in range(num_draft):
-        scores, state = step(fed, state)
-        if sampling.greedy:
-            token, confidence = scores.greedy or (mx.argmax(scores.logits), scores.logits)
+        scores, state = step(fed, state, sampling.greedy)
+        if sampling.greedy and scores.token is not None:
+            token, confidence = scores.token, scores.scores
+        elif sampling.greedy:
+            token, confidence = mx.argmax(scores.logits), scores.logits
         else:
             confidence = warp(scores.logits, sampling)
             token = sample(confidence, keys[i])

@@ -43,7 +43,7 @@ class ModelDrafter:
         unseen = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
         return draft_loop(self._step, unseen, None, num_draft, sampling, key, p_min)
 
-    def _step(self, fed: mx.array, state: None) -> tuple[Scores, None]:
+    def _step(self, fed: mx.array, state: None, greedy: bool) -> tuple[Scores, None]:
         logits = self.model(fed[None], cache=self.cache)[0, -1]
         return Scores(fit_vocab(logits, self.vocab_size)), None
 

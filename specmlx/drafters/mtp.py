@@ -73,12 +73,13 @@ class MTPDrafter:
         hidden = self.history.rows(fed, n - 1)
         return draft_loop(self._step, ids, hidden, num_draft, sampling, key, p_min)
 
-    def _step(self, ids: mx.array, hidden: mx.array) -> tuple[Scores, mx.array]:
+    def _step(self, ids: mx.array, hidden: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
         """Feed (embed(ids), hidden) rows; the head's features are the next step's hidden."""
         features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
-        draft_scores = features[0] @ self.head_rows.T  # over the draft vocabulary only: cheaper
-        greedy = (self.model.draft_ids[mx.argmax(draft_scores)], draft_scores)
-        return Scores(self.logits(features[0]), greedy), features
+        if not greedy:
+            return Scores(logits=self.logits(features[0])), features
+        scores = features[0] @ self.head_rows.T  # over the draft vocabulary only: cheaper
+        return Scores(token=self.model.draft_ids[mx.argmax(scores)], scores=scores), features
 
     def rewind(self, length: int) -> None:
         self.history.rewind(length)
