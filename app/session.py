@@ -48,10 +48,12 @@ class Started:
 
 @dataclass(frozen=True)
 class Streamed:
-    """Tokens emitted since the last update; `elapsed` is seconds since the first token."""
+    """Tokens emitted since the last update; `elapsed` is seconds since the first
+    token; `draft_length` the draft length chosen for the round they end."""
 
     events: tuple[TokenEvent, ...]
     elapsed: float
+    draft_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,19 @@ class Baseline:
     tokens: int
 
 
-def batched(events: Iterable[TokenEvent], stop: Callable[[], bool]) -> Iterator[Streamed]:
+def batched(events: Iterable[TokenEvent], stop: Callable[[], bool],
+            draft_lengths: Sequence[int] = ()) -> Iterator[Streamed]:
     """Group events by engine round: a batch ends with the target's own token.
 
     A round's tokens are computed together and the next pull starts the next
     round, so a batch never waits on the model: the screen and the history
     are never behind. `stop()` is asked after every token, so a stop takes
-    effect before the next round starts.
+    effect before the next round starts. `draft_lengths` grows by each
+    round's chosen length before the round's tokens arrive (`Generation.draft_lengths`).
     """
+    def streamed(pending: list[TokenEvent], elapsed: float) -> Streamed:
+        return Streamed(tuple(pending), elapsed, draft_lengths[-1] if draft_lengths else 0)
+
     pending: list[TokenEvent] = []
     first = None
     for event in events:
@@ -89,12 +96,12 @@ def batched(events: Iterable[TokenEvent], stop: Callable[[], bool]) -> Iterator[
         first = now if first is None else first
         pending.append(event)
         if event.source is not Source.DRAFT or stop():
-            yield Streamed(tuple(pending), now - first)
+            yield streamed(pending, now - first)
             pending = []
         if stop():
             break
     if pending:  # a round cut before its target token (EOS, stop string, max tokens)
-        yield Streamed(tuple(pending), perf_counter() - first)
+        yield streamed(pending, perf_counter() - first)
 
 
 class Session:
@@ -198,7 +205,7 @@ class Session:
         yield Started(len(prompt), reused, choice, config, dropped)
         emitted: list[str] = []
         try:
-            for update in batched(generation, stop):
+            for update in batched(generation, stop, generation.draft_lengths):
                 emitted.extend(e.text for e in update.events)
                 yield update
         finally:

@@ -10,6 +10,7 @@ from specmlx.errors import SpecmlxError
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 
+AUTO = "auto"  # the draft length chosen each round
 MODEL = "model"  # the choice of the loaded drafter model, beside NGRAM and NONE
 # Drafter choices: a drafter model (if one was loaded), prompt lookup, none.
 DRAFTERS = {MODEL: "drafter model", NGRAM: "prompt lookup", NONE: "none"}
@@ -20,12 +21,13 @@ class ChatSettings:
     """Sampling and speculation for the next answer.
 
     `speculation=False` decodes with no drafter but keeps `drafter`, so turning
-    speculation back on restores the earlier choice.
+    speculation back on restores the earlier choice. `num_draft` None lets
+    each round choose its draft length from what this session measured.
     """
 
     temp: float = 0.0
     top_p: float = 1.0
-    num_draft: int = 4
+    num_draft: int | None = None
     max_tokens: int = 1024
     drafter: str = MODEL
     speculation: bool = True
@@ -35,6 +37,10 @@ class ChatSettings:
         if self.drafter not in DRAFTERS:
             raise SpecmlxError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         self.generation_config()  # the engine's own checks, as one-line SpecmlxErrors
+
+    @property
+    def draft_label(self) -> str:
+        return AUTO if self.num_draft is None else str(self.num_draft)
 
     @property
     def active_drafter(self) -> str:

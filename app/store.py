@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -247,13 +247,18 @@ def _message(role: str, content: str, tokens: list[tuple], stats: str | None, fi
 
 
 def _stats(text: str | None) -> GenerationStats | None:
-    """Stats from their JSON; None when absent or written by another version."""
+    """Stats from their JSON; None when absent or written by another version.
+    Fields added since keep their defaults; the automatic length's estimate is
+    not shown for a stored answer, so it is not read back."""
     if not text:
         return None
     try:
         data = json.loads(text)
-        values = {f.name: data[f.name] for f in fields(GenerationStats)}
+        values = {f.name: data[f.name] for f in fields(GenerationStats)
+                  if f.name in data or f.default is MISSING}
         values["accepted_histogram"] = tuple(values["accepted_histogram"])
+        values["draft_histogram"] = tuple(values.get("draft_histogram", ()))
+        values["estimate"] = None
         return GenerationStats(**values)
     except (ValueError, KeyError, TypeError):
         return None

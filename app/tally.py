@@ -19,8 +19,12 @@ class Tally:
     tokens: int = 0
     closed: list[int] = field(default_factory=list)  # accepted drafts of each ended round
     open_drafts: int = 0  # accepted drafts of a round cut before its target token (EOS, stop)
+    draft_lengths: list[int] = field(default_factory=list)  # the length chosen for each round
 
-    def add(self, sources: Iterable[Source]) -> None:
+    def add(self, sources: Iterable[Source], draft_length: int | None = None) -> None:
+        """One streamed batch: its tokens' sources and, if given, its round's chosen draft length."""
+        if draft_length is not None:
+            self.draft_lengths.append(draft_length)
         for source in sources:
             self.tokens += 1
             if source is Source.DRAFT:

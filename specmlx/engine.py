@@ -19,18 +19,19 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from .adaptive import DraftLength
 from .cache import PREFILL_STEP, cache_length, make_cache, rewind
-from .drafters import Draft, Drafter, HiddenDrafter
+from .drafters import Draft, Drafter, HiddenDrafter, NoDrafter
 from .drafters.ngram import lookup
 from .errors import SpecmlxError
 from .events import Source, TokenEvent
 from .hidden import check_exposes_hidden, decoder, head
 from .policy import LOOKUP_NGRAM, DraftPolicy
+from .rounds import Plan, Round
 from .sampling import SamplingParams, warp
+from .schedule import AutoDraft, DraftLength, Schedule
 from .stats import GenerationStats, StatsRecorder
 from .text import TextStream
-from .verify import verify_greedy, verify_sampled
+from .verify import acceptance_chance, verify_greedy, verify_sampled
 from .vocab import context_window
 
 @dataclass(frozen=True)
@@ -49,29 +50,6 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
-
-
-@dataclass(frozen=True)
-class Round:
-    """What one round committed: the accepted drafts then the target's own
-    next token (`tokens`), out of `drafted` proposed, and whether the proposal
-    was looked up in the context rather than drafted."""
-
-    tokens: tuple[int, ...]
-    drafted: int
-    looked_up: bool
-
-    @property
-    def accepted(self) -> int:
-        return len(self.tokens) - 1
-
-    def source(self, index: int) -> Source:
-        """Where `tokens[index]` came from."""
-        if index < self.accepted:
-            return Source.DRAFT
-        if self.drafted == 0:
-            return Source.TARGET
-        return Source.BONUS if self.accepted == self.drafted else Source.CORRECTED
 
 
 class Engine:
@@ -99,6 +77,8 @@ class Engine:
         check_exposes_hidden(target)
         # For each drafter swapped out, the context its state is a prefix of.
         self._covered: weakref.WeakKeyDictionary[Drafter, list[int]] = weakref.WeakKeyDictionary()
+        # Each drafter's automatic draft length, kept across generations: what it measured still holds.
+        self._autos: weakref.WeakKeyDictionary[Drafter, AutoDraft] = weakref.WeakKeyDictionary()
         self._start_using(drafter, covered=[])
 
     @property
@@ -187,24 +167,30 @@ class Engine:
         a known q and verification stays exact at every temperature.
         """
         policy = config.policy
-        if policy.lookup and num_draft > 0:
+        if num_draft == 0:
+            return Draft.empty(), False
+        if policy.lookup:
             found = lookup(tokens, min(policy.lookup_draft, room), LOOKUP_NGRAM, policy.lookup)
             if found:
                 return Draft(mx.array(found, dtype=mx.uint32)), True
         return self.drafter.draft(tokens, num_draft, config.sampling, key, policy.p_min), False
 
     def _round(
-        self, tokens: list[int], num_draft: int, room: int, config: GenerationConfig,
+        self, tokens: list[int], plan: Plan, room: int, config: GenerationConfig,
         key: mx.array, rec: StatsRecorder,
     ) -> Round:
-        """One round, drafting at most `num_draft` tokens (`room` if looked up)."""
-        sampling, profile = config.sampling, config.profile
+        """One round as `plan` says: drafting at most `plan.num_draft` tokens
+        (`room` if looked up), timing drafting apart with one more sync, and
+        in a round that drafts nothing, probing the drafter (`_probe`)."""
+        sampling, timed = config.sampling, plan.timed or config.profile
         draft_key, verify_key = mx.random.split(key)
         start = perf_counter()
         # 1. propose: lazy for model drafters (step by step with a p-min), host-side for prompt lookup
-        draft, looked_up = self._propose(tokens, num_draft, room, config, draft_key)
-        if profile:
+        draft, looked_up = self._propose(tokens, plan.num_draft, room, config, draft_key)
+        probe = self.drafter.draft(tokens, 1, sampling, draft_key) if plan.probe and not draft.size else None
+        if timed:
             self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
+            rec.timed_rounds += 1
         draft_done = perf_counter()
         # 2. score [last, d1..dk] in one target forward (still lazy)
         scored = cache_length(self.cache)
@@ -214,22 +200,34 @@ class Engine:
         if self.reads_hidden:
             self.drafter.observe(scored, hidden)  # rejected rows are cut by the rewind below
         # 3. verify (still lazy)
-        if sampling.greedy:
+        p = None if sampling.greedy else mx.exp(warp(logits, sampling))
+        if p is None:
             n_accepted, following = verify_greedy(logits, draft.tokens)
         else:
-            p = mx.exp(warp(logits, sampling))
             n_accepted, following = verify_sampled(p, draft.probs, draft.tokens, verify_key)
+        chance = self._probe(probe, logits, p)
         # 4. the round's one blocking host sync
-        proposal, accepted, following = self._sync(rec, draft.tokens, n_accepted, following,
-                                                   keep=(hidden,) if self.reads_hidden else ())
+        proposal, accepted, following, *probed = self._sync(
+            rec, draft.tokens, n_accepted, following, *([chance] if chance is not None else []),
+            keep=(hidden,) if self.reads_hidden else ())
         # 5. rewind both caches to the accepted prefix: O(1) offset moves
         committed = len(tokens) + accepted
         rewind(self.cache, committed)
         self.drafter.rewind(committed)
         rec.draft_s += draft_done - start
         rec.verify_s += perf_counter() - draft_done
-        rec.record_round(draft.size, accepted)
-        return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up)
+        return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up,
+                     draft_done - start if timed else None, probed[0] if probed else None)
+
+    @staticmethod
+    def _probe(probe: Draft | None, logits: mx.array, p: mx.array | None) -> mx.array | None:
+        """The chance the target would have accepted the probe's one token, had
+        it been proposed (lazy). A probe costs a drafter step and no verify
+        width; it is never proposed, so output cannot depend on it."""
+        if probe is None or not probe.size:
+            return None
+        q = None if probe.probs is None else probe.probs[0]
+        return acceptance_chance(None if p is None else p[0], logits[0], q, probe.tokens[0])
 
     @staticmethod
     def _sync(rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:
@@ -239,9 +237,29 @@ class Engine:
         rec.host_syncs += 1
         return [a.tolist() for a in arrays]
 
+    def auto_draft(self, drafter: Drafter | None = None, policy: DraftPolicy = DraftPolicy()) -> AutoDraft:
+        """The automatic draft length of `drafter` (the current one by default) on
+        this engine, with what it has measured; made on first use."""
+        drafter = self.drafter if drafter is None else drafter
+        auto = self._autos.get(drafter)
+        if auto is None:
+            auto = self._autos[drafter] = AutoDraft(policy.max_draft, policy.start)
+        return auto
+
+    def _schedule(self, policy: DraftPolicy) -> Schedule:
+        """This generation's draft lengths: fixed or adaptive anew, or the drafter's automatic one."""
+        if isinstance(self.drafter, NoDrafter):
+            return DraftLength(0, 0, adaptive=False)
+        if not policy.auto:
+            return DraftLength(policy.start, max(policy.max_draft, policy.start), policy.adaptive)
+        auto = self.auto_draft(policy=policy)
+        auto.begin(policy.max_draft)
+        return auto
+
     def _decode(self, prompt: list[int], config: GenerationConfig, out: "Generation") -> Iterator[TokenEvent]:
         policy = config.policy
-        rec = StatsRecorder(drafter=self.drafter.name, num_draft=policy.num_draft)
+        schedule = self._schedule(policy)
+        rec = StatsRecorder(drafter=self.drafter.name, num_draft=policy.start, auto=isinstance(schedule, AutoDraft))
         seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(63)
         key = mx.random.key(seed)
         text = TextStream(self.tokenizer, config.stop)
@@ -251,15 +269,16 @@ class Engine:
         rec.prompt_tokens = len(prompt)
         tokens = self.context  # grows as tokens are committed
         finish = ""
-        length = DraftLength(policy.num_draft, max(policy.max_draft, policy.num_draft), policy.adaptive)
         rec.resume()
         try:
             while not finish:
+                began, away = perf_counter(), 0.0  # away: time the consumer held each token
                 budget = config.max_tokens - rec.generation_tokens
                 key, round_key = mx.random.split(key)
-                done = self._round(tokens, min(length.current, budget - 1), budget - 1, config, round_key, rec)
-                if not done.looked_up:  # the length follows the drafter's record, not the lookup's
-                    length.update(done.drafted, done.accepted)
+                plan = schedule.plan(budget - 1)
+                done = self._round(tokens, plan, budget - 1, config, round_key, rec)
+                rec.record_round(plan.num_draft, done)
+                out.draft_lengths.append(plan.num_draft)
                 for i, token in enumerate(done.tokens):
                     tokens.append(token)
                     if token in self.eos_token_ids:
@@ -268,7 +287,9 @@ class Engine:
                     event = TokenEvent(token, text.add(token), done.source(i))
                     rec.generation_tokens += 1
                     rec.pause()
+                    handed = perf_counter()
                     yield event
+                    away += perf_counter() - handed
                     rec.resume()
                     if text.stopped:
                         finish = "stop"
@@ -276,12 +297,14 @@ class Engine:
                         finish = "length"
                     if finish:
                         break
+                schedule.update(done, perf_counter() - began - away)
         finally:
             # Whatever stopped us, the caches keep only committed tokens.
             rewind(self.cache, len(tokens))
             self.drafter.rewind(len(tokens))
             out.tail = text.finish()
-            out.stats = rec.freeze(config.profile, finish or "cancelled")
+            out.stats = rec.freeze(config.profile, finish or "cancelled",
+                                   schedule.estimate() if isinstance(schedule, AutoDraft) else None)
 
 
 class Generation:
@@ -295,6 +318,7 @@ class Generation:
     def __init__(self, engine: Engine, prompt: list[int], config: GenerationConfig) -> None:
         self.stats: GenerationStats | None = None
         self.tail = ""
+        self.draft_lengths: list[int] = []  # each round's chosen draft length, as rounds finish
         self._events = engine._decode(prompt, config, self)
 
     def __iter__(self) -> "Generation":

@@ -12,11 +12,12 @@ import mlx.core as mx
 
 from .blas import describe
 from .engine import Engine, GenerationConfig
-from .policy import DraftPolicy
+from .policy import START_DRAFT, DraftPolicy
 from .errors import SpecmlxError, run_cli
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
 from .sampling import SamplingParams
+from .schedule import AutoEstimate
 from .stats import GenerationStats
 
 DRAFT_STYLE = "\033[32m"  # accepted draft tokens: green
@@ -40,9 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--min-p", type=float, default=0.0)
-    gen.add_argument("--num-draft", type=int, default=4, help="tokens drafted per round (default 4)")
+    gen.add_argument("--num-draft", type=draft_length, default=None, metavar="K|auto",
+                     help="tokens drafted per round, or auto: each round drafts what measured costs and "
+                     "acceptance say is fastest, 0 (plain decoding) included (default: auto; with --seed "
+                     "and --temp > 0, 4, so that the text repeats)")
+    gen.add_argument("--max-draft", type=int, default=12, metavar="K",
+                     help="longest draft of auto and --adaptive (default 12)")
     gen.add_argument("--adaptive", action="store_true",
-                     help="tune the draft length to the acceptance history, from --num-draft up to 12")
+                     help="tune the draft length to the acceptance history, from --num-draft (default 4) "
+                     "up to --max-draft")
     gen.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                      help="stop a round's draft after a step where the drafter's top probability "
                      "is below P; --num-draft is then a cap (default 0: always draft --num-draft)")
@@ -57,6 +64,34 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, sources, stats")
     return gen
+
+
+AUTO = "auto"
+
+
+def draft_length(value: str) -> int | str:
+    """`--num-draft`: a whole number or auto."""
+    if value == AUTO:
+        return AUTO
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {value!r}") from None
+
+
+def draft_policy(args: argparse.Namespace) -> DraftPolicy:
+    """The flags' policy. By default the length is automatic, except for a
+    seeded sampled run: the automatic length follows wall time and which draws
+    a round makes depends on its length, so only a fixed one repeats the text."""
+    num_draft = args.num_draft
+    if args.adaptive and num_draft == AUTO:
+        raise SpecmlxError("--num-draft auto and --adaptive both set the draft length: choose one")
+    if num_draft is None:
+        seeded_sampling = args.seed is not None and args.temp > 0
+        num_draft = START_DRAFT if args.adaptive or seeded_sampling else AUTO
+    return DraftPolicy(num_draft=None if num_draft == AUTO else num_draft, max_draft=args.max_draft,
+                       adaptive=args.adaptive, p_min=args.draft_p_min, lookup=args.lookup,
+                       lookup_draft=args.lookup_draft)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -85,6 +120,7 @@ def encode(tokenizer, text: str, chat: bool, system: str | None) -> list[int]:
 
 def format_stats(stats: GenerationStats) -> str:
     hist = " ".join(f"{n}:{c}" for n, c in enumerate(stats.accepted_histogram))
+    chosen = " ".join(f"{n}:{c}" for n, c in enumerate(stats.draft_histogram) if c)
     timing = (
         f"time: draft {stats.draft_s:.2f} s, verify {stats.verify_s:.2f} s, other {stats.other_s:.2f} s"
         + ("" if stats.profiled else " (draft and verify share one graph; --profile splits them)")
@@ -97,17 +133,29 @@ def format_stats(stats: GenerationStats) -> str:
         f"{stats.accepted} ({100 * stats.acceptance_rate:.1f}%), mean accepted length "
         f"{stats.mean_accepted:.2f}",
         f"accepted drafts per round (n:rounds): {hist}",
+        f"draft length per round (k:rounds): {chosen or '-'}" + (" (auto)" if stats.auto else "")
+        + f"; {stats.plain_rounds} rounds proposed nothing",
+        *([auto_line(stats.estimate)] if stats.estimate is not None else []),
         f"target forwards {stats.target_forwards}, host syncs {stats.host_syncs}",
         timing,
     ])
+
+
+def auto_line(estimate: AutoEstimate) -> str:
+    """What the automatic draft length measured."""
+    rates = " ".join(f"{r:.2f}" for r in estimate.acceptance[:6])
+    costs = estimate.costs
+    measured = "nothing timed yet" if costs is None else (
+        f"a plain round {1000 * costs.base_s:.0f} ms, a drafter step {1000 * costs.step_s:.0f} ms, "
+        f"verifying drafts {1000 * costs.jump_s:.0f} ms + {1000 * costs.width_s:.0f} ms each")
+    return f"auto measured: {measured}; acceptance by draft position {rates}"
 
 
 def generate(args: argparse.Namespace) -> int:
     config = GenerationConfig(
         max_tokens=args.max_tokens, seed=args.seed,
         sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
-        policy=DraftPolicy(num_draft=args.num_draft, adaptive=args.adaptive, p_min=args.draft_p_min,
-                           lookup=args.lookup, lookup_draft=args.lookup_draft),
+        policy=draft_policy(args),
         stop=tuple(args.stop), profile=args.profile,
     )
     text = read_prompt(args)

@@ -5,13 +5,25 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
 
+from .rounds import Round
+from .schedule import AutoEstimate
+
 
 @dataclass(frozen=True)
 class GenerationStats:
     """Counts and timings of one generation.
 
-    A round drafts up to `num_draft` tokens and verifies them in one target
-    forward; `accepted_histogram[n]` counts rounds that accepted n drafts.
+    A round drafts up to `num_draft` tokens (with `auto`, the length chosen
+    for it) and verifies them in one target forward; `accepted_histogram[n]`
+    counts rounds that accepted n drafts, `draft_histogram[k]` rounds whose
+    chosen draft length was k, and `plain_rounds` rounds that proposed nothing
+    (chose 0, or prompt lookup found no match). `estimate` is what the
+    automatic length had measured by the end; `timed_rounds` counts rounds
+    that synced once more to time drafting apart (all of them when profiled;
+    now and then with the automatic length), so host syncs are rounds plus
+    timed rounds (plus p-min's checks). `probes` counts plain rounds in which
+    the drafter proposed one token only to learn whether the target would
+    have accepted it.
     Unless `profiled`, draft and verify run as one lazy graph with a single
     host sync, so `verify_s` also holds the drafter's own compute and
     `draft_s` only the host-side drafting work.
@@ -33,6 +45,12 @@ class GenerationStats:
     verify_s: float
     profiled: bool
     finish_reason: str
+    draft_histogram: tuple[int, ...] = ()
+    plain_rounds: int = 0
+    timed_rounds: int = 0
+    probes: int = 0
+    auto: bool = False
+    estimate: AutoEstimate | None = None
 
     @property
     def mean_accepted(self) -> float:
@@ -58,6 +76,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["accepted_histogram"] = list(self.accepted_histogram)
+        out["draft_histogram"] = list(self.draft_histogram)
         for name in ("mean_accepted", "acceptance_rate", "other_s", "prompt_tps", "generation_tps"):
             out[name] = getattr(self, name)
         return out
@@ -69,12 +88,17 @@ class StatsRecorder:
 
     drafter: str
     num_draft: int
+    auto: bool = False
     prompt_tokens: int = 0
     generation_tokens: int = 0
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
     histogram: list[int] = field(default_factory=list)
+    chosen: list[int] = field(default_factory=list)
+    plain_rounds: int = 0
+    timed_rounds: int = 0
+    probes: int = 0
     host_syncs: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -82,13 +106,15 @@ class StatsRecorder:
     verify_s: float = 0.0
     _mark: float | None = None
 
-    def record_round(self, drafted: int, accepted: int) -> None:
+    def record_round(self, chosen: int, done: Round) -> None:
+        """A round planned to draft `chosen` tokens, and what it did."""
         self.rounds += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        if len(self.histogram) <= accepted:
-            self.histogram.extend([0] * (accepted + 1 - len(self.histogram)))
-        self.histogram[accepted] += 1
+        self.drafted += done.drafted
+        self.accepted += done.accepted
+        self.plain_rounds += done.drafted == 0
+        self.probes += done.probe is not None
+        _count(self.histogram, done.accepted)
+        _count(self.chosen, chosen)
 
     def resume(self) -> None:
         """Start the decode clock (again, after the consumer had a token)."""
@@ -100,9 +126,10 @@ class StatsRecorder:
             self.decode_s += perf_counter() - self._mark
             self._mark = None
 
-    def freeze(self, profiled: bool, finish_reason: str) -> GenerationStats:
+    def freeze(self, profiled: bool, finish_reason: str, estimate: AutoEstimate | None = None) -> GenerationStats:
         self.pause()
-        histogram = self.histogram + [0] * (self.num_draft + 1 - len(self.histogram))
+        width = max(self.num_draft + 1, len(self.histogram), len(self.chosen))
+        histogram = self.histogram + [0] * (width - len(self.histogram))
         return GenerationStats(
             drafter=self.drafter,
             num_draft=self.num_draft,
@@ -112,6 +139,10 @@ class StatsRecorder:
             drafted=self.drafted,
             accepted=self.accepted,
             accepted_histogram=tuple(histogram),
+            draft_histogram=tuple(self.chosen + [0] * (width - len(self.chosen))),
+            plain_rounds=self.plain_rounds,
+            timed_rounds=self.timed_rounds,
+            probes=self.probes,
             target_forwards=self.rounds,
             host_syncs=self.host_syncs,
             prefill_s=self.prefill_s,
@@ -120,4 +151,12 @@ class StatsRecorder:
             verify_s=self.verify_s,
             profiled=profiled,
             finish_reason=finish_reason,
+            auto=self.auto,
+            estimate=estimate,
         )
+
+
+def _count(histogram: list[int], value: int) -> None:
+    if len(histogram) <= value:
+        histogram.extend([0] * (value + 1 - len(histogram)))
+    histogram[value] += 1

@@ -64,3 +64,17 @@ def next_distribution(p: mx.array, q: mx.array, accepted: mx.array) -> mx.array:
     rows = mx.concatenate([mx.maximum(p[:k] - q, 0.0), p[k:]], axis=0)
     chosen = mx.take(rows, accepted, axis=0)
     return mx.where(chosen.sum() > 0, chosen, mx.take(p, accepted, axis=0))
+
+
+def acceptance_chance(p: mx.array | None, logits: mx.array, q: mx.array | None, token: mx.array) -> mx.array:
+    """The chance that `token`, drawn from `q` (None: deterministic), would be
+    accepted at a position where the target's logits are `logits` (V,) and,
+    above temperature 0, its warped distribution is `p` (V,): 1 or 0 at
+    temperature 0 (`p` None), min(1, p(x) / q(x)) above it. Its mean over
+    draws is the acceptance rate sum(min(p, q)); nothing is drawn."""
+    if p is None:
+        return (mx.argmax(logits) == token).astype(mx.float32)
+    p_token = p[token]
+    if q is None:
+        return p_token
+    return mx.minimum(p_token / mx.maximum(q[token], 1e-30), 1.0)

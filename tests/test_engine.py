@@ -19,6 +19,7 @@ from specmlx.events import Source
 from specmlx.sampling import SamplingParams
 
 from . import tiny
+from .costs import FixedCosts
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
@@ -68,6 +69,33 @@ def test_greedy_output_equals_the_targets_own(request, tokenizer, vocab, target,
             assert stats.accepted == stats.drafted
         if drafter_name == "random":
             assert stats.acceptance_rate < 0.5
+
+
+# Measured costs, and costs fixed so that drafting barely pays (plain rounds,
+# probes and catching up after them) or always pays (drafts grow and shrink).
+COSTS = {"measured": None, "plain-heavy": (1.0, 0.05), "cheap": (0.0, 0.02)}
+
+
+@pytest.mark.parametrize("costs", sorted(COSTS))
+@pytest.mark.parametrize("drafter_name", ["self", "random", "noisy", "ngram", "none"])
+def test_greedy_output_with_the_automatic_length_equals_the_targets_own(
+        request, tokenizer, vocab, target, drafter_name, costs):
+    engine = Engine(target, drafter_for(drafter_name, request, vocab), eos_token_ids=[])
+    if COSTS[costs] is not None:
+        engine.auto_draft().costs = FixedCosts(*COSTS[costs])
+    lengths = []
+    for text in PROMPTS * 2:  # the controller keeps what it learned from one answer to the next
+        prompt = tokenizer.encode(text)
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=40))
+        assert [e.token for e in generation] == reference_greedy(target, prompt, 40)
+        stats = generation.stats
+        assert stats.host_syncs == stats.rounds + stats.timed_rounds
+        assert sum(stats.draft_histogram) == stats.rounds == len(generation.draft_lengths)
+        lengths += generation.draft_lengths
+    if drafter_name == "none":
+        assert set(lengths) == {0}
+    else:
+        assert len(set(lengths)) > 1 and max(lengths) > 0
 
 
 def test_greedy_exact_on_more_random_targets(tokenizer, vocab):
@@ -181,11 +209,13 @@ def test_next_generation_reuses_the_cached_prefix(tokenizer, vocab, target, nois
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temp=0.7), SamplingParams(temp=1.0, top_p=0.9, top_k=50)])
 def test_seed_makes_sampling_reproducible(tokenizer, vocab, target, noisy_drafter, sampling):
+    """With a fixed draft length: the automatic one follows wall time, and which
+    draws a round makes depends on how many tokens it drafts."""
     prompt = tokenizer.encode(PROMPTS[2])
     outputs = []
     for seed in (1, 1, 2):
         engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
-        events, _ = run(engine, prompt, max_tokens=30, sampling=sampling, seed=seed)
+        events, _ = run(engine, prompt, max_tokens=30, sampling=sampling, seed=seed, num_draft=4)
         outputs.append([e.token for e in events])
     assert outputs[0] == outputs[1]
     assert outputs[0] != outputs[2]
@@ -247,7 +277,7 @@ def test_quantized_target_through_the_same_path(tokenizer, vocab, target_args):
     drafter = ModelDrafter(tiny.build(target_args, seed=0), vocab)
     engine = Engine(target, drafter, eos_token_ids=[])
     prompt = tokenizer.encode(PROMPTS[2])
-    events, stats = run(engine, prompt, max_tokens=24)
+    events, stats = run(engine, prompt, max_tokens=24, num_draft=4)
     assert [e.token for e in events] == reference_greedy(target, prompt, 24)
     assert stats.accepted > 0
 

@@ -21,6 +21,7 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams, warp
 
 from . import tiny
+from .costs import FixedCosts
 
 # 2,000 seeded runs a check. The second negative control below is what that
 # buys: a drafter that reports q blended 20% towards uniform fails at p ~ 1e-13
@@ -166,6 +167,56 @@ def test_rounds_that_look_up_before_drafting_keep_the_target_distribution(pair, 
                                                lookup=2, lookup_draft=3)
     assert 1 < rounds_per_run < length
     assert 0 < len(recording.sizes) < rounds_per_run * RUNS  # the drafter served some rounds, lookup the rest
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling, length)) > 1e-3
+
+
+class FirstDraftRecorder(ModelDrafter):
+    """Records the first token of each draft, generation by generation."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.runs: list[list[int]] = []
+
+    def prefill(self, tokens) -> None:
+        self.runs.append([])
+        super().prefill(tokens)
+
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0) -> Draft:
+        draft = super().draft(tokens, num_draft, sampling, key, p_min)
+        self.runs[-1].append(draft.tokens[0].item())
+        return draft
+
+
+@pytest.mark.parametrize("name", ["temperature 1", "top-p 0.7"])
+def test_the_automatic_length_keeps_the_target_distribution(pair, name):
+    """Each round's length is chosen from the rounds before, in this run and the
+    runs before it: a round after an accepted draft drafts more often than one
+    after a rejection. At these costs the choice crosses between plain rounds
+    (some of them probing the drafter) and drafts of one."""
+    target, drafter = pair
+    sampling = SAMPLINGS[name]
+    recorder = FirstDraftRecorder(drafter, VOCAB)
+    engine = Engine(target, recorder, eos_token_ids=[])
+    engine.auto_draft().costs = FixedCosts(step=0.6, width=0.05)
+    length = LENGTH + 1
+    samples, lengths, probes = [], [], 0
+    for seed in range(RUNS):
+        generation = engine.generate(PROMPT, config(sampling, seed, length, num_draft=None))
+        samples.append(tuple(e.token for e in generation))
+        lengths.append(generation.draft_lengths)
+        probes += generation.stats.probes
+    assert 1 < sum(map(len, lengths)) / RUNS < length
+    assert sum(len(set(run)) > 1 for run in lengths) > RUNS // 20  # the length varies within runs
+    assert {0, 1} <= {k for run in lengths for k in run} and probes > 0
+    # ... and with what was sampled. A rejected draft token is never the one
+    # committed in its place (the residual is zero there), so a first round
+    # drafting one token was accepted exactly when its draft is the first token.
+    drafts_again = {True: [], False: []}
+    for run, drafts, sample in zip(lengths, recorder.runs, samples):
+        if run[0] == 1 and len(run) > 1:
+            drafts_again[drafts[0] == sample[0]].append(run[1] > 0)
+    share = {accepted: sum(flags) / len(flags) for accepted, flags in drafts_again.items()}
+    assert share[True] > share[False] + 0.1
     assert chi_square_pvalue(samples, exact_distribution(target, sampling, length)) > 1e-3
 
 

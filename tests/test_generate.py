@@ -43,7 +43,9 @@ def test_json_output_end_to_end(model_dirs, tokenizer, target):
     stats = data["stats"]
     assert stats["generation_tokens"] == len(data["tokens"])
     assert stats["accepted"] == data["sources"].count("draft")
-    assert stats["host_syncs"] == stats["rounds"]
+    # One sync a round, and one more in the rounds the automatic length timed its drafting apart.
+    assert stats["auto"] and 0 < stats["timed_rounds"] <= stats["rounds"] // 8 + 2
+    assert stats["host_syncs"] == stats["rounds"] + stats["timed_rounds"]
 
 
 def test_draft_p_min_stays_exact(capsys, model_dirs, tokenizer, target):
@@ -83,6 +85,32 @@ def test_sampling_flags_and_seed(capsys, model_dirs):
     first = json.loads(cli(capsys, *args)[1])
     second = json.loads(cli(capsys, *args)[1])
     assert first["tokens"] == second["tokens"]
+    # A seeded sampled run drafts a fixed length: the automatic one follows wall time.
+    assert not first["stats"]["auto"] and first["stats"]["num_draft"] == 4
+
+
+def test_the_draft_length_is_automatic_unless_given(capsys, model_dirs):
+    args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
+            "--max-tokens", 24)
+    auto = json.loads(cli(capsys, *args, "--json")[1])["stats"]
+    assert auto["auto"] and sum(auto["draft_histogram"]) == auto["rounds"]
+    assert auto["draft_histogram"][4] >= 2 and auto["draft_histogram"][0] >= 1  # the first rounds calibrate
+    assert auto["estimate"]["costs"]["base_s"] > 0 and len(auto["estimate"]["acceptance"]) == 12
+    fixed = json.loads(cli(capsys, *args, "--num-draft", 3, "--json")[1])["stats"]
+    assert not fixed["auto"] and fixed["estimate"] is None
+    assert fixed["draft_histogram"][3] >= fixed["rounds"] - 2  # 3 a round, but where the budget ends
+    explicit = json.loads(cli(capsys, *args, "--num-draft", "auto", "--max-draft", 5, "--json")[1])["stats"]
+    assert explicit["auto"] and len(explicit["draft_histogram"]) <= 6
+    code, _, err = cli(capsys, *args)
+    assert code == 0 and "draft length per round (k:rounds)" in err and "(auto)" in err
+    assert "auto measured: a plain round" in err
+
+
+def test_a_bad_draft_length_names_the_flag(capsys, model_dirs):
+    with pytest.raises(SystemExit) as exit:
+        cli(capsys, "--target", model_dirs["target"], "--prompt", "x", "--num-draft", "lots")
+    assert exit.value.code == 2
+    assert "--num-draft: expected a whole number or auto, got 'lots'" in capsys.readouterr().err
 
 
 def test_padded_drafter_vocabulary_is_fine(capsys, tmp_path, tokenizer, target, target_args, vocab):
@@ -144,6 +172,8 @@ def test_incompatible_drafter_is_one_line_naming_both(capsys, tmp_path, model_di
     (["--prompt", "x", "--system", "s"], "--system needs --chat"),
     (["--prompt", "x", "--draft-p-min", "1.5"], "draft p-min must be in [0, 1)"),
     (["--prompt", "x", "--lookup", "12"], "lookup match length must be in 0..8"),
+    (["--prompt", "x", "--num-draft", "auto", "--adaptive"], "--num-draft auto and --adaptive"),
+    (["--prompt", "x", "--max-draft", "0"], "maximum draft length must be >= 1"),
 ])
 def test_bad_options_are_one_line_and_exit_2(capsys, model_dirs, flags, message):
     code, _, err = cli(capsys, "--target", model_dirs["target"], *flags)

@@ -166,7 +166,8 @@ class ChatScreen(Screen):
             self.figures = replace(
                 self._idle_figures(), prompt_tokens=update.prompt_tokens, reused=update.reused,
                 drafter=self._drafter_label(update.drafter),
-                num_draft=update.config.policy.num_draft if update.drafter != NONE else None,
+                draft="off" if update.drafter == NONE else
+                "auto" if update.config.policy.auto else str(update.config.policy.num_draft),
             )
             note = self._window_note(update)
             if note:
@@ -175,12 +176,13 @@ class ChatScreen(Screen):
             answer.append(update.events)
             if not self._tally.tokens:  # the first round also paid for the prefill: not counted
                 self._first_round = len(update.events)
-            self._tally.add(e.source for e in update.events)
+            self._tally.add((e.source for e in update.events), update.draft_length)
             decoded = self._tally.tokens - self._first_round
             tps = decoded / update.elapsed if decoded and update.elapsed > 0 else None
             self.figures = replace(
                 self.figures, tokens=self._tally.tokens, tps=tps, mean_accepted=self._tally.mean_accepted,
                 accepted_per_round=tuple(self._tally.accepted_per_round),
+                draft_lengths=tuple(self._tally.draft_lengths),
             )
         else:
             answer.finish(update.tail)
@@ -389,7 +391,7 @@ class ChatScreen(Screen):
     def _idle_figures(self) -> Figures:
         choice = self.settings.active_drafter
         return Figures(
-            drafter=self._drafter_label(choice), num_draft=None if choice == NONE else self.settings.num_draft,
+            drafter=self._drafter_label(choice), draft="off" if choice == NONE else self.settings.draft_label,
             baseline_tps=self.baseline_tps,
         )
 
@@ -400,8 +402,8 @@ class ChatScreen(Screen):
         return replace(
             self.figures, drafter=label, tokens=stats.generation_tokens,
             tps=stats.generation_tps, acceptance=stats.acceptance_rate if stats.drafted else None,
-            mean_accepted=stats.mean_accepted, num_draft=stats.num_draft if drafted else None,
-            accepted_per_round=tuple(tally.accepted_per_round), baseline_tps=self.baseline_tps, measuring=False,
+            mean_accepted=stats.mean_accepted, draft=self.figures.draft if drafted else "off",
+            accepted_per_round=tuple(tally.accepted_per_round), draft_lengths=tuple(tally.draft_lengths), baseline_tps=self.baseline_tps, measuring=False,
         )
 
     def _welcome(self) -> str:

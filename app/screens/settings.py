@@ -11,7 +11,7 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static,
 from specmlx.drafters import NGRAM, NONE
 from specmlx.errors import SpecmlxError
 
-from ..settings import DRAFTERS, MODEL, ChatSettings
+from ..settings import AUTO, DRAFTERS, MODEL, ChatSettings
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
@@ -37,8 +37,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Input(str(s.temp), id="temp", type="number", compact=True)
                 yield Label("Top-p")
                 yield Input(str(s.top_p), id="top_p", type="number", compact=True)
-                yield Label("Draft tokens")
-                yield Input(str(s.num_draft), id="num_draft", type="integer", compact=True)
+                yield Label("Draft tokens (or auto)")
+                yield Input(s.draft_label, id="num_draft", compact=True)
                 yield Label("Max tokens")
                 yield Input(str(s.max_tokens), id="max_tokens", type="integer", compact=True)
                 yield Label("Speculation")
@@ -94,7 +94,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         return ChatSettings(
             temp=value("temp", float, "temperature"),
             top_p=value("top_p", float, "top-p"),
-            num_draft=value("num_draft", int, "draft tokens"),
+            num_draft=None if self.query_one("#num_draft", Input).value.strip().lower() == AUTO
+            else value("num_draft", int, "draft tokens"),
             max_tokens=value("max_tokens", int, "max tokens"),
             drafter=pressed.id if pressed is not None else self.settings.drafter,
             speculation=self.query_one("#speculation", Switch).value,

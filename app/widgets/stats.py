@@ -22,7 +22,8 @@ class Figures:
     """
 
     drafter: str = ""
-    num_draft: int | None = None  # None: speculation off
+    draft: str = "off"  # the draft length setting: "off" (no speculation), "auto" or a number
+    draft_lengths: tuple[int, ...] = ()  # the length chosen for each round so far
     tokens: int = 0
     tps: float | None = None
     acceptance: float | None = None
@@ -52,6 +53,15 @@ def speedup(figures: Figures) -> str:
     return f"{figures.tps / figures.baseline_tps:.2f}×\nvs plain {figures.baseline_tps:.1f} tok/s"
 
 
+def draft_length(figures: Figures) -> str:
+    """The setting, and with auto the length of the latest round and how many drafted nothing."""
+    lengths = figures.draft_lengths
+    if figures.draft != "auto" or not lengths:
+        return figures.draft
+    plain = sum(k == 0 for k in lengths)
+    return f"auto: {lengths[-1]} now\n{plain}/{len(lengths)} rounds plain"
+
+
 class StatsPanel(Static):
     def __init__(self, figures: Figures = Figures(), **kwargs) -> None:
         super().__init__(**kwargs)
@@ -72,19 +82,22 @@ class StatsPanel(Static):
             return "…" if value is None else fmt.format(value)
 
         width = max((self.content_size.width or 30), 8)
-        bars = sparkline(f.accepted_per_round, f.num_draft or 0, width)
+        top = max(f.draft_lengths, default=int(f.draft) if f.draft.isdigit() else 0)
+        bars = sparkline(f.accepted_per_round, top, width)
+        lengths = sparkline(f.draft_lengths, top, width) if f.draft == "auto" else ""
         return Group(
             Text("Speed", style="bold"),
             _grid(("tokens/s", number(f.tps, "{:.1f}")), ("speedup", speedup(f))),
             Text("Speculation", style="bold"),
             _grid(
                 ("drafter", f.drafter or "none"),
-                ("draft len", "off" if f.num_draft is None else str(f.num_draft)),
+                ("draft len", draft_length(f)),
                 ("accepted", number(f.acceptance if f.tokens else None, "{:.0%}")),
                 ("mean len", number(f.mean_accepted if f.tokens else None, "{:.2f} tok/round")),
                 ("rounds", str(len(f.accepted_per_round))),
             ),
             Text(bars, style="green") if bars else Text("accepted drafts per round", style="dim"),
+            *([Text(lengths, style="cyan")] if lengths else []),
             Text("Context", style="bold"),
             _grid(
                 ("prompt", f"{f.prompt_tokens} tok" + (f", {f.reused} cached" if f.prompt_tokens else "")),

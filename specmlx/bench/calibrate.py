@@ -96,10 +96,14 @@ def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[
               verify_rows: Sequence[int] = ()) -> Calibration:
     if steps < 1:
         raise ValueError("calibration needs at least one step")
+    timed: dict[int, float] = {}  # variants share a drafter: time each drafter once
+    for drafter in drafters.values():
+        if id(drafter) not in timed:
+            timed[id(drafter)] = time_drafter_step(target, drafter, prompt, steps)
     return Calibration(
         steps=steps,
         context=len(prompt) - 1,
         target_step_s=time_target_step(target, prompt, steps),
-        drafter_step_s={name: time_drafter_step(target, d, prompt, steps) for name, d in drafters.items()},
+        drafter_step_s={name: timed[id(d)] for name, d in drafters.items()},
         verify_step_s={rows: time_target_step(target, prompt, steps, rows) for rows in sorted(set(verify_rows))},
     )

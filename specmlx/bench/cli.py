@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: the default preset)")
     which.add_argument("--target", metavar="MODEL", help="target: a preset name, model directory or Hugging Face repo id")
     parser.add_argument("--drafter", action="append", default=[], metavar="SPEC",
-                        help=f"drafter, repeatable or comma-separated: {MODEL_DRAFTERS} "
-                        "(default: the target's drafter, and ngram)")
+                        help=f"drafter, repeatable or comma-separated: {MODEL_DRAFTERS}; variants by "
+                        "suffix: +auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N "
+                        "(default: the target's drafter and ngram, each also +auto)")
     parser.add_argument("--prompts", type=Path, default=default_prompts_path(), metavar="FILE",
                         help="JSONL file of {id, kind, prompt} (default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")
@@ -178,7 +179,7 @@ def bench(options: Options) -> int:
     if options.calibration_steps:
         log(f"calibrating: {options.calibration_steps} single-token steps of each model")
         drafters = {e.name: e.drafter for e in lineup.entrants}
-        verify_rows = [k + 1 for k in options.num_drafts]
+        verify_rows = [k + 1 for e in lineup.entrants for k in e.draft_lengths(options.num_drafts) if k]
         calibration = calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps,
                                 verify_rows)
     plan = plan_runs(lineup.entrants, options.temps, options.num_drafts, options.modes)

@@ -2,12 +2,14 @@
 
 Every drafter is a spec string loaded by `specmlx.loading.load_drafters`, so a
 new drafter kind needs no change here: it is one more `--drafter` value.
-Suffixes make variants of a drafter, sharing its weights: `+adaptive` runs it
-with the adaptive draft length (`--num-draft` is then where the length
-starts), `+pmin=P` stops each draft once the drafter's top probability falls
-below P (`--num-draft` is then a cap), `+lookup=N` proposes what followed an
-earlier match of the last N+ tokens, when there is one, before drafting (up
-to 8 tokens); they combine.
+Suffixes make variants of a drafter, sharing its weights: `+auto` chooses
+each round's draft length from measured costs (one run per temperature, not
+one per `--num-draft`), `+k=N` drafts N a round whatever `--num-draft` says,
+`+adaptive` runs it with the adaptive draft length (`--num-draft` is then
+where the length starts), `+pmin=P` stops each draft once the drafter's top
+probability falls below P (`--num-draft` is then a cap), `+lookup=N` proposes
+what followed an earlier match of the last N+ tokens, when there is one,
+before drafting (up to 8 tokens); they combine.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from typing import Iterable
 import mlx.nn as nn
 
 from ..drafters import NGRAM, Drafter, ModelDrafter, NoDrafter
-from ..policy import LOOKUP_NGRAM, DraftPolicy
+from ..policy import LOOKUP_NGRAM, START_DRAFT, DraftPolicy
 from ..errors import SpecmlxError
 from ..loading import LoadedModel, Progress, display_name, load_drafters, resolve_drafter
 
 
+AUTO = "+auto"
+FIXED = "+k="
 ADAPTIVE = "+adaptive"
 P_MIN = "+pmin="
 LOOKUP = "+lookup="
-_SUFFIXES = re.compile(r"((?:\+adaptive|\+pmin=[^+]*|\+lookup=[^+]*)*)$")
+_SUFFIXES = re.compile(r"((?:\+auto|\+k=[^+]*|\+adaptive|\+pmin=[^+]*|\+lookup=[^+]*)*)$")
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,8 @@ class Entrant:
     name: str
     spec: str
     drafter: Drafter
-    policy: DraftPolicy = DraftPolicy()  # its num_draft is set per run (--num-draft)
+    policy: DraftPolicy = DraftPolicy(num_draft=START_DRAFT)  # num_draft is set per run unless `pinned`
+    pinned: bool = False  # +k=N: policy.num_draft whatever --num-draft says
 
     @property
     def model(self) -> nn.Module | None:
@@ -50,6 +55,19 @@ class Entrant:
         """False for `none`: it runs once per temperature, not once per draft length."""
         return not isinstance(self.drafter, NoDrafter)
 
+    def draft_lengths(self, num_drafts: Iterable[int]) -> list[int | None]:
+        """The draft length of each of its runs: None for the automatic one."""
+        if not self.drafts:
+            return [0]
+        if self.policy.auto:
+            return [None]
+        return [self.policy.num_draft] if self.pinned else list(num_drafts)
+
+    @property
+    def baseline(self) -> bool:
+        """Whether mlx-lm drafts with it too: a drafter model, as it is (variants are specmlx's own)."""
+        return self.model is not None and self.policy.fixed_length and not self.pinned
+
 
 @dataclass(frozen=True)
 class Lineup:
@@ -60,22 +78,32 @@ class Lineup:
 def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
     """Drafter specs to load: each `--drafter` value (comma-separated lists
     allowed, preset names meaning their drafter), else the target's default
-    drafter and prompt lookup."""
+    drafter and prompt lookup, each at fixed lengths and with the automatic one."""
     specs = [part.strip() for value in requested for part in value.split(",") if part.strip()]
     if not specs:
-        specs = [resolve_drafter(None, target).source, NGRAM]
+        default = resolve_drafter(None, target).source
+        specs = [default, default + AUTO, NGRAM, NGRAM + AUTO]
     resolved = [resolve_drafter(base, target).source + suffix for base, suffix, _ in map(split_variant, specs)]
     return list(dict.fromkeys(resolved))  # dedupe, keep order
 
 
 def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
     """("drafter", "+adaptive+pmin=0.5", DraftPolicy(adaptive=True, p_min=0.5)); ("drafter", "",
-    DraftPolicy()) without suffixes."""
+    DraftPolicy(num_draft=START_DRAFT)) without suffixes; num_draft None with +auto."""
     suffix = _SUFFIXES.search(spec).group(1)
-    adaptive, p_min, lookup = False, 0.0, 0
-    for part in filter(None, suffix.split("+")):
+    num_draft, adaptive, p_min, lookup = START_DRAFT, False, 0.0, 0
+    parts = [part for part in suffix.split("+") if part]
+    if AUTO[1:] in parts and (ADAPTIVE[1:] in parts or any(p.startswith(FIXED[1:]) for p in parts)):
+        raise SpecmlxError(f"--drafter {spec}: +auto chooses the draft length itself; drop +k or +adaptive")
+    for part in parts:
+        if part == AUTO[1:]:
+            num_draft = None
+            continue
         if part == ADAPTIVE[1:]:
             adaptive = True
+            continue
+        if part.startswith(FIXED[1:]):
+            num_draft = _fixed_length(spec, part[len(FIXED) - 1 :])
             continue
         if part.startswith(LOOKUP[1:]):
             lookup = _lookup_length(spec, part[len(LOOKUP) - 1 :])
@@ -87,7 +115,14 @@ def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
             raise SpecmlxError(f"--drafter {spec}: {P_MIN}{value} is not a number") from None
         if not 0.0 < p_min < 1.0:
             raise SpecmlxError(f"--drafter {spec}: +pmin must be between 0 and 1, got {value}")
-    return spec[: len(spec) - len(suffix)], suffix, DraftPolicy(adaptive=adaptive, p_min=p_min, lookup=lookup)
+    policy = DraftPolicy(num_draft=num_draft, adaptive=adaptive, p_min=p_min, lookup=lookup)
+    return spec[: len(spec) - len(suffix)], suffix, policy
+
+
+def _fixed_length(spec: str, value: str) -> int:
+    if not (value.isdigit() and int(value) >= 1):
+        raise SpecmlxError(f"--drafter {spec}: +k must be a whole number of at least 1, got {value}")
+    return int(value)
 
 
 def _lookup_length(spec: str, value: str) -> int:
@@ -104,7 +139,7 @@ def load_lineup(target: str, specs: list[str], progress: Progress | None = None)
     names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafter, policy)
-        for name, spec, drafter, (_, _, policy) in zip(names, specs, drafters, split)
+        Entrant(name, spec, drafter, policy, pinned=FIXED in suffix)
+        for name, spec, drafter, (_, suffix, policy) in zip(names, specs, drafters, split)
     )
     return Lineup(loaded, entrants)

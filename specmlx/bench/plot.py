@@ -23,10 +23,11 @@ def require() -> None:
 
 
 def series(rows: Sequence[Row], temp: float) -> dict[tuple[str, str], list[Row]]:
-    """Speculative rows at `temp`, by (mode, drafter), sorted by draft length."""
+    """Speculative rows of a fixed or starting draft length at `temp`, by (mode,
+    drafter), sorted by draft length."""
     out: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
-        if row.temp == temp and row.mode != TARGET and row.num_draft > 0 and row.speedup is not None:
+        if row.temp == temp and row.mode != TARGET and row.num_draft and row.speedup is not None:
             out.setdefault((row.mode, row.drafter), []).append(row)
     return {key: sorted(group, key=lambda r: r.num_draft) for key, group in out.items()}
 
@@ -48,7 +49,10 @@ def write_plot(rows: Sequence[Row], path: Path, title: str) -> None:
             predicted = [(r.num_draft, r.predicted_speedup) for r in group if r.predicted_speedup is not None]
             if predicted and mode != MLX_LM_SPEC:
                 ax.plot(*zip(*predicted), ":", color=line.get_color(), label=f"predicted · {drafter}")
-        ax.set_xticks(sorted({r.num_draft for r in rows if r.num_draft > 0}))  # k is whole
+        autos = [r for r in rows if r.temp == temp and r.num_draft is None and r.speedup is not None]
+        for i, row in enumerate(autos):  # a length chosen each round has no k: a level across the panel
+            ax.axhline(row.speedup, linestyle="-.", color=f"C{(len(ax.lines) + i) % 10}", label=row.drafter)
+        ax.set_xticks(sorted({r.num_draft for r in rows if r.num_draft}))  # k is whole
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_title(f"temperature {temp:g}")
         ax.set_xlabel("draft length k")

@@ -12,8 +12,9 @@ from .calibrate import Calibration
 from .runs import Measurement
 from .summary import Row
 
-COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target", "predicted ×",
-           "× mlx-lm", "mean acc.", "accept", "α", "ms/round", "draft/verify/other ms", "= target")
+COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target", "lowest × (prompt)", "predicted ×",
+           "× mlx-lm", "mean acc.", "accept", "α", "chosen k", "plain rounds", "ms/round",
+           "draft/verify/other ms", "= target")
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -22,12 +23,14 @@ def _num(value: float | None, spec: str, suffix: str = "") -> str:
 
 def _cells(row: Row) -> list[str]:
     split = row.split_per_round
+    lowest = "–" if row.min_speedup is None else f"{row.min_speedup:.2f}× ({row.min_prompt})"
     return [
-        row.mode, row.drafter or "–", f"{row.temp:g}", str(row.num_draft), str(row.tokens),
-        f"{row.tokens_per_s:.2f}", _num(row.speedup, ".2f", "×"), _num(row.predicted_speedup, ".2f", "×"),
-        _num(row.vs_mlx_lm, ".2f", "×"), f"{row.mean_accepted:.2f}",
+        row.mode, row.drafter or "–", f"{row.temp:g}", "auto" if row.num_draft is None else str(row.num_draft),
+        str(row.tokens), f"{row.tokens_per_s:.2f}", _num(row.speedup, ".2f", "×"), lowest,
+        _num(row.predicted_speedup, ".2f", "×"), _num(row.vs_mlx_lm, ".2f", "×"), f"{row.mean_accepted:.2f}",
         _num(None if row.acceptance_rate is None else 100 * row.acceptance_rate, ".0f", "%"),
-        _num(row.alpha, ".2f"), f"{1000 * row.s_per_round:.1f}",
+        _num(row.alpha, ".2f"), _num(row.mean_chosen, ".2f"),
+        _num(None if row.plain_share is None else 100 * row.plain_share, ".0f", "%"), f"{1000 * row.s_per_round:.1f}",
         "–" if split is None else " / ".join(f"{1000 * s:.1f}" for s in split),
         "–" if row.same_as_target is None else f"{row.same_as_target}/{row.prompts}",
     ]
@@ -58,10 +61,13 @@ def calibration_line(calibration: Calibration | None) -> str:
 NOTES = (
     "tok/s: total tokens / total decode seconds over all prompts; decode starts at the forward of "
     "the last prompt token, so prompt processing is excluded in every mode.",
+    "lowest ×: the lowest per-prompt speed-up over the target alone on the same prompt, and that prompt.",
     "mean acc.: tokens per target forward (accepted drafts + the target's own token); "
     "accept: accepted / drafted.",
-    "predicted ×: Leviathan's (1-α^(k+1)) / ((1-α)(k·c+1)), α solved from mean acc. at k, "
-    "c from the calibration.",
+    "predicted ×: Leviathan's (1-α^(k+1)) / ((1-α)(k·c+v)), α solved from mean acc. at k, "
+    "c and v (a forward of k+1 tokens in target steps; Leviathan takes v = 1) from the calibration.",
+    "chosen k: mean draft length per round (k = auto chooses it each round, 0 = plain decoding); "
+    "plain rounds: rounds that proposed nothing (k = 0, or no lookup match).",
     "= target: prompts (at temperature 0) whose tokens equal the target alone's.",
 )
 

@@ -46,7 +46,7 @@ class Measurement:
     mode: str
     drafter: str
     temp: float
-    num_draft: int
+    num_draft: int | None  # None: chosen each round
     prompt_id: str
     tokens: tuple[int, ...]  # generated, EOS excluded
     decode_s: float
@@ -56,7 +56,9 @@ class Measurement:
     accepted: int
     finish_reason: str  # "eos" or "length"
     split: TimeSplit | None = None  # specmlx with --profile only
-    fixed_length: bool = True  # num_draft drafts every round (not adaptive, p-min or lookup)
+    fixed_length: bool = True  # num_draft drafts every round (not automatic, adaptive, p-min or lookup)
+    draft_histogram: tuple[int, ...] = ()  # specmlx: rounds by chosen draft length
+    plain_rounds: int = 0  # specmlx: rounds that proposed nothing
 
     @property
     def generated(self) -> int:
@@ -155,13 +157,16 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
 
 
 def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
-                prompt: Sequence[int], temp: float, num_draft: int, max_tokens: int, seed: int,
+                prompt: Sequence[int], temp: float, num_draft: int | None, max_tokens: int, seed: int,
                 profile: bool = False, policy: DraftPolicy = DraftPolicy()) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
-    when a prompt extends its context, which would skip work the others do."""
+    when a prompt extends its context, which would skip work the others do,
+    and an automatic draft length starts from nothing measured, as in a new
+    `specmlx generate`."""
     engine = Engine(model, drafter, tokenizer)
+    policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
-                              profile=profile, policy=replace(policy, num_draft=num_draft))
+                              profile=profile, policy=policy)
     generation = engine.generate(list(prompt), config)
     tokens = tuple(event.token for event in generation)
     stats = generation.stats
@@ -171,5 +176,5 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         tokens=tokens, decode_s=stats.decode_s, rounds=stats.rounds,
         round_tokens=stats.accepted + stats.rounds, drafted=stats.drafted, accepted=stats.accepted,
         finish_reason="eos" if stats.finish_reason == "eos" else "length", split=split,
-        fixed_length=policy.fixed_length,
+        fixed_length=policy.fixed_length, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
     )

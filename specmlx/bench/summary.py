@@ -21,7 +21,7 @@ class Row:
     mode: str
     drafter: str
     temp: float
-    num_draft: int
+    num_draft: int | None  # None: chosen each round
     prompts: int
     tokens: int
     decode_s: float
@@ -40,6 +40,11 @@ class Row:
     cost_ratio: float | None
     predicted_speedup: float | None
     fixed_length: bool = True  # num_draft drafts every round: Leviathan's formula applies
+    verify_ratio: float | None = None  # a forward of k+1 tokens over one of 1 token, calibrated
+    min_speedup: float | None = None  # the lowest per-prompt speed-up over the target alone
+    min_prompt: str | None = None  # ... and its prompt
+    mean_chosen: float | None = None  # specmlx: mean chosen draft length per round
+    plain_share: float | None = None  # specmlx: rounds that proposed nothing, over all rounds
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -48,7 +53,7 @@ class Row:
         return out
 
 
-def _key(m: Measurement | Row) -> tuple[str, str, float, int]:
+def _key(m: Measurement | Row) -> tuple[str, str, float, int | None]:
     return (m.mode, m.drafter, m.temp, m.num_draft)
 
 
@@ -65,6 +70,29 @@ def _same_as_target(group: Sequence[Measurement], reference: dict[str, tuple[int
     if group[0].temp != 0 or group[0].mode == TARGET or not reference:
         return None
     return sum(reference.get(m.prompt_id) == m.tokens for m in group)
+
+
+def _lowest_speedup(group: Sequence[Measurement], target: dict[str, Measurement]) -> tuple[float, str] | None:
+    """The lowest per-prompt tokens/s over the target alone's on the same prompt."""
+    ratios = [(_tps(m) / _tps(target[m.prompt_id]), m.prompt_id) for m in group
+              if m.prompt_id in target and _tps(target[m.prompt_id]) > 0]
+    return min(ratios) if ratios else None
+
+
+def _tps(m: Measurement) -> float:
+    return m.generated / m.decode_s if m.decode_s > 0 else 0.0
+
+
+def _choices(group: Sequence[Measurement]) -> tuple[float, float] | None:
+    """Mean chosen draft length and the share of rounds that proposed nothing (specmlx runs)."""
+    histogram = [0] * max((len(m.draft_histogram) for m in group), default=0)
+    for m in group:
+        for k, count in enumerate(m.draft_histogram):
+            histogram[k] += count
+    rounds = sum(histogram)
+    if rounds == 0:
+        return None
+    return sum(k * c for k, c in enumerate(histogram)) / rounds, sum(m.plain_rounds for m in group) / rounds
 
 
 def _base_row(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]]) -> Row:
@@ -86,6 +114,7 @@ def _base_row(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]
     )
 
 
+
 def _ratio(a: float, b: float | None) -> float | None:
     return a / b if b else None
 
@@ -95,11 +124,14 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
     groups: dict[tuple, list[Measurement]] = {}
     for m in measurements:
         groups.setdefault(_key(m), []).append(m)
-    references = {}  # temperature -> prompt id -> the target's tokens
+    targets: dict[float, dict[str, Measurement]] = {}  # temperature -> prompt id -> the target alone
     for m in measurements:
         if m.mode == TARGET:
-            references.setdefault(m.temp, {})[m.prompt_id] = m.tokens
+            targets.setdefault(m.temp, {})[m.prompt_id] = m
+    references = {t: {p: m.tokens for p, m in by_prompt.items()} for t, by_prompt in targets.items()}
     rows = [_base_row(g, references.get(g[0].temp, {})) for g in groups.values()]
+    lowest = {_key(g[0]): _lowest_speedup(g, targets.get(g[0].temp, {})) for g in groups.values()}
+    choices = {_key(g[0]): _choices(g) for g in groups.values()}
     target_tps = {r.temp: r.tokens_per_s for r in rows if r.mode == TARGET}
     mlx_tps = {(r.drafter, r.temp, r.num_draft): r.tokens_per_s for r in rows if r.mode == MLX_LM_SPEC}
     out = []
@@ -107,14 +139,20 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
         updates = {}
         if row.mode != TARGET:
             updates["speedup"] = _ratio(row.tokens_per_s, target_tps.get(row.temp))
+            if lowest[_key(row)] is not None:
+                updates["min_speedup"], updates["min_prompt"] = lowest[_key(row)]
+            if choices[_key(row)] is not None:
+                updates["mean_chosen"], updates["plain_share"] = choices[_key(row)]
             if row.mode != MLX_LM_SPEC:
                 updates["vs_mlx_lm"] = _ratio(row.tokens_per_s, mlx_tps.get((row.drafter, row.temp, row.num_draft)))
             # Leviathan's formula assumes k drafts every round; adaptive and p-min runs vary it.
-            if row.num_draft > 0 and row.fixed_length:
+            if row.num_draft and row.fixed_length:
                 updates["alpha"] = alpha_from_mean_accepted(row.mean_accepted, row.num_draft)
                 c = calibration.cost_ratio(row.drafter) if calibration is not None else None
+                v = calibration.verify_ratio(row.num_draft + 1) if calibration is not None else None
                 if c is not None:
-                    updates["cost_ratio"] = c
-                    updates["predicted_speedup"] = predicted_speedup(updates["alpha"], row.num_draft, c)
+                    updates["cost_ratio"], updates["verify_ratio"] = c, v
+                    updates["predicted_speedup"] = predicted_speedup(updates["alpha"], row.num_draft, c,
+                                                                     1.0 if v is None else v)
         out.append(replace(row, **updates))
     return out

@@ -77,6 +77,7 @@ class FakeGeneration:
         self.stats: GenerationStats | None = None
         self.tail = ""
         self.closed = False
+        self.draft_lengths: list[int] = []  # as Generation's: one per round, before its tokens
         self._tokens = self._run()
 
     def _run(self):
@@ -91,6 +92,8 @@ class FakeGeneration:
                 elif self.engine.delay:
                     time.sleep(self.engine.delay)
                 text, source = tokens[i % len(tokens)]
+                if not self.emitted or self.emitted[-1].source is not Source.DRAFT:  # a round begins
+                    self.draft_lengths.append(self.engine.draft_length(self.config))
                 event = TokenEvent(1000 + i, text, source)
                 self.emitted.append(event)
                 i += 1
@@ -144,17 +147,22 @@ class FakeEngine:
         self.calls.append(Call(list(prompt), config, self.drafter, generation))
         return generation
 
+    def draft_length(self, config: GenerationConfig) -> int:
+        """What every round of the script drafts: the policy's start, or 0 for no drafter."""
+        return config.policy.start if getattr(self.drafter, "name", "") != "none" else 0
+
     def stats_for(self, events: list[TokenEvent], config: GenerationConfig, cancelled: bool) -> GenerationStats:
         """Counts as the engine would make them; a fixed speed keeps snapshots stable."""
         rounds = sum(e.source is not Source.DRAFT for e in events)
         accepted = sum(e.source is Source.DRAFT for e in events)
-        drafting = getattr(self.drafter, "name", "") != "none"
-        drafted = rounds * config.policy.num_draft if drafting else 0
-        histogram = [0] * (config.policy.num_draft + 1)
+        k = self.draft_length(config)
+        histogram = [0] * (config.policy.start + 1)
         return GenerationStats(
-            drafter=self.drafter.name, num_draft=config.policy.num_draft, prompt_tokens=0,
-            generation_tokens=len(events), rounds=rounds, drafted=max(drafted, accepted), accepted=accepted,
+            drafter=self.drafter.name, num_draft=config.policy.start, prompt_tokens=0,
+            generation_tokens=len(events), rounds=rounds, drafted=max(rounds * k, accepted), accepted=accepted,
             accepted_histogram=tuple(histogram), target_forwards=rounds, host_syncs=rounds,
             prefill_s=0.0, decode_s=len(events) / self.tps, draft_s=0.0, verify_s=0.0, profiled=False,
             finish_reason="cancelled" if cancelled else ("length" if len(events) >= config.max_tokens else "eos"),
+            draft_histogram=tuple(rounds if i == k else 0 for i in range(len(histogram))),
+            plain_rounds=rounds if k == 0 else 0, auto=config.policy.auto,
         )

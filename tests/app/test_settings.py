@@ -20,3 +20,9 @@ def test_speculation_off_means_no_drafter_but_keeps_the_choice():
     assert settings.active_drafter == "none" and settings.drafter == "ngram"
     config = settings.generation_config(stop=("x",))
     assert (config.sampling.temp, config.policy.num_draft, config.stop) == (0.5, 3, ("x",))
+
+
+def test_the_draft_length_is_chosen_each_round_unless_set():
+    assert ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "auto"
+    fixed = ChatSettings(num_draft=3)
+    assert not fixed.generation_config().policy.auto and fixed.draft_label == "3"

@@ -43,3 +43,11 @@ def test_cost_ratio():
 def test_at_least_one_step(target):
     with pytest.raises(ValueError):
         calibrate(target, {}, [1, 2, 3], steps=0)
+
+
+def test_variants_of_one_drafter_are_timed_once(tokenizer, target, noisy_drafter, vocab):
+    """`d` and `d+auto` share their weights: one timing, so one cost ratio."""
+    prompt = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    shared = ModelDrafter(noisy_drafter, vocab, "noisy")
+    result = calibrate(target, {"d": shared, "d+auto": shared}, prompt, steps=2)
+    assert result.drafter_step_s["d"] == result.drafter_step_s["d+auto"]

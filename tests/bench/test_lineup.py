@@ -7,13 +7,13 @@ import re
 import pytest
 
 from specmlx.bench.lineup import drafter_specs, load_lineup, split_variant
-from specmlx.policy import DraftPolicy
+from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
 
 
 def test_a_path_target_defaults_to_prompt_lookup(model_dirs):
-    assert drafter_specs(str(model_dirs["target"]), []) == ["ngram"]
+    assert drafter_specs(str(model_dirs["target"]), []) == ["ngram", "ngram+auto"]
 
 
 def test_a_preset_brings_its_drafter_and_ngram(tmp_path, monkeypatch):
@@ -21,8 +21,8 @@ def test_a_preset_brings_its_drafter_and_ngram(tmp_path, monkeypatch):
     drafter = tmp_path / "qwen2.5-coder-1.5b" / "qwen2.5-coder-0.5b"
     drafter.mkdir(parents=True)
     (drafter / "config.json").write_text("{}")
-    assert drafter_specs("qwen2.5-coder-1.5b", []) == [str(drafter), "ngram"]
-    assert drafter_specs("gemma-3-270m", []) == ["ngram"]  # its preset drafter is ngram
+    assert drafter_specs("qwen2.5-coder-1.5b", []) == [str(drafter), f"{drafter}+auto", "ngram", "ngram+auto"]
+    assert drafter_specs("gemma-3-270m", []) == ["ngram", "ngram+auto"]  # its preset drafter is ngram
 
 
 def test_comma_separated_repeated_and_deduplicated():
@@ -57,19 +57,31 @@ def test_an_adaptive_entrant_shares_its_drafter_and_has_no_mlx_lm_run(model_dirs
     assert [r.drafter for r in runs if r.mode == MLX_LM_SPEC] == ["drafter"]
 
 
+def policy(**fields) -> DraftPolicy:
+    return DraftPolicy(**{"num_draft": START_DRAFT, **fields})
+
+
 def test_suffixes_make_variants():
-    assert split_variant("/m/d") == ("/m/d", "", DraftPolicy())
-    assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", DraftPolicy(p_min=0.6))
-    assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", DraftPolicy(adaptive=True, p_min=0.3))
-    assert split_variant("d+lookup=3+pmin=0.5") == ("d", "+lookup=3+pmin=0.5", DraftPolicy(p_min=0.5, lookup=3))
-    fixed = [split_variant(s)[2].fixed_length for s in ("d", "d+adaptive", "d+pmin=0.5", "d+lookup=2")]
-    assert fixed == [True, False, False, False]
+    assert split_variant("/m/d") == ("/m/d", "", policy())
+    assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", policy(p_min=0.6))
+    assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", policy(adaptive=True, p_min=0.3))
+    assert split_variant("d+lookup=3+pmin=0.5") == ("d", "+lookup=3+pmin=0.5", policy(p_min=0.5, lookup=3))
+    assert split_variant("mtp+auto") == ("mtp", "+auto", DraftPolicy())
+    assert split_variant("ngram+auto+lookup=2") == ("ngram", "+auto+lookup=2", DraftPolicy(lookup=2))
+    assert split_variant("d+k=6") == ("d", "+k=6", policy(num_draft=6))
+    fixed = [split_variant(s)[2].fixed_length
+             for s in ("d", "d+adaptive", "d+pmin=0.5", "d+lookup=2", "d+auto", "d+k=2")]
+    assert fixed == [True, False, False, False, False, True]
 
 
 @pytest.mark.parametrize("spec, message", [("d+pmin=high", "+pmin=high is not a number"),
                                            ("d+pmin=1", "+pmin must be between 0 and 1, got 1"),
                                            ("d+lookup=x", "+lookup must be a whole number from 1 to 8, got x"),
-                                           ("d+lookup=0", "+lookup must be a whole number from 1 to 8, got 0")])
+                                           ("d+lookup=0", "+lookup must be a whole number from 1 to 8, got 0"),
+                                           ("d+k=0", "+k must be a whole number of at least 1, got 0"),
+                                           ("d+k=four", "+k must be a whole number of at least 1, got four"),
+                                           ("d+auto+k=3", "+auto chooses the draft length itself"),
+                                           ("d+adaptive+auto", "+auto chooses the draft length itself")])
 def test_a_bad_variant_is_one_clear_error(spec, message):
     with pytest.raises(SpecmlxError, match=re.escape(message)):
         split_variant(spec)
@@ -79,5 +91,23 @@ def test_a_p_min_entrant_shares_its_drafter(model_dirs):
     drafter = str(model_dirs["drafter"])
     lineup = load_lineup(str(model_dirs["target"]), [drafter, drafter + "+pmin=0.5"])
     fixed, confident = lineup.entrants
-    assert confident.name == "drafter+pmin=0.5" and confident.policy == DraftPolicy(p_min=0.5)
+    assert confident.name == "drafter+pmin=0.5" and confident.policy == policy(p_min=0.5)
     assert confident.drafter is fixed.drafter
+
+
+def test_auto_and_pinned_entrants_run_once_a_temperature_and_without_mlx_lm(model_dirs):
+    """The issue's lineup: mlx-lm at --num-draft only, the model also at pinned lengths,
+    automatic lengths and `none` once a temperature."""
+    from specmlx.bench.plan import MLX_LM_SPEC, SPECMLX, plan_runs
+
+    drafter = str(model_dirs["drafter"])
+    specs = [drafter, drafter + "+k=2", drafter + "+auto", "ngram", "ngram+auto", "none"]
+    lineup = load_lineup(str(model_dirs["target"]), specs)
+    runs = plan_runs(lineup.entrants, [0.0, 0.7], [4])
+    at_zero = [(r.mode, r.drafter, r.num_draft) for r in runs if r.temp == 0.0]
+    assert at_zero == [("target", "", 0), (MLX_LM_SPEC, "drafter", 4), (SPECMLX, "drafter", 4),
+                       (SPECMLX, "drafter+k=2", 2), (SPECMLX, "drafter+auto", None), (SPECMLX, "ngram", 4),
+                       (SPECMLX, "ngram+auto", None), (SPECMLX, "none", 0)]
+    assert len(runs) == 2 * len(at_zero)
+    assert [r.label for r in runs if r.drafter == "drafter+auto"] == ["specmlx drafter+auto t=0 k=auto",
+                                                                        "specmlx drafter+auto t=0.7 k=auto"]

@@ -41,8 +41,18 @@ def test_table_has_a_header_a_rule_and_one_line_per_row():
     assert row["× target"] == "2.00×" and row["× mlx-lm"] == "1.50×"
     assert row["mean acc."] == "2.00" and row["accept"] == "50%" and row["= target"] == "1/1"
     assert row["predicted ×"] == f"{2.0 / 1.4:.2f}×" and row["ms/round"] == "500.0"
+    assert row["lowest × (prompt)"] == "2.00× (a)"
     target = dict(zip(COLUMNS, [c.strip() for c in lines[2].strip("|").split("|")]))
     assert target["× target"] == "–" and target["accept"] == "–"
+
+
+def test_an_automatic_row_shows_auto_and_its_chosen_lengths():
+    auto = Measurement("specmlx", "d+auto", 0.0, None, "a", (1, 2, 3, 4), 1.0, 3, 4, 2, 1, "length",
+                       fixed_length=False, draft_histogram=(2, 0, 1), plain_rounds=2)
+    rows = summarize(measurements()[:1] + [auto], CALIBRATION)
+    row = dict(zip(COLUMNS, [c.strip() for c in markdown_table(rows).splitlines()[3].strip("|").split("|")]))
+    assert row["k"] == "auto" and row["chosen k"] == "0.67" and row["plain rounds"] == "67%"
+    assert row["predicted ×"] == "–"
 
 
 def test_render_names_backend_blas_and_calibration():

@@ -11,14 +11,14 @@ from specmlx.bench.summary import summarize
 
 
 def measure(mode, prompt, tokens, decode_s, rounds, drafted=0, accepted=0, drafter="d", temp=0.0, k=2,
-            split=None, finish="length", round_tokens=None, fixed_length=True):
+            split=None, finish="length", round_tokens=None, fixed_length=True, histogram=(), plain=0):
     if mode == "target":
         drafter, k = "", 0
     return Measurement(mode=mode, drafter=drafter, temp=temp, num_draft=k, prompt_id=prompt,
                        tokens=tuple(tokens), decode_s=decode_s, rounds=rounds,
                        round_tokens=accepted + rounds if round_tokens is None else round_tokens,
                        drafted=drafted, accepted=accepted, finish_reason=finish, split=split,
-                       fixed_length=fixed_length)
+                       fixed_length=fixed_length, draft_histogram=histogram, plain_rounds=plain)
 
 
 SAME = [1, 2, 3, 4]
@@ -76,6 +76,29 @@ def test_leviathan_prediction_from_mean_and_calibration(rows):
     assert ours.alpha == pytest.approx(alpha_from_mean_accepted(7 / 3, 2))
     assert ours.predicted_speedup == pytest.approx(predicted_speedup(ours.alpha, 2, 0.2))
     assert ours.predicted_speedup == pytest.approx((7 / 3) / 1.4)
+    assert ours.verify_ratio is None  # no verify width calibrated: Leviathan's one step
+
+
+def test_the_prediction_counts_the_measured_verify_cost():
+    ms = [measure("target", "a", SAME, 1.0, 4), measure("specmlx", "a", SAME, 1.0, 2, 4, 2)]
+    calibration = Calibration(steps=3, context=9, target_step_s=0.1, drafter_step_s={"d": 0.02},
+                              verify_step_s={3: 0.13})
+    row = summarize(ms, calibration)[1]
+    assert row.verify_ratio == pytest.approx(1.3)
+    assert row.predicted_speedup == pytest.approx((4 / 2) / (2 * 0.2 + 1.3))
+
+
+def test_rows_show_the_lowest_prompt_and_the_chosen_lengths():
+    ms = [measure("target", "a", SAME, 4.0, 4), measure("target", "b", SAME, 4.0, 4),
+          measure("specmlx", "a", SAME, 2.0, 4, 2, 0, drafter="d+auto", k=None, fixed_length=False,
+                  histogram=(3, 1), plain=3),
+          measure("specmlx", "b", SAME, 5.0, 4, 0, 0, drafter="d+auto", k=None, fixed_length=False,
+                  histogram=(2, 0, 2), plain=2)]
+    row = summarize(ms, None)[1]  # the target's prompts make one row
+    assert row.num_draft is None and row.speedup == pytest.approx(8 / 7)
+    assert (row.min_speedup, row.min_prompt) == (pytest.approx(0.8), "b")
+    assert row.mean_chosen == pytest.approx((1 + 2 * 2) / 8) and row.plain_share == pytest.approx(5 / 8)
+    assert row.alpha is None and row.predicted_speedup is None
 
 
 def test_without_calibration_there_is_no_prediction():

@@ -23,6 +23,7 @@ from specmlx.errors import SpecmlxError
 from specmlx.sampling import SamplingParams, warp
 
 from .. import tiny
+from ..costs import FixedCosts
 from ..test_engine import PROMPTS, reference_greedy, run
 
 SAMPLED = SamplingParams(temp=1.0)
@@ -223,6 +224,19 @@ def test_greedy_output_equals_the_targets_own(tokenizer, vocab, g4_target, assis
         assert [e.token for e in events] == reference_greedy(g4_target, prompt, 20)
         assert stats.host_syncs == stats.rounds
         assert stats.drafted > 0
+
+
+@pytest.mark.parametrize("costs", [(1.0, 0.05), (0.0, 0.02)], ids=["plain-heavy", "cheap"])
+def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, g4_target, assistants, costs):
+    engine = Engine(g4_target, Gemma4AssistantDrafter(assistants[False], vocab), eos_token_ids=[])
+    engine.auto_draft().costs = FixedCosts(*costs)
+    lengths = []
+    for text in PROMPTS[:2] * 2:
+        prompt = tokenizer.encode(text)
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=20))
+        assert [e.token for e in generation] == reference_greedy(g4_target, prompt, 20)
+        lengths += generation.draft_lengths
+    assert 0 in lengths and max(lengths) > 0
 
 
 @pytest.mark.parametrize("ordered", [False, True], ids=["dense", "centroids"])

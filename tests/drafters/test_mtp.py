@@ -14,6 +14,7 @@ from specmlx.errors import SpecmlxError
 from specmlx.sampling import SamplingParams
 
 from .. import tiny
+from ..costs import FixedCosts
 from ..test_engine import PROMPTS, reference_greedy, run
 
 
@@ -31,6 +32,21 @@ def test_greedy_output_equals_the_targets_own(tokenizer, vocab, target, mtp_mode
         assert [e.token for e in events] == reference_greedy(target, prompt, 30)
         assert stats.host_syncs == stats.rounds
         assert stats.drafted > 0
+
+
+@pytest.mark.parametrize("costs", [(1.0, 0.05), (0.0, 0.02)], ids=["plain-heavy", "cheap"])
+def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, target, mtp_model, costs):
+    """Plain rounds leave the head behind; a probe feeds it every position it
+    missed before it drafts."""
+    engine = Engine(target, MTPDrafter(mtp_model, vocab), eos_token_ids=[])
+    engine.auto_draft().costs = FixedCosts(*costs)
+    lengths = []
+    for text in PROMPTS * 2:
+        prompt = tokenizer.encode(text)
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=30))
+        assert [e.token for e in generation] == reference_greedy(target, prompt, 30)
+        lengths += generation.draft_lengths
+    assert 0 in lengths and max(lengths) > 0
 
 
 def test_greedy_exact_when_drafts_stop_on_low_confidence(tokenizer, vocab, target, mtp_model):

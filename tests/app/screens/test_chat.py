@@ -58,7 +58,7 @@ def test_highlighted_spans_match_the_sources_the_engine_reported(tiny_engine):
         return engines[-1]
 
     async def scenario():
-        app = chat_app(factory, settings=ChatSettings(max_tokens=40))
+        app = chat_app(factory, settings=ChatSettings(max_tokens=40, num_draft=4))  # drafts every round
         async with app.run_test(size=SIZE) as pilot:
             await chat_ready(pilot)
             await send(pilot, "def add(a, b):")
@@ -139,7 +139,7 @@ def test_settings_change_the_next_answers_parameters(fake_engine):
             await send(pilot, "two")
             await answered(pilot, 2)
             first, second = engine.calls
-            assert first.config.sampling.temp == 0 and first.config.policy.num_draft == 4
+            assert first.config.sampling.temp == 0 and first.config.policy.auto  # the default
             assert (second.config.sampling.temp, second.config.sampling.top_p) == (0.7, 0.9)
             assert (second.config.policy.num_draft, second.config.max_tokens) == (2, 50)
             assert isinstance(second.drafter, NoDrafter)
@@ -148,11 +148,13 @@ def test_settings_change_the_next_answers_parameters(fake_engine):
             await wait_until(pilot, lambda: app.screen.query("#ngram"), what="the settings screen")
             await pilot.click("#speculation")  # on again, with prompt lookup
             await pilot.click("#ngram")
+            app.screen.query_one("#num_draft").value = "auto"
             await pilot.click("#save")
             await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), what="back to the chat")
             await send(pilot, "three")
             await answered(pilot, 3)
             assert isinstance(engine.calls[2].drafter, PromptLookupDrafter)
+            assert engine.calls[2].config.policy.auto
     run(scenario)
 
 
@@ -168,6 +170,11 @@ def test_bad_settings_are_refused_with_a_message(fake_engine):
             await pilot.press("ctrl+s")
             await pilot.pause()
             assert "top-p" in str(app.screen.query_one("#settings-error").render())
+            app.screen.query_one("#top_p").value = "1"
+            app.screen.query_one("#num_draft").value = "lots"
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert "draft tokens: 'lots' is not a valid int" in str(app.screen.query_one("#settings-error").render())
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
             assert chat.settings.top_p == 1.0

@@ -1,4 +1,4 @@
-"""Draft length tuned to the acceptance history.
+"""Draft length tuned to the acceptance history, or fixed.
 
 A round that accepts every draft says the drafter is on a run: draft more next
 time. A round that rejects early wasted the drafts after the rejection: draft
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..rounds import Plan, Round
+
 
 @dataclass
 class DraftLength:
@@ -21,7 +23,14 @@ class DraftLength:
     def __post_init__(self) -> None:
         self.current = self.start
 
-    def update(self, drafted: int, accepted: int) -> None:
+    def plan(self, room: int) -> Plan:
+        return Plan(min(self.current, room))
+
+    def update(self, done: Round, seconds: float) -> None:
+        if not done.looked_up:  # the length follows the drafter's record, not the lookup's
+            self.follow(done.drafted, done.accepted)
+
+    def follow(self, drafted: int, accepted: int) -> None:
         if not self.adaptive or drafted == 0:
             return
         if accepted == drafted:

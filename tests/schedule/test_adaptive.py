@@ -1,26 +1,26 @@
 """Draft length following the acceptance history, and the engine using it."""
 
-from specmlx.adaptive import DraftLength
+from specmlx.schedule import DraftLength
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine
 
-from .test_engine import PROMPTS, reference_greedy, run
+from ..test_engine import PROMPTS, reference_greedy, run
 
 
 def test_full_accepts_lengthen_and_rejections_shorten_within_bounds():
     length = DraftLength(start=4, limit=7)
     for drafted, accepted, expected in [(4, 4, 6), (6, 6, 7), (7, 7, 7), (7, 2, 6), (6, 0, 5)]:
-        length.update(drafted, accepted)
+        length.follow(drafted, accepted)
         assert length.current == expected
     for _ in range(10):
-        length.update(length.current, 0)
+        length.follow(length.current, 0)
     assert length.current == 1
 
 
 def test_fixed_length_stays_put():
     length = DraftLength(start=4, limit=12, adaptive=False)
-    length.update(4, 4)
-    length.update(4, 0)
+    length.follow(4, 4)
+    length.follow(4, 0)
     assert length.current == 4
 
 

@@ -1,0 +1,52 @@
+"""What one round of the engine is to do, what it committed, and what it took."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import Source
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a round is to do: draft at most `num_draft` tokens; with `timed`,
+    sync once more after drafting to time it apart; with `probe`, in a round
+    that drafts nothing, ask the drafter for one token and see whether the
+    target would have accepted it, without proposing it."""
+
+    num_draft: int
+    timed: bool = False
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class Round:
+    """The accepted drafts then the target's own next token (`tokens`), out of
+    `drafted` proposed, and whether the proposal was looked up in the context
+    rather than drafted. `draft_s` is the proposing alone, when the round
+    timed it apart with one more sync; otherwise None. `probe` is, for a
+    probed round, the chance the target would have accepted the probe's
+    token (1 or 0 at temperature 0)."""
+
+    tokens: tuple[int, ...]
+    drafted: int
+    looked_up: bool
+    draft_s: float | None = None
+    probe: float | None = None
+
+    @property
+    def accepted(self) -> int:
+        return len(self.tokens) - 1
+
+    @property
+    def steps(self) -> int:
+        """Drafter steps the round took: none for a looked-up proposal, one for a probe."""
+        return (0 if self.looked_up else self.drafted) + (self.probe is not None)
+
+    def source(self, index: int) -> Source:
+        """Where `tokens[index]` came from."""
+        if index < self.accepted:
+            return Source.DRAFT
+        if self.drafted == 0:
+            return Source.TARGET
+        return Source.BONUS if self.accepted == self.drafted else Source.CORRECTED

@@ -1,0 +1,27 @@
+"""How many tokens each round drafts: a schedule asked before every round.
+
+`DraftLength` fixes it or follows the acceptance history (+2/-1);
+`AutoDraft` weighs expected tokens against measured costs, k = 0 included.
+A schedule sees only finished rounds, so whatever it chooses, verification
+keeps the target's distribution.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..rounds import Plan, Round
+from .adaptive import DraftLength
+from .auto import AutoDraft, AutoEstimate
+from .costs import CostEstimate
+
+
+class Schedule(Protocol):
+    def plan(self, room: int) -> Plan:
+        """The next round, drafting at most `room` tokens."""
+
+    def update(self, done: Round, seconds: float) -> None:
+        """That round finished: `done`, in `seconds` of the engine's time."""
+
+
+__all__ = ["AutoDraft", "AutoEstimate", "CostEstimate", "DraftLength", "Schedule"]

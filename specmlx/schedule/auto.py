@@ -1,0 +1,121 @@
+"""The cost-aware draft length: each round drafts the k that maximises expected
+tokens per second, as measured in this run.
+
+For every k in 0..limit the controller weighs the tokens a round of k is
+expected to commit (`acceptance.py`) against what such a round costs here
+(`costs.py`) and drafts the best. k = 0 is plain decoding: a drafter that is
+wrong too often, or too slow for what it gets right, is not asked to draft.
+
+While plain decoding wins, a plain round now and then probes the drafter: it
+proposes one token, which is not verified, and the target's own distribution
+at that position, computed anyway, says whether it would have been accepted.
+A probe costs one drafter step and no verify width (which on a CPU is the
+dear part), so probes come as often as `PROBE_BUDGET` of the time allows,
+at least every `PROBE_MAX` rounds, and right after a probe that would have
+been accepted: a drafter whose text turned easy (code after prose, a copied
+block) is soon drafting again.
+
+A fresh controller first drafts `start` tokens twice, the second time timed
+apart, then one round plainly: a drafter step and two verify widths, the
+calibration the bench runs up front, taken from the answer's own rounds and
+so never delaying its first token. Its own choices measure the rest.
+
+The choice reads only finished rounds and wall times, never the pending
+round's tokens: it fixes how many tokens are proposed before any is drawn,
+and a probe's token is never proposed, so output stays exact at every
+temperature. Wall times vary, so a seeded sampled run repeats its
+distribution, not its text; a fixed draft length repeats the text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..rounds import Plan, Round
+from .acceptance import Acceptance, expected_tokens
+from .costs import CostEstimate, Costs
+
+PROBE_BUDGET = 0.01  # share of a plain stretch's time spent probing
+PROBE_MAX = 32  # plain rounds between probes, at most
+OPTIMISM = 0.5  # standard errors of benefit of the doubt for drafting over plain decoding
+TIMED_EVERY = 8  # a drafting round in this many is timed apart, to follow the drafter's step cost
+
+
+@dataclass(frozen=True)
+class AutoEstimate:
+    """What the controller has measured: costs (None before any round) and the
+    acceptance rate of each draft position given the one before."""
+
+    costs: CostEstimate | None
+    acceptance: tuple[float, ...]
+
+
+class AutoDraft:
+    def __init__(self, limit: int, start: int = 4) -> None:
+        self.limit = limit
+        self.acceptance = Acceptance(limit)
+        self.costs = Costs()
+        self.calibration = [start, start, 0]  # draft lengths of a fresh controller's first rounds
+        self.idle = 0  # rounds since the drafter last drafted or probed
+        self.hit = False  # the last probe would have been accepted
+        self.drafting = 0  # drafting rounds, for the timed-apart cadence
+        self._first = True
+        self._behind = True  # whether the round running catches the drafter up first
+
+    def begin(self, limit: int) -> None:
+        """A new generation: k at most `limit`; its first round catches the drafter up on the prompt."""
+        self.limit = limit
+        self.acceptance.grow(limit)
+        self._first = True
+
+    @property
+    def probe_every(self) -> int:
+        """Plain rounds per probe: a probe costs a drafter step."""
+        return min(max(math.ceil(self.costs.step / PROBE_BUDGET), 1), PROBE_MAX)
+
+    def plan(self, room: int) -> Plan:
+        """The next round, drafting at most `room` tokens."""
+        cap = min(self.limit, room)
+        if cap <= 0:
+            k = 0
+        elif self.calibration:
+            k = min(self.calibration.pop(0), cap)
+        else:
+            k = self._best(cap)
+        # A drafter left out of two rounds or more has their tokens to catch up on first.
+        self._behind = self._first or self.idle >= 2
+        self._first = False
+        timed = k > 0 and not self._behind and (not self.costs.timed or self.drafting % TIMED_EVERY == 0)
+        probe = k == 0 and cap > 0 and (self.hit or self.idle + 1 >= self.probe_every)
+        return Plan(k, timed, probe)
+
+    def update(self, done: Round, seconds: float) -> None:
+        """The round planned last finished: `done`, in `seconds` of the engine's time."""
+        if not (self._behind and done.steps):  # catching up is no drafter step
+            self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
+        if done.probe is not None:
+            self.acceptance.observe_first(done.probe)
+            self.hit = done.probe >= 0.5
+        elif not done.looked_up:  # a copy from the context says nothing of the drafter
+            self.acceptance.update(done.drafted, done.accepted)
+        if done.steps:
+            self.idle = 0
+            self.drafting += done.probe is None
+        else:
+            self.idle += 1
+
+    def _best(self, cap: int) -> int:
+        """The k of most tokens per second. When that is plain decoding, drafting
+        still gets the benefit of the doubt while the rates it would need are
+        within `OPTIMISM` standard errors: an unlucky streak must not stop a
+        drafter that pays, and drafting teaches far more than probing."""
+        k = _argmax(self.acceptance.rates(), self.costs, cap)
+        return k or _argmax(self.acceptance.rates(OPTIMISM), self.costs, cap)
+
+    def estimate(self) -> AutoEstimate:
+        return AutoEstimate(self.costs.estimate(), tuple(self.acceptance.rates()[: self.limit]))
+
+
+def _argmax(rates: list[float], costs: Costs, cap: int) -> int:
+    return max(range(cap + 1), key=lambda k: expected_tokens(rates, k) / costs.relative(k))

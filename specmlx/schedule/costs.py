@@ -1,0 +1,155 @@
+"""What a round costs on this machine, learned from the wall time of finished rounds.
+
+A round that drafts k > 0 tokens costs
+
+    base + k * step + jump + k * width
+
+and one that drafts nothing costs `base`:
+
+- `base`: a plain round: the target's forward of one token and the engine's
+  own work around it;
+- `step`: one drafter step;
+- `jump`: what scoring more than one token costs at all. On this CPU a
+  one-token forward runs the BLAS's matrix-vector path and two tokens its
+  matrix-matrix one, about 30% slower; on a GPU it is close to nothing;
+- `width`: what each scored draft adds beyond that (5 tokens cost about 1.3
+  to 1.4 single-token forwards here).
+
+This machine's speed drifts by up to 2x within minutes, and both models drift
+together. So `step`, `jump` and `width` are kept as ratios to `base`, and only
+`base` follows every round: a drift moves all of them and changes no choice.
+
+- `base` comes from every round, once its drafting (timed apart, or its
+  predicted share) is taken out and its verify share divided out;
+- `step` from the last rounds whose drafting was timed apart (one more
+  sync), each over its own base, as the current verify shape gives it;
+- `jump` and `width` from consecutive rounds that drafted different sizes:
+  both ran at the same speed, so the ratio of what they took after drafting
+  is a linear equation in the two; the last few such equations are solved by
+  least squares, held gently towards the priors while they cannot tell the
+  two apart.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from statistics import median
+
+# Ratios assumed before a round measures them; the first measurement replaces each.
+STEP_PRIOR, JUMP_PRIOR, WIDTH_PRIOR = 0.1, 0.0, 0.05
+SMOOTHING = 0.3  # weight of each new measurement of `base`
+TIMED = 8  # timed rounds the step is the median of
+PAIRS = 16  # equations the verify shape is fitted to
+RIDGE = 0.01  # pull of the priors in that fit: decides only what the pairs leave open
+MAX_RATIO = 1.0  # no scored token costs a whole plain round more
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Seconds, as measured so far: a plain round, one drafter step, scoring
+    more than one token at all, and each scored draft."""
+
+    base_s: float
+    step_s: float
+    jump_s: float
+    width_s: float
+
+    def verify_s(self, rows: int) -> float:
+        """The target's forward over `rows` tokens, engine work included."""
+        return self.base_s if rows <= 1 else self.base_s + self.jump_s + (rows - 1) * self.width_s
+
+
+def _smooth(old: float | None, new: float) -> float:
+    return new if old is None else old + SMOOTHING * (new - old)
+
+
+class Costs:
+    def __init__(self) -> None:
+        self.base: float | None = None  # seconds
+        self.timed: deque[tuple[float, float, int]] = deque(maxlen=TIMED)  # (step s, rest s, drafted)
+        self.shape: tuple[float, float] | None = None  # (jump, width) / base
+        self.last: tuple[int, float] | None = None  # the latest round's (drafted, seconds less drafting)
+        self.pairs: deque[tuple[float, float, float]] = deque(maxlen=PAIRS)  # equations in (jump, width)
+
+    @property
+    def measured(self) -> bool:
+        """Whether every part has been measured at least once."""
+        return self.base is not None and bool(self.timed) and self.shape is not None
+
+    @property
+    def step(self) -> float:
+        """One drafter step over `base`: in each timed round, over that round's
+        own base, so that a drift since does not enter."""
+        if not self.timed:
+            return STEP_PRIOR
+        return median(step / (rest / self.verify(drafted)) for step, rest, drafted in self.timed)
+
+    @property
+    def jump(self) -> float:
+        return JUMP_PRIOR if self.shape is None else self.shape[0]
+
+    @property
+    def width(self) -> float:
+        return WIDTH_PRIOR if self.shape is None else self.shape[1]
+
+    def verify(self, drafted: int) -> float:
+        """Scoring `drafted` drafts after the last token, over `base`."""
+        return 1.0 + (self.jump + drafted * self.width if drafted else 0.0)
+
+    def relative(self, steps: int, drafted: int | None = None) -> float:
+        """A round of `steps` drafter steps scoring `drafted` drafts (as many as
+        steps unless told), in plain rounds."""
+        return steps * self.step + self.verify(steps if drafted is None else drafted)
+
+    def update(self, seconds: float, steps: int, drafted: int, draft_s: float | None = None) -> None:
+        """A round of `steps` drafter steps proposed `drafted` tokens (a looked-up
+        draft takes no step) and took `seconds`; `draft_s` is its drafting
+        alone when timed apart."""
+        timed = draft_s is not None
+        if not timed:  # drafting and verifying ran as one graph: split by the current estimate
+            draft_s = seconds * steps * self.step / self.relative(steps, drafted)
+        rest = seconds - draft_s  # the target's forward and the engine's work
+        self.base = _smooth(self.base, rest / self.verify(drafted))
+        if timed and steps > 0:
+            self.timed.append((draft_s / steps, rest, drafted))
+        if self.last is not None and self.last[0] != drafted:
+            self.pairs.append(_equation(self.last, (drafted, rest)))
+            self.shape = _fit(self.pairs)
+        self.last = (drafted, rest)
+
+    def estimate(self) -> CostEstimate | None:
+        if self.base is None:
+            return None
+        return CostEstimate(self.base, self.step * self.base, self.jump * self.base, self.width * self.base)
+
+
+def _equation(one: tuple[int, float], other: tuple[int, float]) -> tuple[float, float, float]:
+    """Two rounds at one speed, (drafted d, rest r) each with r = base (1 + jump [d > 0] + width d):
+    r1 (1 + jump e2 + width d2) = r2 (1 + jump e1 + width d1), as (a_jump, a_width, b) of
+    a_jump jump + a_width width = b, scaled by r1."""
+    (d1, r1), (d2, r2) = one, other
+    e1, e2 = float(d1 > 0), float(d2 > 0)
+    return (e2 - r2 / r1 * e1, d2 - r2 / r1 * d1, r2 / r1 - 1.0)
+
+
+def _fit(pairs: deque[tuple[float, float, float]]) -> tuple[float, float]:
+    """(jump, width) by least squares over the equations, then again without the
+    worst quarter: a round slowed by something else, or two rounds either side
+    of a sudden drift, give one equation far off the rest."""
+    jump, width = _solve(pairs)
+    if len(pairs) >= 4:
+        kept = sorted(pairs, key=lambda e: abs(e[0] * jump + e[1] * width - e[2]))[: len(pairs) * 3 // 4]
+        jump, width = _solve(kept)
+    return min(max(jump, 0.0), MAX_RATIO), min(max(width, 0.0), MAX_RATIO)
+
+
+def _solve(pairs) -> tuple[float, float]:
+    """Least squares with a ridge towards the priors."""
+    aa = ab = bb = ay = by = 0.0
+    for a, b, y in pairs:
+        aa, ab, bb, ay, by = aa + a * a, ab + a * b, bb + b * b, ay + a * y, by + b * y
+    aa, bb = aa + RIDGE, bb + RIDGE
+    ay, by = ay + RIDGE * JUMP_PRIOR, by + RIDGE * WIDTH_PRIOR
+    det = aa * bb - ab * ab  # > 0: the ridge keeps the system positive definite
+    return (ay * bb - by * ab) / det, (aa * by - ab * ay) / det

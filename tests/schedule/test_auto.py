@@ -1,0 +1,160 @@
+"""The automatic draft length against simulated drafters of known acceptance and cost.
+
+A simulated round of k drafts accepts each position with probability `a`
+(given the one before) and costs 1 + k * step + (jump + k * width if k)
+seconds: the model the controller assumes, so the best fixed k is known
+exactly and the controller can be held to it. The jump and width are this
+CPU's.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from specmlx.rounds import Plan, Round
+from specmlx.schedule import AutoDraft
+from specmlx.schedule.acceptance import expected_tokens
+from specmlx.schedule.auto import PROBE_MAX, TIMED_EVERY
+
+
+@dataclass
+class Run:
+    plans: list[Plan]
+    tokens: int
+    seconds: float
+
+    @property
+    def lengths(self) -> list[int]:
+        return [p.num_draft for p in self.plans]
+
+    @property
+    def speed(self) -> float:
+        return self.tokens / self.seconds
+
+
+JUMP, WIDTH = 0.3, 0.12
+
+
+def cost(k: int, step: float, width: float = WIDTH, jump: float = JUMP) -> float:
+    return 1.0 + k * step + (jump + k * width if k else 0.0)
+
+
+def simulate(auto: AutoDraft, rounds: int, accept: Callable[[int], float], step: float, width: float = WIDTH,
+             seed: int = 0, proposes: Callable[[int], bool] = lambda r: True) -> Run:
+    """`rounds` greedy rounds; a drafter that `proposes` nothing (prompt lookup
+    without a match) drafts and probes nothing."""
+    rng = random.Random(seed)
+    run = Run([], 0, 0.0)
+    for r in range(rounds):
+        plan = auto.plan(100)
+        drafted = plan.num_draft if proposes(r) else 0
+        accepted = 0
+        while accepted < drafted and rng.random() < accept(r):
+            accepted += 1
+        probe = float(rng.random() < accept(r)) if plan.probe and proposes(r) else None
+        seconds = cost(drafted, step, width) + (step if probe is not None else 0.0)
+        draft_s = drafted * step if plan.timed else None
+        auto.update(Round((0,) * (accepted + 1), drafted, False, draft_s, probe), seconds)
+        run.plans.append(plan)
+        run.tokens += accepted + 1
+        run.seconds += seconds
+    return run
+
+
+def best_fixed_speed(a: float, step: float, width: float = WIDTH, limit: int = 12) -> float:
+    return max(expected_tokens([a] * limit, k) / cost(k, step, width) for k in range(limit + 1))
+
+
+def test_a_fresh_controller_calibrates_on_its_first_rounds():
+    auto = AutoDraft(limit=12, start=4)
+    run = simulate(auto, 3, lambda r: 0.5, step=0.3)
+    assert run.lengths == [4, 4, 0]
+    assert [p.timed for p in run.plans] == [False, True, False]  # the first round catches the drafter up
+
+
+def test_plans_never_draft_past_the_room_left():
+    auto = AutoDraft(limit=12)
+    assert auto.plan(2).num_draft == 2 and auto.plan(0) == Plan(0)
+
+
+@pytest.mark.parametrize("a, step", [(0.03, 0.05), (0.1, 0.05), (0.2, 0.3), (0.02, 0.0)])
+def test_a_drafter_that_does_not_pay_is_left_out_and_costs_little(a, step):
+    """Like the bundled MTP head here (right 5% of the time, 0.05 of a target step)."""
+    run = simulate(AutoDraft(limit=12), 400, lambda r: a, step=step)
+    assert run.speed >= 0.98  # plain decoding: 1 token a second
+    assert run.lengths[50:].count(0) > 0.95 * 350
+
+
+@pytest.mark.parametrize("step, every", [(0.05, 5), (0.3, 30), (0.0, 1), (0.9, PROBE_MAX)])
+def test_plain_rounds_probe_as_often_as_the_budget_allows(step, every):
+    auto = AutoDraft(limit=12)
+    run = simulate(auto, 300, lambda r: 0.0, step=step)
+    assert auto.probe_every == every
+    probes = [i for i, p in enumerate(run.plans) if p.probe]
+    assert all(run.plans[i].num_draft == 0 for i in probes)  # a probe is never proposed
+    assert [b - a for a, b in zip(probes, probes[1:])][-5:] == [every] * 5
+
+
+@pytest.mark.parametrize("a, step", [(0.8, 0.3), (0.9, 0.3), (0.6, 0.3), (0.9, 0.1), (0.95, 0.05), (0.7, 0.0)])
+def test_a_drafter_that_pays_runs_near_the_best_fixed_length(a, step):
+    """Like the 0.5B drafter here (right about 80% of the time, 0.3 of a target step)
+    and prompt lookup (no step). Averaged over seeds: one run's own luck is a few percent."""
+    speeds = [simulate(AutoDraft(limit=12), 400, lambda r: a, step=step, seed=seed).speed for seed in range(6)]
+    assert sum(speeds) / len(speeds) >= 0.96 * best_fixed_speed(a, step)
+
+
+def test_a_drafter_whose_text_changes_beats_any_fixed_length():
+    """Fifty rounds it gets right, fifty it gets wrong, and so on: the length follows."""
+    def accept(r: int) -> float:
+        return 0.9 if (r // 50) % 2 == 0 else 0.2
+
+    step, rounds = 0.05, 400
+    best_fixed = max(
+        sum(expected_tokens([accept(r)] * 12, k) for r in range(rounds)) / (rounds * cost(k, step))
+        for k in range(13))
+    speeds = [simulate(AutoDraft(limit=12), rounds, accept, step=step, seed=seed).speed for seed in range(6)]
+    assert sum(speeds) / len(speeds) > 1.05 * best_fixed
+
+
+def test_drafting_resumes_soon_after_the_drafter_recovers():
+    """Prose the drafter gets wrong, then a block it copies well."""
+    auto = AutoDraft(limit=12)
+    switch = 300
+    run = simulate(auto, 400, lambda r: 0.0 if r < switch else 0.9, step=0.05)
+    assert run.lengths[switch - 50 : switch].count(0) == 50
+    resumed = next(i for i in range(switch, 400) if run.lengths[i] > 0)
+    assert resumed - switch <= 3 * auto.probe_every
+    assert min(run.lengths[resumed + 10 :]) >= 2
+
+
+def test_a_probe_that_proposes_nothing_is_tried_again_next_round():
+    """Prompt lookup without a match proposes nothing: that probe has not happened yet."""
+    auto = AutoDraft(limit=12)
+    simulate(auto, 40, lambda r: 0.0, step=0.3)
+    while not auto.plan(100).probe:
+        auto.update(Round((5,), 0, False), 1.0)
+    auto.update(Round((5,), 0, False), 1.0)  # no match: nothing proposed
+    assert auto.plan(100).probe
+
+
+def test_drafting_rounds_are_timed_apart_now_and_then():
+    run = simulate(AutoDraft(limit=12), 200, lambda r: 0.8, step=0.3)
+    drafting = sum(1 for k in run.lengths if k)
+    timed = sum(p.timed for p in run.plans)
+    assert 0 < timed <= drafting // TIMED_EVERY + 2
+
+
+def test_a_round_that_catches_the_drafter_up_is_not_taken_for_a_drafter_step():
+    """A probe after plain rounds first feeds the drafter what it missed: that
+    would read as an expensive step."""
+    auto = AutoDraft(limit=12)
+    simulate(auto, 60, lambda r: 0.0, step=0.3)
+    while not auto.plan(100).probe:
+        auto.update(Round((5,), 0, False), 1.0)
+    before = auto.costs.estimate()
+    auto.update(Round((5,), 0, False, None, 0.0), 50.0)  # a catch-up that took fifty plain rounds' time
+    assert auto.costs.estimate() == before
