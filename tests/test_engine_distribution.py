@@ -197,7 +197,7 @@ def test_the_automatic_length_keeps_the_target_distribution(pair, name):
     sampling = SAMPLINGS[name]
     recorder = FirstDraftRecorder(drafter, VOCAB)
     engine = Engine(target, recorder, eos_token_ids=[])
-    engine.auto_draft().costs = FixedCosts(step=0.6, width=0.05)
+    engine.auto_draft().costs = FixedCosts(step=0.5, width=0.05)
     length = LENGTH + 1
     samples, lengths, probes = [], [], 0
     for seed in range(RUNS):

@@ -62,16 +62,11 @@ class Acceptance:
         trials = sum(self.trials)
         return (sum(self.accepts) + self.first) / (trials + 1.0)
 
-    def rates(self, optimism: float = 0.0) -> list[float]:
-        """a_1..a_n, each in [0, 1]; with `optimism` z, each raised by z of its
-        standard errors, which shrink as its trials grow."""
+    def rates(self) -> list[float]:
+        """a_1..a_n, each in [0, 1]."""
         pooled = self.pooled()
-        out = []
-        for trials, accepts in zip(self.trials, self.accepts):
-            weight = trials + self.prior_weight
-            rate = (accepts + self.prior_weight * pooled) / weight
-            out.append(min(rate + optimism * (rate * (1.0 - rate) / weight) ** 0.5, 1.0))
-        return out
+        weight = self.prior_weight
+        return [(accepts + weight * pooled) / (trials + weight) for trials, accepts in zip(self.trials, self.accepts)]
 
 
 def expected_tokens(rates: list[float], k: int) -> float:

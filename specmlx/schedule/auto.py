@@ -13,7 +13,10 @@ A probe costs one drafter step and no verify width (which on a CPU is the
 dear part), so probes come as often as `PROBE_BUDGET` of the time allows,
 at least every `PROBE_MAX` rounds, and right after a probe that would have
 been accepted: a drafter whose text turned easy (code after prose, a copied
-block) is soon drafting again.
+block) is soon drafting again. The first plain round after drafting probes
+too: a drafter that pays but had a bad streak is back after a probe or two,
+rather than after `probe_every` rounds, and nothing drafts on hope alone
+(drafting below break-even is what made the unbounded head slow).
 
 A fresh controller first drafts `start` tokens twice, the second time timed
 apart, then one round plainly: a drafter step and two verify widths, the
@@ -38,7 +41,6 @@ from .costs import CostEstimate, Costs
 
 PROBE_BUDGET = 0.01  # share of a plain stretch's time spent probing
 PROBE_MAX = 32  # plain rounds between probes, at most
-OPTIMISM = 0.5  # standard errors of benefit of the doubt for drafting over plain decoding
 TIMED_EVERY = 8  # a drafting round in this many is timed apart, to follow the drafter's step cost
 
 
@@ -77,9 +79,10 @@ class AutoDraft:
     def plan(self, room: int) -> Plan:
         """The next round, drafting at most `room` tokens."""
         cap = min(self.limit, room)
+        calibrating = bool(self.calibration)  # its plain round times a plain round: no probe
         if cap <= 0:
             k = 0
-        elif self.calibration:
+        elif calibrating:
             k = min(self.calibration.pop(0), cap)
         else:
             k = self._best(cap)
@@ -87,7 +90,7 @@ class AutoDraft:
         self._behind = self._first or self.idle >= 2
         self._first = False
         timed = k > 0 and not self._behind and (not self.costs.timed or self.drafting % TIMED_EVERY == 0)
-        probe = k == 0 and cap > 0 and (self.hit or self.idle + 1 >= self.probe_every)
+        probe = k == 0 and cap > 0 and not calibrating and (self.hit or self.idle + 1 >= self.probe_every)
         return Plan(k, timed, probe)
 
     def update(self, done: Round, seconds: float) -> None:
@@ -99,6 +102,8 @@ class AutoDraft:
             self.hit = done.probe >= 0.5
         elif not done.looked_up:  # a copy from the context says nothing of the drafter
             self.acceptance.update(done.drafted, done.accepted)
+            if done.drafted:  # should plain decoding win next, probe at once: the drafter is caught up
+                self.hit = True
         if done.steps:
             self.idle = 0
             self.drafting += done.probe is None
@@ -106,12 +111,8 @@ class AutoDraft:
             self.idle += 1
 
     def _best(self, cap: int) -> int:
-        """The k of most tokens per second. When that is plain decoding, drafting
-        still gets the benefit of the doubt while the rates it would need are
-        within `OPTIMISM` standard errors: an unlucky streak must not stop a
-        drafter that pays, and drafting teaches far more than probing."""
-        k = _argmax(self.acceptance.rates(), self.costs, cap)
-        return k or _argmax(self.acceptance.rates(OPTIMISM), self.costs, cap)
+        """The k of most tokens per second, as measured."""
+        return _argmax(self.acceptance.rates(), self.costs, cap)
 
     def estimate(self) -> AutoEstimate:
         return AutoEstimate(self.costs.estimate(), tuple(self.acceptance.rates()[: self.limit]))

@@ -89,6 +89,14 @@ def test_a_drafter_that_does_not_pay_is_left_out_and_costs_little(a, step):
     assert run.lengths[50:].count(0) > 0.95 * 350
 
 
+def test_a_drafter_just_below_break_even_costs_little():
+    """Right 35% of the time where break-even is about 43%: estimates from a
+    few rounds often say it pays. Drafting on such hope cost 5% here."""
+    speeds = [simulate(AutoDraft(limit=12), 400, lambda r: 0.35, step=0.03, seed=seed).speed for seed in range(6)]
+    assert best_fixed_speed(0.35, 0.03) == 1.0  # plain decoding is best
+    assert sum(speeds) / len(speeds) >= 0.975
+
+
 @pytest.mark.parametrize("step, every", [(0.05, 5), (0.3, 30), (0.0, 1), (0.9, PROBE_MAX)])
 def test_plain_rounds_probe_as_often_as_the_budget_allows(step, every):
     auto = AutoDraft(limit=12)
