@@ -248,8 +248,8 @@ class Engine:
 
     def _schedule(self, policy: DraftPolicy) -> Schedule:
         """This generation's draft lengths: fixed or adaptive anew, or the drafter's automatic one."""
-        if isinstance(self.drafter, NoDrafter):
-            return DraftLength(0, 0, adaptive=False)
+        if isinstance(self.drafter, NoDrafter):  # nothing to draft, but the context can still be looked up
+            return DraftLength(policy.start if policy.lookup else 0, policy.start, adaptive=False)
         if not policy.auto:
             return DraftLength(policy.start, max(policy.max_draft, policy.start), policy.adaptive)
         auto = self.auto_draft(policy=policy)

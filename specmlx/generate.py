@@ -134,7 +134,7 @@ def format_stats(stats: GenerationStats) -> str:
         f"{stats.mean_accepted:.2f}",
         f"accepted drafts per round (n:rounds): {hist}",
         f"draft length per round (k:rounds): {chosen or '-'}" + (" (auto)" if stats.auto else "")
-        + f"; {stats.plain_rounds} rounds proposed nothing",
+        + f"; {stats.plain_rounds} rounds proposed nothing, {stats.probes} of them probed the drafter",
         *([auto_line(stats.estimate)] if stats.estimate is not None else []),
         f"target forwards {stats.target_forwards}, host syncs {stats.host_syncs}",
         timing,

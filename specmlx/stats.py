@@ -21,7 +21,7 @@ class GenerationStats:
     automatic length had measured by the end; `timed_rounds` counts rounds
     that synced once more to time drafting apart (all of them when profiled;
     now and then with the automatic length), so host syncs are rounds plus
-    timed rounds (plus p-min's checks). `probes` counts plain rounds in which
+    timed rounds (p-min's small checks are not counted). `probes` counts plain rounds in which
     the drafter proposed one token only to learn whether the target would
     have accepted it.
     Unless `profiled`, draft and verify run as one lazy graph with a single

@@ -148,6 +148,16 @@ def test_greedy_exact_when_rounds_look_up_before_drafting(tokenizer, vocab, targ
     assert long_copies > 0
 
 
+@pytest.mark.parametrize("num_draft", [None, 4])
+def test_no_drafter_still_looks_up(tokenizer, target, num_draft):
+    """`--drafter none --lookup N`: the context's copies are the only drafts."""
+    engine = Engine(target, NoDrafter(), eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[0])
+    events, stats = run(engine, prompt, max_tokens=40, num_draft=num_draft, lookup=2)
+    assert [e.token for e in events] == reference_greedy(target, prompt, 40)
+    assert stats.drafted > 0
+
+
 def test_lookup_needs_a_sane_match_and_draft_length():
     with pytest.raises(SpecmlxError, match="lookup match length"):
         GenerationConfig(policy=DraftPolicy(lookup=-1))

@@ -398,12 +398,14 @@ class ChatScreen(Screen):
     def _final_figures(self, stats: GenerationStats, tally: Tally) -> Figures:
         """The engine's own numbers; the per-round sparkline comes from the sources."""
         drafted = stats.drafter != NONE
+        draft = ("auto" if stats.auto else str(stats.num_draft)) if drafted else "off"  # as this answer ran
         label = {NGRAM: DRAFTERS[NGRAM], NONE: "none (plain decoding)"}.get(stats.drafter, stats.drafter)
         return replace(
             self.figures, drafter=label, tokens=stats.generation_tokens,
             tps=stats.generation_tps, acceptance=stats.acceptance_rate if stats.drafted else None,
-            mean_accepted=stats.mean_accepted, draft=self.figures.draft if drafted else "off",
-            accepted_per_round=tuple(tally.accepted_per_round), draft_lengths=tuple(tally.draft_lengths), baseline_tps=self.baseline_tps, measuring=False,
+            mean_accepted=stats.mean_accepted, draft=draft,
+            accepted_per_round=tuple(tally.accepted_per_round), draft_lengths=tuple(tally.draft_lengths),
+            baseline_tps=self.baseline_tps, measuring=False,
         )
 
     def _welcome(self) -> str:

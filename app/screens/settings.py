@@ -95,7 +95,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             temp=value("temp", float, "temperature"),
             top_p=value("top_p", float, "top-p"),
             num_draft=None if self.query_one("#num_draft", Input).value.strip().lower() == AUTO
-            else value("num_draft", int, "draft tokens"),
+            else value("num_draft", int, "draft tokens (a whole number or auto)"),
             max_tokens=value("max_tokens", int, "max tokens"),
             drafter=pressed.id if pressed is not None else self.settings.drafter,
             speculation=self.query_one("#speculation", Switch).value,

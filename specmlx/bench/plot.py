@@ -50,8 +50,8 @@ def write_plot(rows: Sequence[Row], path: Path, title: str) -> None:
             if predicted and mode != MLX_LM_SPEC:
                 ax.plot(*zip(*predicted), ":", color=line.get_color(), label=f"predicted · {drafter}")
         autos = [r for r in rows if r.temp == temp and r.num_draft is None and r.speedup is not None]
-        for i, row in enumerate(autos):  # a length chosen each round has no k: a level across the panel
-            ax.axhline(row.speedup, linestyle="-.", color=f"C{(len(ax.lines) + i) % 10}", label=row.drafter)
+        for row in autos:  # a length chosen each round has no k: a level across the panel
+            ax.axhline(row.speedup, linestyle="-.", color=f"C{len(ax.lines) % 10}", label=row.drafter)
         ax.set_xticks(sorted({r.num_draft for r in rows if r.num_draft}))  # k is whole
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_title(f"temperature {temp:g}")

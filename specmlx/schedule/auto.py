@@ -61,7 +61,7 @@ class AutoDraft:
         self.calibration = [start, start, 0]  # draft lengths of a fresh controller's first rounds
         self.idle = 0  # rounds since the drafter last drafted or probed
         self.hit = False  # the last probe would have been accepted
-        self.drafting = 0  # drafting rounds, for the timed-apart cadence
+        self.drafting = 0  # rounds planned to draft with the drafter caught up, for the timed-apart cadence
         self._first = True
         self._behind = True  # whether the round running catches the drafter up first
 
@@ -70,6 +70,7 @@ class AutoDraft:
         self.limit = limit
         self.acceptance.grow(limit)
         self._first = True
+        self.costs.last = None  # a prefill lies between the last answer's rounds and this one's
 
     @property
     def probe_every(self) -> int:
@@ -89,7 +90,10 @@ class AutoDraft:
         # A drafter left out of two rounds or more has their tokens to catch up on first.
         self._behind = self._first or self.idle >= 2
         self._first = False
-        timed = k > 0 and not self._behind and (not self.costs.timed or self.drafting % TIMED_EVERY == 0)
+        timed = False
+        if k > 0 and not self._behind:  # counted as planned: a draft that comes back empty still counts
+            timed = not self.costs.timed or self.drafting % TIMED_EVERY == 0
+            self.drafting += 1
         probe = k == 0 and cap > 0 and not calibrating and (self.hit or self.idle + 1 >= self.probe_every)
         return Plan(k, timed, probe)
 
@@ -106,7 +110,6 @@ class AutoDraft:
                 self.hit = True
         if done.steps:
             self.idle = 0
-            self.drafting += done.probe is None
         else:
             self.idle += 1
 

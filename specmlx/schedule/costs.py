@@ -110,6 +110,8 @@ class Costs:
         if not timed:  # drafting and verifying ran as one graph: split by the current estimate
             draft_s = seconds * steps * self.step / self.relative(steps, drafted)
         rest = seconds - draft_s  # the target's forward and the engine's work
+        if rest <= 0.0:  # a clock too coarse to have seen the round: nothing to learn from it
+            return
         self.base = _smooth(self.base, rest / self.verify(drafted))
         if timed and steps > 0:
             self.timed.append((draft_s / steps, rest, drafted))

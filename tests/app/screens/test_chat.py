@@ -174,7 +174,7 @@ def test_bad_settings_are_refused_with_a_message(fake_engine):
             app.screen.query_one("#num_draft").value = "lots"
             await pilot.press("ctrl+s")
             await pilot.pause()
-            assert "draft tokens: 'lots' is not a valid int" in str(app.screen.query_one("#settings-error").render())
+            assert "draft tokens (a whole number or auto): 'lots' is not a valid int" in str(app.screen.query_one("#settings-error").render())
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
             assert chat.settings.top_p == 1.0
