@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import GenerationConfig
 from specmlx.errors import SpecmlxError
-from specmlx.policy import DraftPolicy
+from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.sampling import SamplingParams
 
 AUTO = "auto"  # the draft length chosen each round
@@ -21,13 +21,13 @@ class ChatSettings:
     """Sampling and speculation for the next answer.
 
     `speculation=False` decodes with no drafter but keeps `drafter`, so turning
-    speculation back on restores the earlier choice. `num_draft` None lets
-    each round choose its draft length from what this session measured.
+    speculation back on restores the earlier choice. `num_draft` None ("auto")
+    lets each round choose its draft length from what this session measured.
     """
 
     temp: float = 0.0
     top_p: float = 1.0
-    num_draft: int | None = None
+    num_draft: int | None = START_DRAFT
     max_tokens: int = 1024
     drafter: str = MODEL
     speculation: bool = True

@@ -41,10 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--min-p", type=float, default=0.0)
-    gen.add_argument("--num-draft", type=draft_length, default=None, metavar="K|auto",
-                     help="tokens drafted per round, or auto: each round drafts what measured costs and "
-                     "acceptance say is fastest, 0 (plain decoding) included (default: auto; with --seed "
-                     "and --temp > 0, 4, so that the text repeats)")
+    gen.add_argument("--num-draft", type=draft_length, default=START_DRAFT, metavar="K|auto",
+                     help=f"tokens drafted per round (default {START_DRAFT}), or auto: each round drafts what "
+                     "measured costs and acceptance say is fastest, 0 (plain decoding) included; with auto, "
+                     "a seeded sampled run repeats its distribution, not its text")
     gen.add_argument("--max-draft", type=int, default=12, metavar="K",
                      help="longest draft of auto and --adaptive (default 12)")
     gen.add_argument("--adaptive", action="store_true",
@@ -80,15 +80,10 @@ def draft_length(value: str) -> int | str:
 
 
 def draft_policy(args: argparse.Namespace) -> DraftPolicy:
-    """The flags' policy. By default the length is automatic, except for a
-    seeded sampled run: the automatic length follows wall time and which draws
-    a round makes depends on its length, so only a fixed one repeats the text."""
+    """The flags' policy."""
     num_draft = args.num_draft
     if args.adaptive and num_draft == AUTO:
         raise SpecmlxError("--num-draft auto and --adaptive both set the draft length: choose one")
-    if num_draft is None:
-        seeded_sampling = args.seed is not None and args.temp > 0
-        num_draft = START_DRAFT if args.adaptive or seeded_sampling else AUTO
     return DraftPolicy(num_draft=None if num_draft == AUTO else num_draft, max_draft=args.max_draft,
                        adaptive=args.adaptive, p_min=args.draft_p_min, lookup=args.lookup,
                        lookup_draft=args.lookup_draft)

@@ -13,15 +13,15 @@ from .errors import SpecmlxError
 # Longest tail a lookup matches: longer matches are tried first and are the
 # more reliable copies.
 LOOKUP_NGRAM = 8
-# Where the automatic and adaptive lengths start when not told.
+# The draft length when not told, and where the automatic and adaptive ones start.
 START_DRAFT = 4
 
 
 @dataclass(frozen=True)
 class DraftPolicy:
-    """`num_draft`: tokens drafted a round; None (the default) chooses it
-    every round, from 0 (plain decoding) to `max_draft`, for the most tokens
-    per second measured (`specmlx.schedule.auto`). With `adaptive` it is where
+    """`num_draft`: tokens drafted a round (default `START_DRAFT`); None
+    chooses it every round, from 0 (plain decoding) to `max_draft`, for the
+    most tokens per second measured (`specmlx.schedule.auto`). With `adaptive` it is where
     the length starts before it follows the acceptance history, up to `max_draft`.
     `p_min` > 0 stops a draft after a step whose top probability is below it
     (one small sync per drafted token); `num_draft` is then a cap.
@@ -30,7 +30,7 @@ class DraftPolicy:
     tokens that followed them instead of asking the drafter: free drafts where
     the answer copies its input (code edits)."""
 
-    num_draft: int | None = None
+    num_draft: int | None = START_DRAFT
     max_draft: int = 12
     adaptive: bool = False
     p_min: float = 0.0

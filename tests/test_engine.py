@@ -86,7 +86,7 @@ def test_greedy_output_with_the_automatic_length_equals_the_targets_own(
     lengths = []
     for text in PROMPTS * 2:  # the controller keeps what it learned from one answer to the next
         prompt = tokenizer.encode(text)
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=40))
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=None)))
         assert [e.token for e in generation] == reference_greedy(target, prompt, 40)
         stats = generation.stats
         assert stats.host_syncs == stats.rounds + stats.timed_rounds

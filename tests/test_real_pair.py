@@ -114,7 +114,7 @@ def test_the_automatic_length_is_exact_and_drops_only_the_drafter_that_does_not_
     rounds = plain = 0
     for row in bench_prompts("code")[4:6] if mtp else bench_prompts("code")[:2]:
         prompt = chat(target.tokenizer, row["prompt"])
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS))
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=None)))
         assert [e.token for e in generation] == target_greedy(target.model, prompt, eos), row["id"]
         assert generation.stats.auto
         rounds += generation.stats.rounds

@@ -22,7 +22,7 @@ def test_speculation_off_means_no_drafter_but_keeps_the_choice():
     assert (config.sampling.temp, config.policy.num_draft, config.stop) == (0.5, 3, ("x",))
 
 
-def test_the_draft_length_is_chosen_each_round_unless_set():
-    assert ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "auto"
-    fixed = ChatSettings(num_draft=3)
-    assert not fixed.generation_config().policy.auto and fixed.draft_label == "3"
+def test_the_draft_length_is_four_unless_auto_is_chosen():
+    assert not ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "4"
+    auto = ChatSettings(num_draft=None)
+    assert auto.generation_config().policy.auto and auto.draft_label == "auto"

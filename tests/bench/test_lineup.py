@@ -66,8 +66,8 @@ def test_suffixes_make_variants():
     assert split_variant("/m/d+pmin=0.6") == ("/m/d", "+pmin=0.6", policy(p_min=0.6))
     assert split_variant("mtp+pmin=0.3+adaptive") == ("mtp", "+pmin=0.3+adaptive", policy(adaptive=True, p_min=0.3))
     assert split_variant("d+lookup=3+pmin=0.5") == ("d", "+lookup=3+pmin=0.5", policy(p_min=0.5, lookup=3))
-    assert split_variant("mtp+auto") == ("mtp", "+auto", DraftPolicy())
-    assert split_variant("ngram+auto+lookup=2") == ("ngram", "+auto+lookup=2", DraftPolicy(lookup=2))
+    assert split_variant("mtp+auto") == ("mtp", "+auto", DraftPolicy(num_draft=None))
+    assert split_variant("ngram+auto+lookup=2") == ("ngram", "+auto+lookup=2", DraftPolicy(num_draft=None, lookup=2))
     assert split_variant("d+k=6") == ("d", "+k=6", policy(num_draft=6))
     fixed = [split_variant(s)[2].fixed_length
              for s in ("d", "d+adaptive", "d+pmin=0.5", "d+lookup=2", "d+auto", "d+k=2")]

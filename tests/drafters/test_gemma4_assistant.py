@@ -233,7 +233,7 @@ def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, g4_target, ass
     lengths = []
     for text in PROMPTS[:2] * 2:
         prompt = tokenizer.encode(text)
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=20))
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=20, policy=DraftPolicy(num_draft=None)))
         assert [e.token for e in generation] == reference_greedy(g4_target, prompt, 20)
         lengths += generation.draft_lengths
     assert 0 in lengths and max(lengths) > 0

@@ -43,7 +43,7 @@ def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, target, mtp_mo
     lengths = []
     for text in PROMPTS * 2:
         prompt = tokenizer.encode(text)
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=30))
+        generation = engine.generate(prompt, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=None)))
         assert [e.token for e in generation] == reference_greedy(target, prompt, 30)
         lengths += generation.draft_lengths
     assert 0 in lengths and max(lengths) > 0

@@ -139,7 +139,7 @@ def test_settings_change_the_next_answers_parameters(fake_engine):
             await send(pilot, "two")
             await answered(pilot, 2)
             first, second = engine.calls
-            assert first.config.sampling.temp == 0 and first.config.policy.auto  # the default
+            assert first.config.sampling.temp == 0 and first.config.policy.num_draft == 4  # the default
             assert (second.config.sampling.temp, second.config.sampling.top_p) == (0.7, 0.9)
             assert (second.config.policy.num_draft, second.config.max_tokens) == (2, 50)
             assert isinstance(second.drafter, NoDrafter)
@@ -174,7 +174,8 @@ def test_bad_settings_are_refused_with_a_message(fake_engine):
             app.screen.query_one("#num_draft").value = "lots"
             await pilot.press("ctrl+s")
             await pilot.pause()
-            assert "draft tokens (a whole number or auto): 'lots' is not a valid int" in str(app.screen.query_one("#settings-error").render())
+            error = str(app.screen.query_one("#settings-error").render())
+            assert "draft tokens (a whole number or auto): 'lots' is not a valid int" in error
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
             assert chat.settings.top_p == 1.0
