@@ -303,8 +303,7 @@ class Engine:
             rewind(self.cache, len(tokens))
             self.drafter.rewind(len(tokens))
             out.tail = text.finish()
-            out.stats = rec.freeze(config.profile, finish or "cancelled",
-                                   schedule.estimate() if isinstance(schedule, AutoDraft) else None)
+            out.stats = rec.freeze(config.profile, finish or "cancelled", schedule.estimate())
 
 
 class Generation:

@@ -23,5 +23,8 @@ class Schedule(Protocol):
     def update(self, done: Round, seconds: float) -> None:
         """That round finished: `done`, in `seconds` of the engine's time."""
 
+    def estimate(self) -> AutoEstimate | None:
+        """What it measured, for the stats; None for a length that measures nothing."""
+
 
 __all__ = ["AutoDraft", "AutoEstimate", "CostEstimate", "DraftLength", "Schedule"]

@@ -30,6 +30,9 @@ class DraftLength:
         if not done.looked_up:  # the length follows the drafter's record, not the lookup's
             self.follow(done.drafted, done.accepted)
 
+    def estimate(self) -> None:
+        return None
+
     def follow(self, drafted: int, accepted: int) -> None:
         if not self.adaptive or drafted == 0:
             return
