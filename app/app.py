@@ -13,7 +13,7 @@ from specmlx.engine import Engine
 from specmlx.log import data_dir
 
 from .loader import LoadFailure, ModelChoice, load_session
-from .mlx_thread import MLXThread
+from specmlx.mlx_thread import MLXThread
 from .screens.chat import ChatScreen
 from .screens.loading import LoadingScreen
 from .screens.missing import MissingModelScreen

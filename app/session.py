@@ -4,7 +4,7 @@ Every answer's prompt is the tokenizer's chat template over the whole
 conversation, so it extends the engine's context (last prompt + last answer)
 and the engine prefills only the new suffix: the target's and the drafter's
 KV caches are reused across turns. A session's methods run MLX work and must
-all be called from one thread (see `mlx_thread`).
+all be called from one thread (see `specmlx.mlx_thread`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ COMMANDS = {
     "convert": ("specmlx.convert.cli", "convert a Hugging Face or GGUF checkpoint to MLX"),
     "bench": ("specmlx.bench.cli", "measure speed against plain decoding and mlx-lm"),
     "train": ("specmlx.train.cli", "train an MTP drafter head on a target's hidden states"),
+    "serve": ("specmlx.serve.cli", "serve OpenAI's chat and completions API on this machine"),
 }
 
 

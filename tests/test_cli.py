@@ -31,8 +31,8 @@ def test_help_lists_every_command_and_exits_0(capsys, flag):
     assert "specmlx-chat" in out
 
 
-def test_the_commands_are_the_five_documented_ones():
-    assert list(COMMANDS) == ["generate", "models", "convert", "bench", "train"]
+def test_the_commands_are_the_six_documented_ones():
+    assert list(COMMANDS) == ["generate", "models", "convert", "bench", "train", "serve"]
 
 
 def test_no_arguments_prints_usage_and_exits_2(capsys):

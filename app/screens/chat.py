@@ -26,7 +26,7 @@ from specmlx.drafters import NGRAM, NONE
 from specmlx.log import user_error
 from specmlx.stats import GenerationStats
 
-from ..mlx_thread import MLXThread
+from specmlx.mlx_thread import MLXThread
 from ..recorder import AnswerRecorder
 from ..session import Baseline, ChatMessage, Session, Started, Streamed, Update
 from ..settings import DRAFTERS, MODEL, ChatSettings

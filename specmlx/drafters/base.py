@@ -57,6 +57,9 @@ class Drafter(Protocol):
     def rewind(self, length: int) -> None:
         """Forget everything past the first `length` tokens of the sequence."""
 
+    def fresh(self) -> "Drafter":
+        """A drafter sharing these weights, with no state: one per conversation the server keeps."""
+
 
 @runtime_checkable
 class HiddenDrafter(Drafter, Protocol):

@@ -62,6 +62,10 @@ class Gemma4AssistantDrafter:
         self.sources: dict[str, object] = {}  # layer type -> the target's cache object to read
         self.embed_scale = model.config.backbone_hidden_size ** 0.5  # Gemma's input scaling
 
+    def fresh(self) -> "Gemma4AssistantDrafter":
+        """The same weights with no state: a drafter for another conversation."""
+        return Gemma4AssistantDrafter(self.model, self.vocab_size, self.name, self.position_lag)
+
     # -- wiring -----------------------------------------------------------------
 
     def attach(self, target: nn.Module, cache: list) -> None:

@@ -27,6 +27,10 @@ class ModelDrafter:
         self.name = name
         self.cache = make_cache(model, name=f"drafter {name}")
 
+    def fresh(self) -> "ModelDrafter":
+        """The same weights with an empty cache: a drafter for another conversation."""
+        return ModelDrafter(self.model, self.vocab_size, self.name)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         start = min(cache_length(self.cache), len(tokens) - 1)
         rewind(self.cache, start)

@@ -36,6 +36,10 @@ class MTPDrafter:
         self.target: nn.Module | None = None
         self.head_rows: mx.array | None = None  # (draft vocab, H) rows of the target's head
 
+    def fresh(self) -> "MTPDrafter":
+        """The same weights with no state: a drafter for another conversation."""
+        return MTPDrafter(self.model, self.vocab_size, self.name)
+
     def attach(self, target: nn.Module, cache: list) -> None:
         config = self.model.config
         if config.target_vocab_size != self.vocab_size:

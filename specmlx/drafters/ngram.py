@@ -39,6 +39,9 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
+    def fresh(self) -> "PromptLookupDrafter":
+        return PromptLookupDrafter(self.max_ngram, self.min_ngram)
+
     def prefill(self, tokens: Sequence[int]) -> None:
         pass
 

@@ -18,6 +18,9 @@ from .labels import NONE
 class NoDrafter:
     name = NONE
 
+    def fresh(self) -> "NoDrafter":
+        return NoDrafter()
+
     def prefill(self, tokens: Sequence[int]) -> None:
         pass
 

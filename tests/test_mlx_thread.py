@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from app.mlx_thread import MLXThread
+from specmlx.mlx_thread import MLXThread
 
 
 def test_calls_and_iteration_run_on_one_thread_and_close_there():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -37,7 +37,11 @@ class MLXThread:
         """Run `fn` on the MLX thread and wait for it; its exception is re-raised here."""
         if threading.get_ident() == self._ident:
             return fn(*args, **kwargs)
-        return self._executor.submit(self._run, fn, *args, **kwargs).result()
+        return self.submit(fn, *args, **kwargs).result()
+
+    def submit(self, fn: Callable[..., T], *args, **kwargs) -> "Future[T]":
+        """Queue `fn` for the MLX thread without waiting: calls run one at a time, in order."""
+        return self._executor.submit(self._run, fn, *args, **kwargs)
 
     def iterate(self, iterator: Iterator[T]) -> Iterator[T]:
         """Step `iterator` on the MLX thread, handing each item to the caller's thread."""

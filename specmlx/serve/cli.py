@@ -1,0 +1,112 @@
+"""`specmlx serve ...`: an OpenAI-compatible HTTP server on loopback."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import sys
+from typing import Sequence
+
+from ..drafters import NGRAM, NONE
+from ..engine import GenerationConfig
+from ..errors import SpecmlxError, run_cli
+from ..generate import AUTO, draft_length
+from ..loading import MODEL_DRAFTERS, load_drafters
+from ..memory import GB
+from ..mlx_thread import MLXThread
+from ..policy import START_DRAFT, DraftPolicy
+from ..sampling import SamplingParams
+from .app import Access, build_app
+from .jobs import Defaults
+from .run import Server, bind
+from .slots import Slots
+from .worker import Worker
+
+API_KEY_ENV = "SPECMLX_API_KEY"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specmlx serve", description="Serve a target and its drafters over "
+                                "OpenAI's HTTP API (chat and text completions, streamed or not).")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--preset", help="a preset: its target and drafter (default: the default preset)")
+    which.add_argument("--target", help="target: a preset name, model directory or Hugging Face repo id")
+    p.add_argument("--drafter", action="append", default=[], help=f"a drafter to load: {MODEL_DRAFTERS} "
+                   "(repeatable; the first is the default; ngram and none are always offered; "
+                   "default: the preset's drafter)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"require Authorization: Bearer KEY on every route but /health (default: ${API_KEY_ENV})")
+    p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 (default 32)")
+    p.add_argument("--slots", type=int, default=2, help="conversations whose KV caches are kept between "
+                   "requests (default 2)")
+    p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold (default 4)")
+    p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say "
+                   "(default 512)")
+    p.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body accepted (default 4)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature when a request does not say (default 0)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--num-draft", type=draft_length, default=START_DRAFT, metavar="K|auto",
+                   help=f"tokens drafted per round when a request does not say (default {START_DRAFT})")
+    p.add_argument("--max-draft", type=int, default=12, metavar="K", help="longest draft of auto (default 12)")
+    p.add_argument("--lookup", type=int, default=0, metavar="N", help="prompt lookup's match length when a "
+                   "request does not say (default 0: off)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def curl_line(base: str, model: str, api_key: bool) -> str:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hello."}]})
+    key = " -H 'Authorization: Bearer $SPECMLX_API_KEY'" if api_key else ""
+    return f"curl {base}/v1/chat/completions -H 'Content-Type: application/json'{key} -d '{body}'"
+
+
+def serve(args: argparse.Namespace) -> int:
+    for name in ("max_queue", "slots", "max_tokens", "port"):
+        if getattr(args, name) < (0 if name == "port" else 1):
+            raise SpecmlxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    defaults_policy = DraftPolicy(num_draft=None if args.num_draft == AUTO else args.num_draft,
+                                  max_draft=args.max_draft, lookup=args.lookup)
+    sampling = SamplingParams(args.temp, args.top_p)
+    GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, policy=defaults_policy)  # checks them now
+    sock = bind(args.host, args.port)  # a port in use is one line now, not after minutes of loading
+    say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() else (lambda step: None)
+    mlx = MLXThread()
+    specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
+    target, drafters = mlx.call(load_drafters, args.preset or args.target, specs, say)
+    named = {d.name: d for d in drafters}
+    slots = mlx.call(Slots, target.model, target.tokenizer, named, args.slots, int(args.cache_gb * GB))
+    worker = Worker(slots, args.max_queue, mlx)
+    defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)
+    app = build_app(worker, defaults, Access(args.api_key, int(args.max_body_mb * (1 << 20))))
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{sock.getsockname()[1]}"
+    print(f"specmlx serve: {target.name} ({target.path}), drafters: "
+          + ", ".join(f"{n} (default)" if n == defaults.drafter else n for n in named), file=sys.stderr)
+    print(f"listening on {base}/v1" + (" (API key required)" if args.api_key else ""), file=sys.stderr)
+    if not is_loopback(args.host) and not args.api_key:
+        print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
+    print(f"try: {curl_line(base, target.name, bool(args.api_key))}", file=sys.stderr)
+    try:
+        Server(app, worker, args.log_level).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn raises the Ctrl+C again once it has shut down: the normal way to stop
+        pass
+    finally:
+        worker.close()
+    print("specmlx serve: stopped", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli("specmlx serve", lambda: serve(args))

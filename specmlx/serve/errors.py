@@ -1,0 +1,87 @@
+"""Errors on the wire, in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+
+Every way a request can fail ends here, so a client always gets one sentence
+and a status, never a traceback, and no bad request stops the server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("specmlx.serve")
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+         503: "server_error", 500: "server_error"}
+
+
+class APIError(Exception):
+    """A refusal with its HTTP status, OpenAI error code and the field it is about."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+        self.headers = headers
+
+    def body(self) -> dict:
+        return error_body(self.status, self.message, self.code, self.param)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"),
+                      "param": param, "code": code}}
+
+
+def validation_error(err: RequestValidationError) -> APIError:
+    """pydantic's first complaint as one sentence naming the field, as OpenAI answers a wrong type."""
+    first = err.errors()[0]
+    if first.get("type") == "json_invalid":
+        return APIError(400, "the request body is not valid JSON", "invalid_json")
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    # A union reports each of its arms (`stop.str`, `stop.list[str]`): name the field once.
+    param = ".".join(p for p in loc if not any(c in p for c in "[]") and p not in {"str", "int", "bool", "float"})
+    if first.get("type") == "missing":
+        return APIError(400, f"missing required parameter: {param or 'body'}", "missing_required_parameter", param)
+    if first.get("type") == "extra_forbidden":
+        return APIError(400, f"unrecognized parameter: {param}", "unknown_parameter", param)
+    message = first.get("msg", "invalid value")
+    return APIError(400, f"invalid value for {param or 'the body'}: {message}", "invalid_value", param or None)
+
+
+def install(app: FastAPI) -> None:
+    """Route every failure through OpenAI's error shape."""
+
+    @app.exception_handler(APIError)
+    async def _api(request: Request, err: APIError) -> JSONResponse:
+        return err.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        return validation_error(err).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        message = {404: f"no such route: {request.method} {request.url.path}",
+                   405: f"method {request.method} is not allowed on {request.url.path}"}.get(err.status_code, str(err.detail))
+        return APIError(err.status_code, message, None).response()
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception) -> JSONResponse:
+        log.exception("request failed: %s %s", request.method, request.url.path)
+        return APIError(500, f"internal error ({type(err).__name__}); the server's log has the details",
+                        "internal_error").response()
+
+
+def sse_error(err: APIError) -> str:
+    """A stream's last event when it cannot finish (an error after the first byte)."""
+    return f"data: {json.dumps(err.body())}\n\n"

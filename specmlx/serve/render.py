@@ -1,0 +1,107 @@
+"""Responses on the wire: OpenAI's chat and text completion objects and their stream chunks.
+
+Two additions ride along, as fields OpenAI clients ignore: `speculative`
+(what drafting did: rounds, drafted, accepted, mean accepted length,
+acceptance rate, and each token's source when asked) and `timings` (queue
+wait, prefill and decode time, as llama.cpp's server reports them).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..events import TokenEvent
+from .worker import Done
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One response's identity: chat (`chat.completion`) or text (`text_completion`)."""
+
+    chat: bool
+    model: str
+    prompt_tokens: int
+    sources: bool  # report each token's source
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def _object(self, chunk: bool) -> dict:
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
+        return {"id": ("chatcmpl-" if self.chat else "cmpl-") + self.id, "object": kind,
+                "created": self.created, "model": self.model}
+
+    def _choice(self, text: str | None, finish: str | None, chunk: bool, role: bool = False) -> dict:
+        if not self.chat:
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if chunk:
+            delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                "finish_reason": finish}
+
+    # -- whole responses -------------------------------------------------------
+
+    def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
+        text = "".join(e.text for e in events) + done.tail
+        out = self._object(chunk=False) | {
+            "choices": [self._choice(text, FINISH.get(done.stats.finish_reason), chunk=False)],
+            "usage": self.usage(done)}
+        return out | self.extras(done, events)
+
+    def usage(self, done: Done) -> dict:
+        generated = done.stats.generation_tokens
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
+                "total_tokens": self.prompt_tokens + generated,
+                "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
+
+    def extras(self, done: Done, events: Sequence[TokenEvent] = ()) -> dict:
+        s = done.stats
+        speculative = {"drafter": s.drafter, "num_draft": "auto" if s.auto else s.num_draft,
+                       "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
+                       "mean_accepted_length": round(s.mean_accepted, 4),
+                       "acceptance_rate": round(s.acceptance_rate, 4)}
+        if self.sources and events:
+            speculative |= {"tokens": [e.token for e in events], "sources": [e.source.value for e in events]}
+        timings = {"queue_ms": round(1000 * done.queue_s, 1), "prompt_ms": round(1000 * s.prefill_s, 1),
+                   "predicted_ms": round(1000 * s.decode_s, 1),
+                   "predicted_per_second": round(s.generation_tps, 3)}
+        return {"speculative": speculative, "timings": timings}
+
+    # -- stream chunks (each an SSE `data:` line) -----------------------------
+
+    def first(self) -> str:
+        """The opening chunk: the assistant's role, no text yet (as OpenAI streams a chat)."""
+        return sse(self._object(chunk=True) | {"choices": [self._choice("", None, True, role=True)]}) if self.chat else ""
+
+    def piece(self, events: Sequence[TokenEvent], usage_field: bool) -> str:
+        """A chunk for tokens of one or more rounds: their text, and their sources when asked."""
+        out = self._object(chunk=True) | {"choices": [self._choice("".join(e.text for e in events), None, True)]}
+        if usage_field:
+            out["usage"] = None
+        if self.sources:
+            out["speculative"] = {"tokens": [e.token for e in events], "sources": [e.source.value for e in events]}
+        return sse(out)
+
+    def last(self, done: Done, include_usage: bool) -> str:
+        """The finishing chunk (the held-back tail, the finish reason, what drafting did),
+        then a usage chunk with no choices if asked, then `[DONE]`."""
+        text = done.tail if done.tail or not self.chat else None
+        out = self._object(chunk=True) | {
+            "choices": [self._choice(text, FINISH.get(done.stats.finish_reason), True)]} | self.extras(done)
+        if include_usage:
+            out["usage"] = None
+        tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage(done)}) if include_usage else ""
+        return sse(out) + tail + DONE
+
+
+DONE = "data: [DONE]\n\n"
+
+
+def sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"

@@ -1,0 +1,139 @@
+"""The request bodies the server accepts, as pydantic models.
+
+OpenAI's field names and ranges. Fields some clients always send but that
+change nothing here (`user`, `store`, `metadata`...) are ignored, as OpenAI's
+own servers and vLLM do; fields that would change the answer and are not
+supported (`n` > 1, logprobs, tools, penalties) are accepted as types and
+refused as values by `unsupported`, so each refusal names its field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+MAX_STOP = 4  # OpenAI's limit on stop strings
+
+
+class Speculative(BaseModel):
+    """The `speculative` extension object: how this request drafts. Unset
+    fields take the server's defaults (its command line)."""
+
+    model_config = ConfigDict(extra="forbid")  # ours: a misspelt field is an error, not a silent default
+
+    drafter: StrictStr | None = None  # "default", "none", "ngram" or a loaded drafter's name
+    num_draft: StrictInt | None = Field(default=None, ge=0, le=64)
+    auto: StrictBool | None = None
+    max_draft: StrictInt | None = Field(default=None, ge=1, le=64)
+    lookup: StrictInt | None = Field(default=None, ge=0, le=8)
+    sources: StrictBool = False  # each token's source (draft, corrected, bonus, target) in the response
+
+
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class Message(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Union[StrictStr, list[TextPart], None] = None
+    name: StrictStr | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class Sampling(BaseModel):
+    """The fields chat and completion requests share."""
+
+    model: StrictStr
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: StrictInt | None = Field(default=None, ge=0)  # vLLM's and llama.cpp's extension
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    seed: StrictInt | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    speculative: Speculative = Field(default_factory=Speculative)
+    # Accepted so that a refusal can name them (see `unsupported`).
+    n: StrictInt | None = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+
+    def stops(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return tuple(s for s in stops if s)
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """(param, sentence) for the first field whose value this server cannot honour."""
+        if self.n not in (None, 1):
+            return "n", "only n=1 is supported: one choice per request"
+        if self.logprobs not in (None, False, 0):
+            return "logprobs", "logprobs are not supported"
+        if self.top_logprobs not in (None, 0):
+            return "top_logprobs", "logprobs are not supported"
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                return name, f"{name} is not supported: penalties would change the target's distribution"
+        if self.logit_bias:
+            return "logit_bias", "logit_bias is not supported"
+        if len(self.stops()) > MAX_STOP:
+            return "stop", f"at most {MAX_STOP} stop sequences are allowed"
+        return None
+
+
+class ChatRequest(Sampling):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        for name in ("tools", "functions"):
+            if getattr(self, name):
+                return name, f"{name} are not supported: this server returns text only"
+        if self.tool_choice not in (None, "none"):
+            return "tool_choice", "tools are not supported: this server returns text only"
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            return "response_format", "only response_format {\"type\": \"text\"} is supported"
+        return super().unsupported()
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class CompletionRequest(Sampling):
+    prompt: Union[StrictStr, list[StrictInt], list[StrictStr]]
+    echo: StrictBool = False
+    suffix: StrictStr | None = None
+    best_of: StrictInt | None = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) and len(self.prompt) > 1:
+            return "prompt", "one prompt per request: a list of strings must hold one"
+        if self.echo:
+            return "echo", "echo is not supported"
+        if self.suffix:
+            return "suffix", "suffix (insertion) is not supported"
+        if self.best_of not in (None, 1):
+            return "best_of", "only best_of=1 is supported"
+        return super().unsupported()
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens

@@ -1,0 +1,175 @@
+"""One MLX thread runs every generation, one at a time, in arrival order.
+
+Requests wait in a FIFO queue of bounded length; a full queue is refused with
+429 and a `Retry-After`, never a hang. A ticket's output reaches its request
+through a callback (`Sink`) the request hands in, called on the MLX thread
+for each token and once at the end. A cancelled ticket (its client left, or
+the server is stopping) stops at its next token, within one round, and the
+caches keep only committed tokens (`Generation.close`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import deque
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Callable, Union
+
+from ..engine import GenerationConfig
+from ..errors import SpecmlxError
+from ..events import TokenEvent
+from ..mlx_thread import MLXThread
+from ..stats import GenerationStats
+from .errors import APIError
+from .slots import Slots
+
+log = logging.getLogger("specmlx.serve")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to generate: prompt token ids, how, and with which loaded drafter."""
+
+    prompt: tuple[int, ...]
+    config: GenerationConfig
+    drafter: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished generation: its stats, the text the detokenizer held to the
+    end, how many prompt tokens a slot already held, and the wait in the queue."""
+
+    stats: GenerationStats
+    tail: str
+    cached_tokens: int
+    queue_s: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: APIError
+
+
+Item = Union[TokenEvent, Done, Failed]
+Sink = Callable[[Item], None]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One finished ticket, kept for `/health`, tests and the load bench."""
+
+    finish_reason: str
+    generation_tokens: int
+    queue_s: float
+    run_s: float
+
+
+class Ticket:
+    """A job in the queue or running, and how to stop it."""
+
+    def __init__(self, job: Job, sink: Sink) -> None:
+        self.job, self.sink = job, sink
+        self.submitted = perf_counter()
+        self._stop: APIError | None = None
+        self._cancelled = threading.Event()
+
+    def cancel(self, why: APIError | None = None) -> None:
+        """Stop at the next token; `why`, if given, is sent to the client (the server is stopping)."""
+        self._stop = why
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+
+class Worker:
+    def __init__(self, slots: Slots, max_queue: int = 32, mlx: MLXThread | None = None) -> None:
+        self.slots = slots
+        self.max_queue = max_queue
+        self.mlx = mlx or MLXThread()
+        self.records: deque[Record] = deque(maxlen=1024)
+        self._lock = threading.RLock()  # `stop` may run in a signal handler on a thread that holds it
+        self._waiting = 0
+        self._live: set[Ticket] = set()
+        self._closing: APIError | None = None
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def submit(self, job: Job, sink: Sink) -> Ticket:
+        """Queue `job`, or refuse: 429 when `max_queue` jobs already wait, 503 while stopping."""
+        with self._lock:
+            if self._closing is not None:
+                raise self._closing
+            if self._waiting >= self.max_queue:
+                raise APIError(429, f"the server is busy: {self._waiting} requests are waiting; retry later",
+                               "queue_full", headers={"Retry-After": str(self._retry_after())})
+            self._waiting += 1
+            ticket = Ticket(job, sink)
+            self._live.add(ticket)
+        self.mlx.submit(self._run, ticket)
+        return ticket
+
+    def _retry_after(self) -> int:
+        """Seconds until a place is likely free: the recent mean run time, at least 1."""
+        recent = [r.run_s for r in list(self.records)[-8:]]
+        return max(1, math.ceil(sum(recent) / len(recent))) if recent else 1
+
+    def _run(self, ticket: Ticket) -> None:
+        with self._lock:
+            self._waiting -= 1
+        started = perf_counter()
+        finish, tokens = "cancelled", 0
+        try:
+            if ticket.cancelled:
+                return
+            done = self._generate(ticket, started - ticket.submitted)
+            finish, tokens = done.stats.finish_reason, done.stats.generation_tokens
+            if finish != "cancelled":  # one that finished as the server began stopping is still whole
+                ticket.sink(done)
+        except SpecmlxError as err:  # checked before queueing, so rare: still the client's input
+            finish = "error"
+            ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
+        except Exception as err:  # noqa: BLE001 - a bug fails this request, not the server
+            finish = "error"
+            log.exception("generation failed")
+            ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
+                                             "the server's log has the details", "internal_error")))
+        finally:
+            if ticket._stop is not None and finish == "cancelled":
+                ticket.sink(Failed(ticket._stop))
+            with self._lock:
+                self._live.discard(ticket)
+            self.records.append(Record(finish, tokens, started - ticket.submitted, perf_counter() - started))
+
+    def _generate(self, ticket: Ticket, queue_s: float) -> Done:
+        job = ticket.job
+        slot = self.slots.take(job.prompt, job.drafter)
+        cached = slot.engine.reusable(job.prompt)
+        run = slot.engine.generate(job.prompt, job.config)
+        try:
+            for event in run:
+                ticket.sink(event)
+                if ticket.cancelled:
+                    break
+        finally:
+            run.close()  # the caches keep only what was committed
+            self.slots.trim(keep=slot)
+        return Done(run.stats, run.tail, cached, queue_s)
+
+    def stop(self, why: APIError) -> None:
+        """Refuse new jobs and cancel every queued and running one, telling its client `why`."""
+        with self._lock:
+            self._closing = why
+            live = list(self._live)
+        for ticket in live:
+            ticket.cancel(why)
+
+    def close(self) -> None:
+        self.mlx.close()

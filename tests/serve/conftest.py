@@ -1,0 +1,68 @@
+"""A real server on 127.0.0.1 with tiny models: a target, a noisy copy as drafter,
+an MTP head, prompt lookup and none. Loaded once per session on its own MLX thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specmlx.drafters import NGRAM, NONE
+from specmlx.loading import load_drafters
+from specmlx.mlx_thread import MLXThread
+from specmlx.models.mtp import save_mtp
+from specmlx.serve.app import Access, build_app
+from specmlx.serve.jobs import Defaults
+from specmlx.serve.run import Background
+from specmlx.serve.slots import Slots
+from specmlx.serve.worker import Worker
+
+from .. import tiny
+
+MODEL = "target"  # the served id: the target directory's name
+KEY = "sk-test-key"
+
+
+@pytest.fixture(scope="session")
+def served_dirs(model_dirs, target_args, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("served")
+    save_mtp(tiny.mtp(target_args, seed=2), root / "mtp")
+    return {**model_dirs, "mtp": root / "mtp"}
+
+
+@pytest.fixture(scope="session")
+def loaded(served_dirs):
+    """The target and every drafter, loaded on one MLX thread that the servers below share."""
+    mlx = MLXThread()
+    specs = [str(served_dirs["drafter"]), str(served_dirs["mtp"]), NGRAM, NONE]
+    target, drafters = mlx.call(load_drafters, str(served_dirs["target"]), specs)
+    yield mlx, target, {d.name: d for d in drafters}
+    mlx.close()
+
+
+def start(loaded, *, slots: int = 2, max_queue: int = 32, api_key: str | None = None,
+          max_body_bytes: int = 1 << 20, max_tokens: int = 64, cache_bytes: int = 1 << 30):
+    """A Background server over the loaded models (its own slots and worker, the shared MLX thread)."""
+    mlx, target, drafters = loaded
+    pool = mlx.call(Slots, target.model, target.tokenizer, drafters, slots, cache_bytes)
+    worker = Worker(pool, max_queue, mlx)
+    defaults = Defaults(target.name, next(iter(drafters)), max_tokens=max_tokens)
+    app = build_app(worker, defaults, Access(api_key, max_body_bytes))
+    return Background(app, worker), worker
+
+
+@pytest.fixture(scope="module")
+def server(loaded):
+    """(base url, worker) of a server with default settings."""
+    background, worker = start(loaded)
+    with background as url:
+        yield url, worker
+
+
+@pytest.fixture()
+def client(server):
+    from openai import OpenAI
+
+    url, _ = server
+    with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as c:
+        yield c

@@ -1,0 +1,125 @@
+"""The server through OpenAI's own client: chat and completions, streamed and not, and exactness."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specmlx.generate import main as generate_main
+
+from .conftest import MODEL
+
+PROMPT = "def add(a, b):"
+DRAFTERS = ["drafter", "mtp", "ngram", "none"]
+
+
+def spec(**fields) -> dict:
+    return {"speculative": fields}
+
+
+def cli_tokens(capsys, served_dirs, drafter: str, max_tokens: int, *extra: str) -> dict:
+    """What `specmlx generate --chat --json` writes for PROMPT with this drafter."""
+    choice = str(served_dirs[drafter]) if drafter in served_dirs else drafter
+    code = generate_main(["--target", str(served_dirs["target"]), "--drafter", choice, "--chat", "--prompt", PROMPT,
+                          "--max-tokens", str(max_tokens), "--json", *extra])
+    assert code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_model_list_names_the_target_and_its_drafters(client):
+    models = client.models.list().data
+    assert [m.id for m in models] == [MODEL]
+    assert models[0].drafters == DRAFTERS
+    assert client.models.retrieve(MODEL).default_drafter == "drafter"
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_greedy_chat_equals_specmlx_generate_and_the_target_alone(client, capsys, served_dirs, drafter):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=24, temperature=0,
+        extra_body=spec(drafter=drafter, sources=True))
+    cli = cli_tokens(capsys, served_dirs, drafter, 24)
+    alone = cli_tokens(capsys, served_dirs, "none", 24)
+    assert reply.speculative["tokens"] == cli["tokens"] == alone["tokens"]
+    assert reply.choices[0].message.content == cli["text"]
+    assert reply.speculative["drafter"] == drafter
+    assert reply.usage.completion_tokens == len(cli["tokens"]) == 24
+    assert reply.choices[0].finish_reason == "length"
+
+
+def test_a_streamed_chat_carries_the_same_text_then_its_usage(client):
+    messages = [{"role": "user", "content": "for i in range"}]
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert [c.choices[0].finish_reason for c in finishing] == ["length"]
+    assert finishing[0].speculative["rounds"] >= 1
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_a_stream_can_carry_each_tokens_source(client):
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=30, temperature=0, stream=True,
+        extra_body=spec(sources=True, num_draft=3)))
+    pieces = chunks[1:-1]  # between the role and the finishing chunk
+    sources = [s for c in pieces for s in c.speculative["sources"]]
+    stats = next(c.speculative for c in chunks if c.choices and c.choices[0].finish_reason)
+    assert len(sources) == 30
+    assert set(sources) <= {"draft", "corrected", "bonus", "target"}
+    assert sources.count("draft") == stats["accepted"]
+    assert stats["num_draft"] == 3
+    assert stats["mean_accepted_length"] == pytest.approx((stats["accepted"] + stats["rounds"]) / stats["rounds"], abs=1e-3)
+
+
+def test_completions_take_text_or_token_ids_and_stream(client, tokenizer):
+    text = client.completions.create(model=MODEL, prompt="import numpy", max_tokens=12, temperature=0)
+    ids = client.completions.create(model=MODEL, prompt=tokenizer.encode("import numpy"), max_tokens=12,
+                                    temperature=0)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt="import numpy", max_tokens=12, temperature=0, stream=True) if c.choices)
+    assert text.object == "text_completion"
+    assert text.choices[0].text == ids.choices[0].text == streamed
+    assert text.usage.completion_tokens == 12
+
+
+def test_a_seeded_sampled_request_repeats_exactly_and_another_seed_differs(client):
+    def sample(seed: int) -> str:
+        return client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "The quick brown"}], max_tokens=32,
+            temperature=0.7, seed=seed).choices[0].message.content
+
+    first = sample(7)
+    assert sample(7) == first
+    assert any(sample(seed) != first for seed in (8, 9, 10))
+
+
+def test_stop_strings_end_the_answer_before_them(client):
+    full = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0).choices[0].text
+    cut = full[len(full) // 2 : len(full) // 2 + 3]
+    assert cut and cut in full
+    stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stop=[cut])
+    assert stopped.choices[0].text == full[: full.index(cut)]
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_a_conversations_next_turn_is_prefilled_only_past_what_its_slot_holds(client):
+    def turn(history: list[dict]) -> tuple[str, int, int]:
+        reply = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8, temperature=0)
+        return (reply.choices[0].message.content, reply.usage.prompt_tokens,
+                reply.usage.prompt_tokens_details.cached_tokens)
+
+    a = [{"role": "user", "content": "def add(a, b):" * 3}]
+    b = [{"role": "system", "content": "naïve café"}, {"role": "user", "content": "for i in range(10):" * 3}]
+    a_text, a_prompt, _ = turn(a)
+    b_text, b_prompt, _ = turn(b)
+    # Two clients taking turns: each continues in its own slot.
+    _, _, a_cached = turn(a + [{"role": "assistant", "content": a_text}, {"role": "user", "content": "and sub"}])
+    _, _, b_cached = turn(b + [{"role": "assistant", "content": b_text}, {"role": "user", "content": "and"}])
+    assert a_cached >= a_prompt
+    assert b_cached >= b_prompt

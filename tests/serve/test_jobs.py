@@ -1,0 +1,50 @@
+"""From a request to a job: the draft policy and defaults a request does not set."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmlx.policy import DraftPolicy
+from specmlx.sampling import SamplingParams
+from specmlx.serve.errors import APIError
+from specmlx.serve.jobs import Defaults, make_job
+from specmlx.serve.schemas import ChatRequest
+
+DEFAULTS = Defaults("m", "small", DraftPolicy(num_draft=5), SamplingParams(0.3, 0.9), max_tokens=100)
+LOADED = ["small", "mtp", "ngram", "none"]
+
+
+def job(room: int | None = 1000, **fields):
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], **fields)
+    return make_job(request, [1, 2, 3], DEFAULTS, LOADED, room, 1003)
+
+
+def test_unset_fields_take_the_servers_defaults():
+    made = job()
+    assert made.drafter == "small" and made.prompt == (1, 2, 3)
+    assert made.config.policy == DraftPolicy(num_draft=5)
+    assert made.config.sampling == SamplingParams(0.3, 0.9)
+    assert made.config.max_tokens == 100 and made.config.seed is None
+    assert job(room=40).config.max_tokens == 40  # never past the context window
+
+
+def test_the_speculative_object_sets_drafter_length_auto_and_lookup():
+    made = job(speculative={"drafter": "mtp", "num_draft": 2, "lookup": 3}, temperature=0, seed=4, stop="\n",
+               max_completion_tokens=7)
+    assert made.drafter == "mtp"
+    assert made.config.policy == DraftPolicy(num_draft=2, lookup=3)
+    assert made.config.sampling.temp == 0 and made.config.seed == 4
+    assert made.config.stop == ("\n",) and made.config.max_tokens == 7
+    assert job(speculative={"auto": True, "max_draft": 6}).config.policy.auto
+    assert job(speculative={"auto": True, "max_draft": 6}).config.policy.max_draft == 6
+    assert job(speculative={"auto": False}).config.policy.num_draft == 5
+    assert job(speculative={"drafter": "default"}).drafter == "small"
+
+
+def test_a_request_past_the_window_is_refused_before_it_queues():
+    with pytest.raises(APIError) as err:
+        job(room=40, max_tokens=41)
+    assert (err.value.status, err.value.code) == (400, "context_length_exceeded")
+    assert "1003" in err.value.message
+    with pytest.raises(APIError):
+        job(room=0)

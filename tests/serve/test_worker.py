@@ -1,0 +1,116 @@
+"""The queue under load, a full queue, a client that leaves, and a server that stops: over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from .conftest import MODEL, start
+
+CHAT = "/v1/chat/completions"
+WORDS = ["def", "for", "import", "The", "naïve", "print", "return", "class"]
+
+
+def body(i: int, max_tokens: int = 12, **fields) -> dict:
+    prompt = f"{WORDS[i % len(WORDS)]} {i} {WORDS[(3 * i) % len(WORDS)]}"
+    return {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0} | fields
+
+
+def stream_text(url: str, payload: dict) -> tuple[int, str, dict]:
+    """(status, the streamed text, the refusal's body or the last data event)."""
+    with httpx.stream("POST", url + CHAT, json=payload | {"stream": True}, timeout=60) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, "", r.json() | {"retry_after": r.headers.get("retry-after")}
+        text, last = "", {}
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            last = json.loads(line[6:])
+            for choice in last.get("choices", []):
+                text += choice["delta"].get("content") or ""
+        return 200, text, last
+
+
+def test_sixteen_streaming_clients_get_their_own_answers(server):
+    url, worker = server
+    prompts = range(16 * 3)
+    sequential = {i: httpx.post(url + CHAT, json=body(i), timeout=60).json()["choices"][0]["message"]["content"]
+                  for i in prompts}
+    start_s = time.monotonic()
+
+    def client(c: int) -> list[tuple[int, int, str]]:
+        return [(i, *stream_text(url, body(i))[:2]) for i in range(c * 3, c * 3 + 3)]
+
+    with ThreadPoolExecutor(16) as pool:
+        results = [r for rs in pool.map(client, range(16)) for r in rs]
+    assert time.monotonic() - start_s < 90
+    assert len(results) == 48
+    for i, status, text in results:
+        assert status == 200, (i, status)  # 16 clients never fill a queue of 32
+        assert text == sequential[i], i
+    assert httpx.get(url + "/health").json() == {"status": "ok", "model": MODEL, "waiting": 0}
+
+
+def test_a_full_queue_answers_429_with_retry_after(loaded):
+    background, worker = start(loaded, max_queue=1)
+    with background as url:
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda i: stream_text(url, body(i, max_tokens=48)), range(6)))
+        refused = [r for r in results if r[0] == 429]
+        served = [r for r in results if r[0] == 200]
+        assert refused and served and len(refused) + len(served) == 6
+        for _, _, error in refused:
+            assert error["error"]["code"] == "queue_full" and error["error"]["type"] == "rate_limit_error"
+            assert int(error["retry_after"]) >= 1
+        assert all(last["choices"][0]["finish_reason"] == "length" for _, _, last in served)
+        assert httpx.get(url + "/health").json()["status"] == "ok"
+
+
+def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server):
+    url, worker = server
+    before = len(worker.records)
+    with httpx.stream("POST", url + CHAT, json=body(1, max_tokens=4000, stream=True), timeout=60) as r:
+        lines = r.iter_lines()
+        for _ in range(6):
+            next(lines)
+    # The connection is closed: the generation stops at its next token.
+    deadline = time.monotonic() + 20
+    while len(worker.records) == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    dropped = worker.records[before]
+    assert dropped.finish_reason == "cancelled"
+    assert dropped.generation_tokens < 4000
+    reply = httpx.post(url + CHAT, json=body(2), timeout=60).json()
+    assert reply["timings"]["queue_ms"] < 1000  # nothing was still running in front of it
+    assert reply["usage"]["completion_tokens"] == 12
+
+
+def test_stopping_the_server_ends_open_streams_with_an_error_event(loaded):
+    background, worker = start(loaded)
+    got: dict = {}
+    with background as url:
+        started = threading.Event()
+
+        def listen() -> None:
+            events = []
+            with httpx.stream("POST", url + CHAT, json=body(3, max_tokens=20000, stream=True), timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(line[6:])
+                        started.set()
+            got["events"] = events
+
+        listener = threading.Thread(target=listen)
+        listener.start()
+        assert started.wait(30)
+    listener.join(30)
+    assert not listener.is_alive()
+    events = got["events"]
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["error"]["code"] == "server_shutdown"
