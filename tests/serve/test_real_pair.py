@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import gc
+
+import mlx.core as mx
 import pytest
 
 from specmlx import presets
@@ -27,8 +30,16 @@ def real():
     fetch_preset(preset, progress=False, log=lambda m: None)
     mlx = MLXThread()
     target, drafters = mlx.call(load_drafters, preset.name, [None, NGRAM, NONE])
-    yield mlx, target, {d.name: d for d in drafters}
+    held = [mlx, target, {d.name: d for d in drafters}]
+    del target, drafters
+    yield held
+    # The next module loads the pair again: free this one first. A server's objects (FastAPI's
+    # routes, uvicorn's loop) form reference cycles, so only the collector frees what they hold;
+    # and pytest keeps a fixture's value until its teardown ends, so the list is emptied.
     mlx.close()
+    held.clear()
+    gc.collect()
+    mx.clear_cache()
 
 
 def test_a_greedy_chat_through_the_openai_client_equals_specmlx_generate(real):
