@@ -12,6 +12,7 @@ import hmac
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -23,7 +24,7 @@ from .jobs import Defaults, chat_prompt, completion_prompt, make_job
 from .limits import BodyLimit
 from .render import DONE, Reply
 from .schemas import ChatRequest, CompletionRequest, Sampling
-from .worker import Done, Failed, Worker
+from .worker import Done, Failed, Ticket, Worker
 
 # How often a whole (not streamed) request checks that its client is still there.
 DISCONNECT_POLL_S = 0.5
@@ -62,105 +63,142 @@ class Mailbox:
         self.queue.put_nowait(held)
 
 
+@dataclass(frozen=True)
+class Served:
+    """What the routes serve. It lives on `app.state` and routes read it from each request:
+    FastAPI caches facts about endpoint functions in process-wide caches, so an endpoint that
+    closed over the worker would keep the models in memory after the server is gone."""
+
+    worker: Worker
+    defaults: Defaults
+    access: Access
+    tokenizer: Any
+    vocab: int
+    loaded: tuple[str, ...]
+    started: int
+
+    def model_card(self) -> dict:
+        return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
+                "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
+                "context_window": self.worker.slots.context_window}
+
+
 def build_app(worker: Worker, defaults: Defaults, access: Access = Access()) -> FastAPI:
     app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
     install(app)
     app.add_middleware(BodyLimit, max_bytes=access.max_body_bytes)
-    app.state.worker = worker
-    tokenizer = worker.slots.tokenizer
-    vocab = vocab_size(worker.slots.target)
-    loaded = list(worker.slots.drafters)
-    started = int(time.time())
-
-    def authorized(request: Request) -> None:
-        if access.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, key = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), access.api_key.encode()):
-            raise APIError(401, "missing or incorrect API key: send Authorization: Bearer KEY", "invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
-
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok", "model": defaults.model, "waiting": worker.waiting}
-
-    api = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
-
-    def model_card() -> dict:
-        return {"id": defaults.model, "object": "model", "created": started, "owned_by": "specmlx",
-                "drafters": loaded, "default_drafter": defaults.drafter,
-                "context_window": worker.slots.context_window}
-
-    @api.get("/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [model_card()]}
-
-    @api.get("/models/{model:path}")
-    async def model(model: str) -> dict:
-        if model != defaults.model:
-            raise APIError(404, f"the model {model!r} does not exist: this server serves {defaults.model!r}",
-                           "model_not_found", "model")
-        return model_card()
-
-    @api.post("/chat/completions")
-    async def chat(body: ChatRequest, request: Request):
-        return await answer(body, chat_prompt(tokenizer, body), request, chat=True)
-
-    @api.post("/completions")
-    async def completions(body: CompletionRequest, request: Request):
-        return await answer(body, completion_prompt(tokenizer, body, vocab), request, chat=False)
-
-    async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
-        job = make_job(body, prompt, defaults, loaded, worker.slots.room(len(prompt)), worker.slots.context_window)
-        reply = Reply(chat, defaults.model, len(prompt), body.speculative.sources)
-        queue: asyncio.Queue = asyncio.Queue()
-        ticket = worker.submit(job, Mailbox(queue, asyncio.get_running_loop()).post)  # a full queue raises 429 here, before any byte is sent
-        if body.stream:
-            usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(stream(reply, queue, ticket, usage), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        return await whole(reply, queue, ticket, request)
-
-    async def stream(reply: Reply, queue: asyncio.Queue, ticket, usage: bool):
-        try:
-            yield reply.first()
-            while True:
-                items = await queue.get()
-                while not queue.empty():
-                    items += queue.get_nowait()
-                events = [i for i in items if isinstance(i, TokenEvent)]
-                end = next((i for i in items if not isinstance(i, TokenEvent)), None)
-                if events:
-                    yield reply.piece(events, usage)
-                if isinstance(end, Done):
-                    yield reply.last(end, usage)
-                    return
-                if isinstance(end, Failed):
-                    yield sse_error(end.error) + DONE
-                    return
-        finally:  # the client left (or the answer is complete): stop within one round
-            ticket.cancel()
-
-    async def whole(reply: Reply, queue: asyncio.Queue, ticket, request: Request) -> JSONResponse:
-        events: list[TokenEvent] = []
-        try:
-            while True:
-                try:
-                    items = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        ticket.cancel()
-                        raise APIError(499, "the client closed the request", "client_closed") from None
-                    continue
-                events += [i for i in items if isinstance(i, TokenEvent)]
-                end = next((i for i in items if not isinstance(i, TokenEvent)), None)
-                if isinstance(end, Done):
-                    return JSONResponse(reply.whole(events, end))
-                if isinstance(end, Failed):
-                    raise end.error
-        finally:
-            ticket.cancel()
-
+    app.state.served = Served(worker, defaults, access, worker.slots.tokenizer, vocab_size(worker.slots.target),
+                              tuple(worker.slots.drafters), int(time.time()))
+    app.include_router(open_routes)
     app.include_router(api)
     return app
+
+
+def served(request: Request) -> Served:
+    return request.app.state.served
+
+
+def authorized(request: Request) -> None:
+    key = served(request).access.api_key
+    if key is None:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+        raise APIError(401, "missing or incorrect API key: send Authorization: Bearer KEY", "invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+open_routes = APIRouter()
+api = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
+
+
+@open_routes.get("/health")
+async def health(request: Request) -> dict:
+    s = served(request)
+    return {"status": "ok", "model": s.defaults.model, "waiting": s.worker.waiting}
+
+
+@api.get("/models")
+async def models(request: Request) -> dict:
+    return {"object": "list", "data": [served(request).model_card()]}
+
+
+@api.get("/models/{model:path}")
+async def model(model: str, request: Request) -> dict:
+    s = served(request)
+    if model != s.defaults.model:
+        raise APIError(404, f"the model {model!r} does not exist: this server serves {s.defaults.model!r}",
+                       "model_not_found", "model")
+    return s.model_card()
+
+
+@api.post("/chat/completions")
+async def chat(body: ChatRequest, request: Request):
+    return await answer(body, chat_prompt(served(request).tokenizer, body), request, chat=True)
+
+
+@api.post("/completions")
+async def completions(body: CompletionRequest, request: Request):
+    s = served(request)
+    return await answer(body, completion_prompt(s.tokenizer, body, s.vocab), request, chat=False)
+
+
+async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
+    s = served(request)
+    slots = s.worker.slots
+    job = make_job(body, prompt, s.defaults, list(s.loaded), slots.room(len(prompt)), slots.context_window)
+    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
+    queue: asyncio.Queue = asyncio.Queue()
+    # A full queue raises 429 here, before any byte is sent.
+    ticket = s.worker.submit(job, Mailbox(queue, asyncio.get_running_loop()).post)
+    if body.stream:
+        usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(stream(reply, queue, ticket, usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return await whole(reply, queue, ticket, request)
+
+
+def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
+    """A batch from the worker: its tokens, and the end if it came."""
+    return ([i for i in items if isinstance(i, TokenEvent)],
+            next((i for i in items if not isinstance(i, TokenEvent)), None))
+
+
+async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
+    try:
+        yield reply.first()
+        while True:
+            items = await queue.get()
+            while not queue.empty():
+                items += queue.get_nowait()
+            events, end = split(items)
+            if events:
+                yield reply.piece(events, usage)
+            if isinstance(end, Done):
+                yield reply.last(end, usage)
+                return
+            if isinstance(end, Failed):
+                yield sse_error(end.error) + DONE
+                return
+    finally:  # the client left (or the answer is complete): stop within one round
+        ticket.cancel()
+
+
+async def whole(reply: Reply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
+    events: list[TokenEvent] = []
+    try:
+        while True:
+            try:
+                items = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    raise APIError(499, "the client closed the request", "client_closed") from None
+                continue
+            got, end = split(items)
+            events += got
+            if isinstance(end, Done):
+                return JSONResponse(reply.whole(events, end))
+            if isinstance(end, Failed):
+                raise end.error
+    finally:  # whatever ended the wait, the generation stops within one round
+        ticket.cancel()

@@ -123,3 +123,31 @@ def test_a_conversations_next_turn_is_prefilled_only_past_what_its_slot_holds(cl
     _, _, b_cached = turn(b + [{"role": "assistant", "content": b_text}, {"role": "user", "content": "and"}])
     assert a_cached >= a_prompt
     assert b_cached >= b_prompt
+
+
+def test_a_stopped_server_leaves_nothing_holding_its_models(served_dirs):
+    """A test module, or the bench, loads the next pair after a server is gone: its weights must be free."""
+    import gc
+    import weakref
+
+    import httpx
+
+    from specmlx.loading import load_drafters
+    from specmlx.mlx_thread import MLXThread
+
+    from .conftest import start
+
+    mlx = MLXThread()
+    target, drafters = mlx.call(load_drafters, str(served_dirs["target"]), [str(served_dirs["drafter"])])
+    held = [mlx, target, {d.name: d for d in drafters}]
+    weights = weakref.ref(target.model)
+    del target, drafters
+    background, worker = start(held)
+    with background as url:
+        assert httpx.post(url + "/v1/chat/completions", timeout=60, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).status_code == 200
+    del background, worker
+    mlx.close()
+    held.clear()
+    gc.collect()
+    assert weights() is None
