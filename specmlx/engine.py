@@ -22,6 +22,7 @@ from mlx_lm.utils import common_prefix_len
 from .cache import PREFILL_STEP, cache_length, make_cache, rewind
 from .drafters import Draft, Drafter, HiddenDrafter, NoDrafter
 from .drafters.ngram import lookup
+from .distributed.lockstep import Control, Lockstep
 from .errors import SpecmlxError
 from .events import Source, TokenEvent
 from .hidden import check_exposes_hidden, decoder, head
@@ -65,8 +66,12 @@ class Engine:
         drafter: Drafter,
         tokenizer: Any | None = None,
         eos_token_ids: Iterable[int] | None = None,
+        lockstep: Lockstep | None = None,
     ) -> None:
+        """`lockstep`: the target is sharded across ranks (`specmlx.distributed`);
+        rank 0 drafts and decides every round, the other ranks follow it."""
         self.target = target
+        self.lockstep = lockstep
         self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else ()
@@ -191,6 +196,9 @@ class Engine:
         if timed:
             self._sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
             rec.timed_rounds += 1
+        if self.lockstep is not None:  # the other ranks score rank 0's proposal with it
+            self.lockstep.announce(Control(draft.size, looked_up))
+            draft = Draft(self.lockstep.share(draft.tokens), draft.probs)
         draft_done = perf_counter()
         # 2. score [last, d1..dk] in one target forward (still lazy)
         scored = cache_length(self.cache)
@@ -206,6 +214,8 @@ class Engine:
         else:
             n_accepted, following = verify_sampled(p, draft.probs, draft.tokens, verify_key)
         chance = self._probe(probe, logits, p)
+        if self.lockstep is not None:
+            n_accepted, following = self.lockstep.decide(n_accepted, following, after=hidden)
         # 4. the round's one blocking host sync
         proposal, accepted, following, *probed = self._sync(
             rec, draft.tokens, n_accepted, following, *([chance] if chance is not None else []),
@@ -218,6 +228,20 @@ class Engine:
         rec.verify_s += perf_counter() - draft_done
         return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up,
                      draft_done - start if timed else None, probed[0] if probed else None)
+
+    def _follow(self, tokens: list[int], control: Control, rec: StatsRecorder) -> Round:
+        """A round on a rank that does not lead: score rank 0's proposal with
+        this rank's shard, then commit and rewind by rank 0's verdict."""
+        start = perf_counter()
+        draft = self.lockstep.share(mx.zeros((control.size,), dtype=mx.uint32))
+        scored = cache_length(self.cache)
+        pending = mx.array(tokens[scored:], dtype=mx.uint32)
+        hidden = decoder(self.target, mx.concatenate([pending, draft])[None], self.cache)
+        accepted, following = self.lockstep.decide(mx.array(0), mx.array(0), after=hidden)
+        proposal, accepted, following = self._sync(rec, draft, accepted, following, keep=(hidden,))
+        rewind(self.cache, len(tokens) + accepted)
+        rec.verify_s += perf_counter() - start
+        return Round(tuple(proposal[:accepted]) + (following,), control.size, control.looked_up)
 
     @staticmethod
     def _probe(probe: Draft | None, logits: mx.array, p: mx.array | None) -> mx.array | None:
@@ -269,14 +293,26 @@ class Engine:
         rec.prompt_tokens = len(prompt)
         tokens = self.context  # grows as tokens are committed
         finish = ""
+        # A rank that follows rank 0 stops when rank 0 says so, and not before: rank 0 may be cancelled.
+        follows = self.lockstep is not None and not self.lockstep.leads
+        between_rounds = True  # rank 0 may only tell the others it has finished between rounds
         rec.resume()
         try:
-            while not finish:
+            while follows or not finish:
                 began, away = perf_counter(), 0.0  # away: time the consumer held each token
                 budget = config.max_tokens - rec.generation_tokens
                 key, round_key = mx.random.split(key)
-                plan = schedule.plan(budget - 1)
-                done = self._round(tokens, plan, budget - 1, config, round_key, rec)
+                if follows:
+                    control = self.lockstep.follow()
+                    if control is None:
+                        break
+                    plan = Plan(control.size)
+                    done = self._follow(tokens, control, rec)
+                else:
+                    plan = schedule.plan(budget - 1)
+                    between_rounds = False
+                    done = self._round(tokens, plan, budget - 1, config, round_key, rec)
+                    between_rounds = True
                 rec.record_round(plan.num_draft, done)
                 out.draft_lengths.append(plan.num_draft)
                 for i, token in enumerate(done.tokens):
@@ -297,8 +333,11 @@ class Engine:
                         finish = "length"
                     if finish:
                         break
-                schedule.update(done, perf_counter() - began - away)
+                if not follows:
+                    schedule.update(done, perf_counter() - began - away)
         finally:
+            if self.lockstep is not None and self.lockstep.leads and between_rounds:
+                self.lockstep.announce(None)
             # Whatever stopped us, the caches keep only committed tokens.
             rewind(self.cache, len(tokens))
             self.drafter.rewind(len(tokens))

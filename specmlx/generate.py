@@ -11,6 +11,9 @@ from typing import Sequence
 import mlx.core as mx
 
 from .blas import describe
+from .distributed import Lockstep
+from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from .distributed.load import PIPELINE, load_pair_sharded, sharded_by
 from .engine import Engine, GenerationConfig
 from .policy import START_DRAFT, DraftPolicy
 from .errors import SpecmlxError, run_cli
@@ -63,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, sources, stats")
+    add_distributed_arguments(gen)
     return gen
 
 
@@ -154,12 +158,26 @@ def generate(args: argparse.Namespace) -> int:
         stop=tuple(args.stop), profile=args.profile,
     )
     text = read_prompt(args)
-    # Loading takes seconds to minutes: say what is happening, on a terminal only.
-    progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() else None
-    target, drafter = load_pair(args.target, args.drafter, progress)
-    prompt = encode(target.tokenizer, text, args.chat, args.system)
-    engine = Engine(target.model, drafter, target.tokenizer)
-    run = engine.generate(prompt, config)
+    with joined(args) as group:
+        # Loading takes seconds to minutes: say what is happening, on a terminal only.
+        progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else None
+        if group is None:
+            target, drafter = load_pair(args.target, args.drafter, progress)
+        else:
+            target, drafter = load_pair_sharded(args.target, args.drafter, group, args.sharding, progress)
+        prompt = encode(target.tokenizer, text, args.chat, args.system)
+        lockstep = None if group is None else Lockstep(group, pipeline=sharded_by(target) == PIPELINE)
+        engine = Engine(target.model, drafter, target.tokenizer, lockstep=lockstep)
+        run = engine.generate(prompt, config)
+        if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
+            for _ in run:
+                pass
+            return 0
+        return report(args, run, lockstep)
+
+
+def report(args: argparse.Namespace, run, lockstep: Lockstep | None) -> int:
+    """Stream the answer to stdout (accepted drafts in green), then the stats."""
     color = sys.stdout.isatty() and not args.json
     events = []
     for event in run:
@@ -174,6 +192,7 @@ def generate(args: argparse.Namespace) -> int:
             "tokens": [e.token for e in events],
             "sources": [e.source.value for e in events],
             "stats": run.stats.to_dict(),
+            **({"lockstep": lockstep_dict(lockstep)} if lockstep is not None else {}),
         }, sys.stdout)
         sys.stdout.write("\n")
     else:
@@ -181,8 +200,19 @@ def generate(args: argparse.Namespace) -> int:
         if color:
             print(f"({DRAFT_STYLE}green{RESET}: accepted draft tokens)", file=sys.stderr)
         print(format_stats(run.stats), file=sys.stderr)
+        if lockstep is not None:
+            info = lockstep_dict(lockstep)
+            print(f"ranks: {info['ranks']}; rank 0's round messages: {info['messages']}, "
+                  f"{info['control_ms']:.2f} ms each (host wait, peers included)", file=sys.stderr)
         print(f"backend: {mx.default_device()}, BLAS: {describe()}", file=sys.stderr)
     return 0
+
+
+def lockstep_dict(lockstep: Lockstep) -> dict:
+    """What keeping the ranks in step cost rank 0."""
+    n = lockstep.messages
+    return {"ranks": lockstep.group.size, "messages": n,
+            "control_ms": 1000 * lockstep.control_s / n if n else 0.0}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

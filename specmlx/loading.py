@@ -155,15 +155,17 @@ def is_head_dir(path: Path) -> bool:
     return is_mtp_dir(path) or is_gemma4_assistant_dir(path)
 
 
-def check_pair(target: str, drafter: DrafterSource) -> tuple[Path, Path | None]:
+def check_pair(target: str, drafter: DrafterSource,
+               fits: Callable[[Path, Path | None], None] = check_fits) -> tuple[Path, Path | None]:
     """Resolve both, check their tokenizers agree and that they fit in memory
-    together, before any weights load: a wrong pairing costs seconds."""
+    together (`fits`: on one machine, or a rank's share), before any weights
+    load: a wrong pairing costs seconds."""
     target_path = resolve(target)
     drafter_path = None if drafter.builtin else resolve(drafter.source)
     if drafter_path is not None and not is_head_dir(drafter_path):
         check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter.source, drafter_path),
                          target, drafter.source)  # errors name what the user typed, in full
-    check_fits(target_path, drafter_path)
+    fits(target_path, drafter_path)
     return target_path, drafter_path
 
 

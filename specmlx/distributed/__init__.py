@@ -1,0 +1,14 @@
+"""A target sharded across machines with MLX's own distributed layer, drafted on rank 0.
+
+`mlx.launch` starts the ranks and `mx.distributed` connects them (ring over
+TCP, JACCL over Thunderbolt); mlx-lm's `shard()` and `pipeline()` split the
+target. specmlx adds what speculation needs on top: the lockstep of rounds
+(`lockstep.py`), the per-rank memory check and loading (`load.py`), and the
+stand-in drafter of the ranks that do not draft (`follower.py`).
+"""
+
+from .follower import Follower
+from .group import Group, join
+from .lockstep import Control, Lockstep
+
+__all__ = ["Control", "Follower", "Group", "Lockstep", "join"]

@@ -1,0 +1,38 @@
+"""The `--distributed` flags every command shares, and joining the group from them."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import contextmanager
+from typing import Iterator
+
+from .group import Group, join, link_errors
+from .load import AUTO, SHARDINGS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--distributed", action="store_true",
+                        help="shard the target across the ranks mlx.launch started (e.g. mlx.launch --backend ring "
+                        "-n 2 -- python -m specmlx ...); rank 0 drafts, prints and writes, the others follow it")
+    parser.add_argument("--sharding", choices=SHARDINGS, default=AUTO,
+                        help="with --distributed: tensor parallel (mlx-lm's shard()), pipeline (pipeline()), or "
+                        "auto: tensor where the architecture has it, else pipeline (default)")
+
+
+@contextmanager
+def joined(args: argparse.Namespace) -> Iterator[Group | None]:
+    """This rank's group with --distributed (a lost peer becomes one line), else None."""
+    if not args.distributed:
+        yield None
+        return
+    group = join()
+    with link_errors(group):
+        yield group
+
+
+def leads(group: Group | None) -> bool:
+    """Whether this process prints and writes: a single process, or rank 0."""
+    return group is None or group.leads
+
+
+__all__ = ["add_arguments", "joined", "leads"]

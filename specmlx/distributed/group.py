@@ -1,0 +1,61 @@
+"""Joining the group of ranks that `mlx.launch` started, and losing it cleanly."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import mlx.core as mx
+
+from ..errors import SpecmlxError
+
+LAUNCH = "mlx.launch --backend ring -n 2 -- python -m specmlx COMMAND --distributed ..."
+
+
+@dataclass(frozen=True)
+class Group:
+    """This process's place among the ranks. Rank 0 leads: it drafts, verifies,
+    prints and listens; the others follow the rounds it announces."""
+
+    group: Any  # mx.distributed.Group
+    rank: int
+    size: int
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+    def name(self) -> str:
+        return f"rank {self.rank} of {self.size}"
+
+
+def join() -> Group:
+    """The group `mlx.launch` set up, or one clear line when there is none."""
+    if not any(k in os.environ for k in ("MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "OMPI_COMM_WORLD_SIZE")):
+        raise SpecmlxError(f"--distributed needs ranks started by mlx.launch, e.g. {LAUNCH}")
+    try:
+        group = mx.distributed.init(strict=True)
+    except RuntimeError as err:
+        raise SpecmlxError(f"cannot join the distributed group: {str(err).strip()}") from None
+    if group.size() < 2:
+        raise SpecmlxError(f"--distributed found one rank only; start two or more: {LAUNCH}")
+    return Group(group, group.rank(), group.size())
+
+
+def lost_link(err: BaseException) -> bool:
+    """MLX's backends raise RuntimeError with their name in brackets when a peer goes away."""
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(f"[{b}]" in text for b in ("ring", "jaccl", "mpi", "nccl"))
+
+
+@contextmanager
+def link_errors(group: Group) -> Iterator[None]:
+    """A peer that died or hung up becomes one line naming this rank, not a traceback."""
+    try:
+        yield
+    except RuntimeError as err:
+        if not lost_link(err):
+            raise
+        raise SpecmlxError(f"{group.name()}: lost the other ranks ({str(err).strip()}); stopping") from None

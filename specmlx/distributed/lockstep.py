@@ -1,0 +1,91 @@
+"""Keeping the ranks in step, round by round, with small collectives on MLX's group.
+
+Rank 0 drafts and verifies; the other ranks hold their shards of the target
+and must run exactly the same forwards, on the same tokens, or the sharded
+layers' collectives would mix different inputs. So every round:
+
+1. `announce` / `follow`: rank 0 tells the others how many tokens it
+   proposes (known on the host before anything is evaluated), or that the
+   generation is over. One tiny collective the host waits for.
+2. `share`: rank 0's draft tokens reach every rank, inside the round's lazy
+   graph, so drafting, scoring and verifying still end in one host sync.
+3. `decide`: rank 0's (accepted count, next token) reaches every rank, in
+   the same graph. Every rank commits and rewinds by rank 0's word alone, so
+   no floating-point difference between machines can make them diverge.
+
+Sums stand in for broadcasts: the other ranks add zeros, and integers add exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+
+import mlx.core as mx
+
+from .group import Group
+
+STOP = -1
+
+
+@dataclass(frozen=True)
+class Control:
+    """What a round will score: `size` draft tokens (0: a plain step), and
+    whether rank 0 looked them up in the context rather than drafting."""
+
+    size: int
+    looked_up: bool = False
+
+
+class Lockstep:
+    """`pipeline`: the target is split by layers (mlx-lm's `pipeline()`), whose
+    receive does not wait on its input; the shared draft is then evaluated on
+    its own, one more host sync a round, or rank 0 could block in that receive
+    while the rank it waits for blocks in `share`."""
+
+    def __init__(self, group: Group, pipeline: bool = False) -> None:
+        self.group = group
+        self.pipeline = pipeline
+        self.leads = group.leads
+        self.control_s = 0.0  # host time spent in `announce` / `follow`: the collective and any wait for peers
+        self.messages = 0
+
+    def _broadcast(self, values: list[int]) -> list[int]:
+        """Rank 0's `values` on every rank; the host waits for them."""
+        mine = mx.array(values if self.leads else [0] * len(values), dtype=mx.int32)
+        start = perf_counter()
+        out = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
+        mx.eval(out)
+        self.control_s += perf_counter() - start
+        self.messages += 1
+        return out.tolist()
+
+    def announce(self, control: Control | None) -> None:
+        """Rank 0: this round's shape, or None when the generation is over."""
+        assert self.leads
+        self._broadcast([STOP, 0] if control is None else [control.size, int(control.looked_up)])
+
+    def follow(self) -> Control | None:
+        """Other ranks: the next round's shape, or None when rank 0 has finished."""
+        size, looked_up = self._broadcast([0, 0])
+        return None if size == STOP else Control(size, bool(looked_up))
+
+    def share(self, tokens: mx.array) -> mx.array:
+        """Rank 0's draft tokens on every rank (lazy); the others pass zeros of the announced size."""
+        mine = tokens.astype(mx.int32) if self.leads else mx.zeros(tokens.shape, dtype=mx.int32)
+        shared = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu).astype(mx.uint32)
+        if self.pipeline:
+            mx.eval(shared)
+        return shared
+
+    def decide(self, accepted: mx.array, following: mx.array, after: mx.array) -> tuple[mx.array, mx.array]:
+        """Rank 0's verdict on every rank (lazy): how many drafts it accepted, and the next token.
+
+        `after` is the round's forward: a rank's zeros must wait for it, or MLX
+        could run this sum before the sharded layers' own and pair collectives
+        wrongly across ranks."""
+        mine = mx.stack([accepted.astype(mx.int32), following.astype(mx.int32)])
+        if not self.leads:
+            mine = mx.depends(mx.zeros_like(mine), after)
+        both = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
+        return both[0], both[1].astype(mx.uint32)
