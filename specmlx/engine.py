@@ -120,6 +120,13 @@ class Engine:
         self.drafter: Drafter = drafter
         self._reads_hidden = reads_hidden
 
+    def forget(self, keep: int) -> None:
+        """Keep only the first `keep` tokens of the context and caches (a rank
+        that follows rank 0's server mirrors what its slot kept)."""
+        self.context = self.context[:keep]
+        rewind(self.cache, keep)
+        self.drafter.rewind(keep)
+
     def reusable(self, prompt: Sequence[int]) -> int:
         """How many of `prompt`'s tokens the target's cache already holds: what
         prefill skips. A swap to a drafter that reads hidden states may have cut it."""
@@ -236,7 +243,9 @@ class Engine:
         draft = self.lockstep.share(mx.zeros((control.size,), dtype=mx.uint32))
         scored = cache_length(self.cache)
         pending = mx.array(tokens[scored:], dtype=mx.uint32)
-        hidden = decoder(self.target, mx.concatenate([pending, draft])[None], self.cache)
+        hidden = decoder(self.target, mx.concatenate([pending, draft])[None], self.cache)[0]
+        if self.lockstep.vocab:  # this rank holds part of the head: it computes its logits when rank 0 does
+            hidden = head(self.target, hidden[-(control.size + 1) :])
         accepted, following = self.lockstep.decide(mx.array(0), mx.array(0), after=hidden)
         proposal, accepted, following = self._sync(rec, draft, accepted, following, keep=(hidden,))
         rewind(self.cache, len(tokens) + accepted)

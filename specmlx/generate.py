@@ -13,7 +13,7 @@ import mlx.core as mx
 from .blas import describe
 from .distributed import Lockstep
 from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
-from .distributed.load import PIPELINE, load_pair_sharded, sharded_by
+from .distributed.load import load_pair_sharded
 from .engine import Engine, GenerationConfig
 from .policy import START_DRAFT, DraftPolicy
 from .errors import SpecmlxError, run_cli
@@ -166,7 +166,7 @@ def generate(args: argparse.Namespace) -> int:
         else:
             target, drafter = load_pair_sharded(args.target, args.drafter, group, args.sharding, progress)
         prompt = encode(target.tokenizer, text, args.chat, args.system)
-        lockstep = None if group is None else Lockstep(group, pipeline=sharded_by(target) == PIPELINE)
+        lockstep = None if group is None else Lockstep.of(group, target.model)
         engine = Engine(target.model, drafter, target.tokenizer, lockstep=lockstep)
         run = engine.generate(prompt, config)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end

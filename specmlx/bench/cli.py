@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..distributed import Group
+from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from ..distributed.load import AUTO
 from ..errors import SpecmlxError, run_cli
 from ..loading import MODEL_DRAFTERS
 from ..presets import default_preset_name, get_preset
@@ -25,6 +28,7 @@ from .plan import MODES, plan_runs
 from .prompts import BenchPrompt, default_prompts_path, encode_prompts, read_prompts
 from .report import document, render, write_json
 from .runs import Measurement
+from .sharded import render_sharded, sharded_figures, sharded_options
 from .summary import summarize
 
 PROG = "specmlx bench"
@@ -69,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="plot speed-up against draft length (needs matplotlib)")
+    add_distributed_arguments(parser)
     return parser
 
 
@@ -88,6 +93,8 @@ class Options:
     warmup_tokens: int
     json: Path | None
     plot: Path | None
+    distributed: bool = False
+    sharding: str = AUTO
 
 
 def _split(value: str, flag: str) -> list[str]:
@@ -144,12 +151,16 @@ def parse_options(args: argparse.Namespace) -> Options:
         max_tokens=args.max_tokens, temps=parse_temps(args.temps),
         num_drafts=parse_num_drafts(args.num_draft), modes=parse_modes(args.modes), seed=args.seed, profile=args.profile,
         calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
-        json=args.json, plot=args.plot,
+        json=args.json, plot=args.plot, distributed=args.distributed, sharding=args.sharding,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_cli("specmlx bench", lambda: bench(parse_options(build_parser().parse_args(argv))))
+
+
+def quiet(message: str) -> None:
+    """The log of a rank that follows: rank 0 alone speaks."""
 
 
 def log(message: str) -> None:
@@ -163,21 +174,31 @@ def check_writable(path: Path | None, flag: str) -> None:
 
 
 def bench(options: Options) -> int:
+    with joined(options) as group:
+        return bench_on(options, group)
+
+
+def bench_on(options: Options, group: Group | None) -> int:
+    """The bench on one process, or on every rank of a sharded target: each rank
+    runs the same plan in the same order; rank 0 alone logs, prints and writes."""
+    say = log if leads(group) else quiet
     if options.plot is not None:
         plot.require()
     check_writable(options.json, "--json")
     check_writable(options.plot, "--plot")
     rows = read_prompts(options.prompts, options.limit)
     specs = drafter_specs(options.target, options.drafters)
-    lineup = load_lineup(options.target, specs, progress=log)
+    lineup = load_lineup(options.target, specs, progress=say, group=group, sharding=options.sharding)
     chat = bool(lineup.target.tokenizer.has_chat_template)
     if not chat:
-        log("the target's tokenizer has no chat template: prompts are used as plain text")
+        say("the target's tokenizer has no chat template: prompts are used as plain text")
     prompts = encode_prompts(rows, lineup.target.tokenizer, chat)
     machine = describe_machine()
     calibration = None
+    if group is not None:
+        options = sharded_options(options, say)
     if options.calibration_steps:
-        log(f"calibrating: {options.calibration_steps} single-token steps of each model")
+        say(f"calibrating: {options.calibration_steps} single-token steps of each model")
         drafters = {e.name: e.drafter for e in lineup.entrants}
         verify_rows = [k + 1 for e in lineup.entrants for k in e.draft_lengths(options.num_drafts) if k]
         calibration = calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps,
@@ -195,10 +216,18 @@ def bench(options: Options) -> int:
         doc = document(summarize(measurements, calibration), measurements, machine, config, calibration)
         write_json(options.json, doc | {"prompts_done": done})
 
-    measurements = run_all(lineup, prompts, plan, settings, save if options.json is not None else None)
+    measurements = run_all(lineup, prompts, plan, settings,
+                           save if options.json is not None and leads(group) else None, show=leads(group))
     results = summarize(measurements, calibration)
+    if group is not None:  # every rank measures; rank 0 reports
+        config["distributed"] = sharded_figures(group, lineup, measurements)
+    if not leads(group):
+        return 0
     print(render(results, machine, config, calibration))
+    if group is not None:
+        print(render_sharded(config["distributed"]))
     if options.json is not None:
+        save(measurements)
         log(f"wrote {options.json}")
     if options.plot is not None:
         title = f"{Path(options.target).name} · {machine['backend']} · {machine['blas'].split(' (')[0]}"

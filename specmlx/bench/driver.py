@@ -34,11 +34,12 @@ def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSet
                                num_draft=spec.num_draft, **common)
     if spec.mode == SPECMLX:
         measured = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
-                               num_draft=spec.num_draft, policy=entrant.policy, **common)
+                               num_draft=spec.num_draft, policy=entrant.policy, lockstep=lineup.lockstep, **common)
         if settings.profile:
             # Profiling adds a sync per round: its own pass, so tokens/s stays clean.
             profiled = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
-                                   num_draft=spec.num_draft, profile=True, policy=entrant.policy, **common)
+                                   num_draft=spec.num_draft, profile=True, policy=entrant.policy,
+                                   lockstep=lineup.lockstep, **common)
             measured = replace(measured, split=profiled.split)
         return measured
     raise ValueError(f"unknown mode {spec.mode!r}")
@@ -46,9 +47,11 @@ def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSet
 
 def run_all(lineup: Lineup, prompts: Sequence[BenchPrompt], plan: Sequence[RunSpec],
             settings: RunSettings,
-            prompt_done: Callable[[list[Measurement]], None] | None = None) -> list[Measurement]:
+            prompt_done: Callable[[list[Measurement]], None] | None = None,
+            show: bool = True) -> list[Measurement]:
     """Every run of `plan` for the first prompt, then for the second, and so on.
     `prompt_done` gets the measurements so far each time a prompt is finished.
+    `show`: draw the progress bar (rank 0 of a sharded target alone draws it).
 
     First, unless `warmup_tokens` is 0, the plan runs once on the first prompt
     with that few tokens, discarded: the first use of a mode pays one-off costs
@@ -62,7 +65,7 @@ def run_all(lineup: Lineup, prompts: Sequence[BenchPrompt], plan: Sequence[RunSp
         turns.insert(0, ("warm-up", prompts[0], warmup, settings.seed, False))
     measurements = []
     with tqdm(total=len(turns) * len(plan), desc="bench", unit="run", file=sys.stderr,
-              dynamic_ncols=True) as bar:
+              dynamic_ncols=True, disable=not show) as bar:
         for name, prompt, turn_settings, seed, kept in turns:
             for spec in plan:
                 bar.set_postfix_str(f"{name} {spec.label}", refresh=True)

@@ -23,6 +23,8 @@ import mlx.nn as nn
 from ..drafters import NGRAM, Drafter, ModelDrafter, NoDrafter
 from ..policy import LOOKUP_NGRAM, START_DRAFT, DraftPolicy
 from ..errors import SpecmlxError
+from ..distributed import Group, Lockstep
+from ..distributed.load import AUTO, load_drafters_sharded
 from ..loading import LoadedModel, Progress, display_name, load_drafters, resolve_drafter
 
 
@@ -71,8 +73,11 @@ class Entrant:
 
 @dataclass(frozen=True)
 class Lineup:
+    """The target, its entrants and, with a sharded target, the lockstep every engine run needs."""
+
     target: LoadedModel
     entrants: tuple[Entrant, ...]
+    lockstep: Lockstep | None = None
 
 
 def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
@@ -131,15 +136,21 @@ def _lookup_length(spec: str, value: str) -> int:
     return int(value)
 
 
-def load_lineup(target: str, specs: list[str], progress: Progress | None = None) -> Lineup:
+def load_lineup(target: str, specs: list[str], progress: Progress | None = None, group: Group | None = None,
+                sharding: str = AUTO) -> Lineup:
     """Check every pair before any weights load, then load the target once, and
-    each drafter once (its variants share it)."""
+    each drafter once (its variants share it); with `group`, this rank's shard
+    of the target and, on rank 0 only, the drafters."""
     split = [split_variant(spec) for spec in specs]
-    loaded, drafters = load_drafters(target, [base for base, _, _ in split], progress)
+    bases = [base for base, _, _ in split]
+    if group is None:
+        loaded, drafters = load_drafters(target, bases, progress)
+    else:
+        loaded, drafters = load_drafters_sharded(target, bases, group, sharding, progress)
     names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
         Entrant(name, spec, drafter, policy, pinned=FIXED in suffix)
         for name, spec, drafter, (_, suffix, policy) in zip(names, specs, drafters, split)
     )
-    return Lineup(loaded, entrants)
+    return Lineup(loaded, entrants, None if group is None else Lockstep.of(group, loaded.model))

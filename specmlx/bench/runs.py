@@ -20,6 +20,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
 from ..cache import make_cache, prefill
+from ..distributed import Lockstep
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
 from ..policy import DraftPolicy
@@ -158,12 +159,13 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
 
 def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
                 prompt: Sequence[int], temp: float, num_draft: int | None, max_tokens: int, seed: int,
-                profile: bool = False, policy: DraftPolicy = DraftPolicy()) -> Measurement:
+                profile: bool = False, policy: DraftPolicy = DraftPolicy(),
+                lockstep: Lockstep | None = None) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do,
     and an automatic draft length starts from nothing measured, as in a new
     `specmlx generate`."""
-    engine = Engine(model, drafter, tokenizer)
+    engine = Engine(model, drafter, tokenizer, lockstep=lockstep)
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
                               profile=profile, policy=policy)

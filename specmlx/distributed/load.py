@@ -1,25 +1,31 @@
 """Loading a target sharded across the ranks, and rank 0's drafter.
 
-mlx-lm does the work: `sharded_load` builds the model lazily, then `shard()`
-(tensor parallel) or `pipeline()` keeps this rank's part, so only that part
-is ever evaluated and held. This module picks the kind, refuses an
-architecture with neither, checks the rank's share fits, and loads the
-drafter on rank 0 alone: the others never draft.
+mlx-lm does the work: the model is built lazily, then `shard()` (tensor
+parallel) or `pipeline()` keeps this rank's part, so only that part is ever
+evaluated and held. This module picks the kind, refuses an architecture with
+neither, splits the vocabulary where it can (`vocab.py`), checks the rank's
+share fits, and loads the drafter on rank 0 alone: the others never draft.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
 
 from ..compat import check_vocab_fits
 from ..drafters import Drafter
 from ..errors import SpecmlxError, first_line
-from ..loading import LoadedModel, Progress, check_pair, display_name, load_drafter, resolve, resolve_drafter
+from ..loading import (DrafterSource, LoadedModel, Progress, check_pair, display_name, is_head_dir, load_drafter,
+                       load_tokenizer, resolve, resolve_drafter)
 from ..presets import default_preset_name
 from ..vocab import vocab_size
 from .follower import Follower
 from .group import Group
 from .memory import check_rank_fits
+from .vocab import shard_vocab
 
 TENSOR, PIPELINE, AUTO = "tensor", "pipeline", "auto"
 SHARDINGS = (AUTO, TENSOR, PIPELINE)
@@ -46,19 +52,29 @@ def sharding_of(path: Path, wanted: str = AUTO) -> str:
     return wanted
 
 
-def sharded_by(loaded: LoadedModel) -> str:
-    """How a loaded target was split: mlx-lm's pipeline() leaves its stage size on the model."""
-    return PIPELINE if getattr(getattr(loaded.model, "model", None), "pipeline_size", 1) > 1 else TENSOR
+def load_sharded(source: str, path: Path, group: Group, sharding: str, vocab_split: bool) -> LoadedModel:
+    """This rank's shard of the target, and the tokenizer (never remote code).
 
+    Pipeline stages load through mlx-lm's `sharded_load`. Tensor parallelism
+    takes its steps (a lazy model, `shard()`, evaluate) with the vocabulary
+    split put between the last two, so no rank ever reads in a whole table it
+    will not keep."""
+    from mlx_lm.utils import load_model, sharded_load
 
-def load_sharded(source: str, path: Path, group: Group, sharding: str) -> LoadedModel:
-    """This rank's shard of the target, and the tokenizer (never remote code)."""
-    from mlx_lm.utils import sharded_load
-
-    pipeline, tensor = (group.group, None) if sharding == PIPELINE else (None, group.group)
     try:
-        model, tokenizer = sharded_load(str(path), pipeline_group=pipeline, tensor_group=tensor,
-                                        tokenizer_config={"trust_remote_code": False})
+        if sharding == PIPELINE:
+            model, tokenizer = sharded_load(str(path), pipeline_group=group.group,
+                                            tokenizer_config={"trust_remote_code": False})
+        else:
+            model, _ = load_model(path, lazy=True)
+            model.shard(group.group)
+            if vocab_split:
+                shard_vocab(model, group.group)
+            # A tensor at a time: each is read whole, cut, and dropped before the next is read.
+            for _, weight in tree_flatten(model.parameters()):
+                mx.eval(weight)
+            tokenizer = load_tokenizer(source, path)
+            mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group.group, stream=mx.cpu))  # all loaded
     except FileNotFoundError as err:  # pipeline loading reads the weights' index
         raise SpecmlxError(f"{source}: cannot shard by pipeline without {Path(err.filename or '').name or 'its index'} "
                            "(specmlx convert and mlx_lm.convert write one); use --sharding tensor") from None
@@ -69,25 +85,45 @@ def load_sharded(source: str, path: Path, group: Group, sharding: str) -> Loaded
     return loaded
 
 
-def load_pair_sharded(target: str | None, drafter: str | None, group: Group, sharding: str = AUTO,
-                      progress: Progress | None = None) -> tuple[LoadedModel, Drafter]:
-    """This rank's shard of the target and, on rank 0, the drafter; elsewhere a
-    `Follower` named after it. Every check runs before any weights load."""
+def load_drafters_sharded(target: str | None, specs: Sequence[str | None], group: Group, sharding: str = AUTO,
+                          progress: Progress | None = None) -> tuple[LoadedModel, list[Drafter]]:
+    """This rank's shard of the target and, on rank 0, each drafter with weights;
+    elsewhere a `Follower` named after it. Every rank checks what it will hold before any
+    weights load. With tensor parallelism the vocabulary is split too, unless
+    a drafter reads the target's own embeddings and head (an MTP head)."""
     say = progress or (lambda step: None)
     target = target or default_preset_name()
-    source = resolve_drafter(drafter, target)
-    if group.leads:
-        say(f"checking {display_name(target)}" + ("" if source.builtin else f" + {source.name}"))
-        target_path, drafter_path = check_pair(
-            target, source, fits=lambda t, d: check_rank_fits(t, d, group.size, leads=True))
-    else:
-        target_path, drafter_path = resolve(target), None
-        check_rank_fits(target_path, None, group.size, leads=False)
+    sources = [resolve_drafter(spec, target) for spec in specs]
+    target_path = resolve(target)
+    paths = {s: None if s.builtin else resolve(s.source) for s in dict.fromkeys(sources)}
     kind = sharding_of(target_path, sharding)
+    vocab_split = kind == TENSOR and not any(p is not None and is_head_dir(p) for p in paths.values())
+    say(f"checking {display_name(target)}" + "".join(f" + {s.name}" for s in paths if not s.builtin)
+        + f" on {group.size} ranks")
+    models = [p for p in paths.values() if p is not None]
+
+    def fits(t: Path, d: Path | None) -> None:  # rank 0 holds every drafter
+        check_rank_fits(t, models if group.leads else [], group.size, vocab_split)
+
+    for source in paths if group.leads else ():
+        check_pair(target, source, fits=fits)
+    fits(target_path, None)
     say(f"loading 1/{group.size} of target {display_name(target)} by {kind} parallelism ({target_path})")
-    loaded = load_sharded(target, target_path, group, kind)
-    if not group.leads:
-        return loaded, Follower(source.name)
-    if drafter_path is not None:
-        say(f"loading drafter {source.name} ({drafter_path})")
-    return loaded, load_drafter(source, loaded, drafter_path)
+    loaded = load_sharded(target, target_path, group, kind, vocab_split)
+    built: dict[DrafterSource, Drafter] = {}
+    for source, path in paths.items():
+        if path is None:  # ngram and none hold no weights: every rank has them as they are
+            built[source] = load_drafter(source, loaded)
+        elif group.leads:
+            say(f"loading drafter {source.name} ({path})")
+            built[source] = load_drafter(source, loaded, path)
+        else:
+            built[source] = Follower(source.name)
+    return loaded, [built[s] for s in sources]
+
+
+def load_pair_sharded(target: str | None, drafter: str | None, group: Group, sharding: str = AUTO,
+                      progress: Progress | None = None) -> tuple[LoadedModel, Drafter]:
+    """`load_drafters_sharded` for one drafter."""
+    loaded, (built,) = load_drafters_sharded(target, [drafter], group, sharding, progress)
+    return loaded, built

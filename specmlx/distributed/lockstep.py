@@ -21,9 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from time import perf_counter
 
-import mlx.core as mx
+import json
 
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..hidden import text_model
 from .group import Group
+from .vocab import VocabShard
 
 STOP = -1
 
@@ -41,33 +46,61 @@ class Lockstep:
     """`pipeline`: the target is split by layers (mlx-lm's `pipeline()`), whose
     receive does not wait on its input; the shared draft is then evaluated on
     its own, one more host sync a round, or rank 0 could block in that receive
-    while the rank it waits for blocks in `share`."""
+    while the rank it waits for blocks in `share`. `vocab`: the output head is
+    split by vocabulary rows (`vocab.py`), so every rank computes its part of
+    the logits whenever rank 0 reads them."""
 
-    def __init__(self, group: Group, pipeline: bool = False) -> None:
+    def __init__(self, group: Group, pipeline: bool = False, vocab: bool = False) -> None:
         self.group = group
         self.pipeline = pipeline
+        self.vocab = vocab
         self.leads = group.leads
         self.control_s = 0.0  # host time spent in `announce` / `follow`: the collective and any wait for peers
         self.messages = 0
 
+    @classmethod
+    def of(cls, group: Group, target: nn.Module) -> "Lockstep":
+        """The lockstep a sharded target needs, read from how it was split."""
+        inner = text_model(target)
+        return cls(group, pipeline=getattr(inner.model, "pipeline_size", 1) > 1,
+                   vocab=isinstance(inner.model.embed_tokens, VocabShard))
+
     def _broadcast(self, values: list[int]) -> list[int]:
         """Rank 0's `values` on every rank; the host waits for them."""
         mine = mx.array(values if self.leads else [0] * len(values), dtype=mx.int32)
-        start = perf_counter()
         out = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
         mx.eval(out)
+        return out.tolist()
+
+    def _round_message(self, values: list[int]) -> list[int]:
+        """A round's announcement, timed: what keeping in step costs rank 0's host."""
+        start = perf_counter()
+        out = self._broadcast(values)
         self.control_s += perf_counter() - start
         self.messages += 1
-        return out.tolist()
+        return out
+
+    def publish(self, message: dict | None) -> None:
+        """Rank 0: a JSON-able message (a server's next job) to every rank, or None to end."""
+        assert self.leads
+        data = b"" if message is None else json.dumps(message).encode()
+        self._broadcast([len(data) if message is not None else STOP])
+        if data:
+            self._broadcast(list(data))
+
+    def subscribe(self) -> dict | None:
+        """Other ranks: rank 0's next message, or None when it has ended."""
+        (length,) = self._broadcast([0])
+        return None if length == STOP else json.loads(bytes(self._broadcast([0] * length)))
 
     def announce(self, control: Control | None) -> None:
         """Rank 0: this round's shape, or None when the generation is over."""
         assert self.leads
-        self._broadcast([STOP, 0] if control is None else [control.size, int(control.looked_up)])
+        self._round_message([STOP, 0] if control is None else [control.size, int(control.looked_up)])
 
     def follow(self) -> Control | None:
         """Other ranks: the next round's shape, or None when rank 0 has finished."""
-        size, looked_up = self._broadcast([0, 0])
+        size, looked_up = self._round_message([0, 0])
         return None if size == STOP else Control(size, bool(looked_up))
 
     def share(self, tokens: mx.array) -> mx.array:

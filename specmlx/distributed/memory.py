@@ -1,9 +1,10 @@
 """Will a rank's share fit? Asked before loading, from the checkpoint's tensor sizes.
 
 A sharded rank holds its part of the decoder layers (mlx-lm's `shard()` splits
-their projections, `pipeline()` hands out whole layers), but every rank keeps
-the embedding table, the final norm and the output head whole. Rank 0 also
-holds the drafter. So a rank needs layers / N + the rest (+ the drafter).
+their projections, `pipeline()` hands out whole layers), its part of the
+embeddings and head when they are split by vocabulary (`vocab.py`), else them
+whole, and the few small tensors that stay whole (norms). Rank 0 also holds
+the drafter.
 """
 
 from __future__ import annotations
@@ -13,22 +14,30 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import SpecmlxError
 from ..memory import GB, available_bytes, needed_bytes, weights_bytes
 
 LAYER = re.compile(r"(?:^|\.)layers\.\d+\.")
+VOCAB = re.compile(r"(?:^|\.)(embed_tokens|lm_head)\.")
 
 
 @dataclass(frozen=True)
 class Split:
-    """A checkpoint's bytes: in its decoder layers (shared out) and the rest (kept whole)."""
+    """A checkpoint's bytes: in its decoder layers, its embeddings and head, and the rest."""
 
     layers: int
+    vocab: int
     rest: int
 
-    def share(self, ranks: int) -> int:
-        return self.layers // ranks + self.rest
+    def share(self, ranks: int, vocab_split: bool) -> int:
+        """What one of `ranks` holds; the layers are always shared out, the vocabulary rows when split."""
+        return self.layers // ranks + (self.vocab // ranks if vocab_split else self.vocab) + self.rest
+
+    @property
+    def whole(self) -> int:
+        return self.layers + self.vocab + self.rest
 
 
 def tensor_bytes(path: Path) -> dict[str, int]:
@@ -48,21 +57,26 @@ def tensor_bytes(path: Path) -> dict[str, int]:
 def split(path: Path) -> Split:
     sizes = tensor_bytes(path)
     layers = sum(n for name, n in sizes.items() if LAYER.search(name))
-    return Split(layers, sum(sizes.values()) - layers)
+    vocab = sum(n for name, n in sizes.items() if VOCAB.search(name) and not LAYER.search(name))
+    return Split(layers, vocab, sum(sizes.values()) - layers - vocab)
 
 
-def check_rank_fits(target: Path, drafter: Path | None, ranks: int, leads: bool,
+def check_rank_fits(target: Path, drafters: Sequence[Path], ranks: int, vocab_split: bool,
                     available: int | None = None) -> None:
-    """Raise SpecmlxError, saying how many ranks would fit, when this rank's share does not."""
+    """Raise SpecmlxError, saying how many ranks would fit, when this rank's share
+    (with the `drafters`' weights, on rank 0) does not."""
     available = available_bytes() if available is None else available
     parts = split(target)
-    drafter_w = weights_bytes(drafter) if drafter is not None and leads else 0
-    need = needed_bytes(parts.share(ranks) + drafter_w)
-    if need <= available:
+    drafter_w = sum(weights_bytes(d) for d in drafters)
+
+    def need(n: int) -> int:
+        return needed_bytes(parts.share(n, vocab_split) + drafter_w)
+
+    if need(ranks) <= available:
         return
-    fitting = next((n for n in range(ranks + 1, 257) if needed_bytes(parts.share(n) + drafter_w) <= available), None)
-    advice = (f"{fitting} ranks would fit" if fitting is not None else
-              f"no number of ranks fits: the embeddings and head alone need {needed_bytes(parts.rest + drafter_w) / GB:.1f} GB")
-    held = f"1/{ranks} of the target's layers and its embeddings and head" + (" and the drafter" if drafter_w else "")
-    raise SpecmlxError(f"this rank would hold {held}, about {need / GB:.1f} GB, but only "
+    fitting = next((n for n in range(ranks + 1, 257) if need(n) <= available), None)
+    advice = f"{fitting} ranks would fit" if fitting is not None else "no number of ranks up to 256 fits"
+    held = f"1/{ranks} of the target" + ("" if vocab_split else " with its embeddings and head whole") + (
+        " and the drafter" if drafter_w else "")
+    raise SpecmlxError(f"this rank would hold {held}, about {need(ranks) / GB:.1f} GB, but only "
                        f"{available / GB:.1f} GB is available; {advice}")

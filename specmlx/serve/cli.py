@@ -6,9 +6,13 @@ import argparse
 import ipaddress
 import json
 import os
+import signal
 import sys
 from typing import Sequence
 
+from ..distributed import Lockstep
+from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from ..distributed.load import load_drafters_sharded
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError, run_cli
@@ -21,6 +25,7 @@ from ..sampling import SamplingParams
 from .app import Access, build_app
 from .jobs import Defaults
 from .run import Server, bind
+from .sharded import follow
 from .slots import Slots
 from .worker import Worker
 
@@ -55,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lookup", type=int, default=0, metavar="N", help="prompt lookup's match length when a "
                    "request does not say (default 0: off)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    add_distributed_arguments(p)
     return p
 
 
@@ -79,19 +85,39 @@ def serve(args: argparse.Namespace) -> int:
                                   max_draft=args.max_draft, lookup=args.lookup)
     sampling = SamplingParams(args.temp, args.top_p)
     GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, policy=defaults_policy)  # checks them now
-    sock = bind(args.host, args.port)  # a port in use is one line now, not after minutes of loading
-    say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() else (lambda step: None)
-    mlx = MLXThread()
-    specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
-    target, drafters = mlx.call(load_drafters, args.preset or args.target, specs, say)
+    with joined(args) as group:
+        # Rank 0 alone listens: a port in use is one line now, not after minutes of loading.
+        sock = bind(args.host, args.port) if leads(group) else None
+        say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
+            lambda step: None)
+        specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
+        if group is None:
+            mlx = MLXThread()
+            target, drafters = mlx.call(load_drafters, args.preset or args.target, specs, say)
+            return listen(args, sock, mlx, target, drafters, defaults_policy, sampling, None)
+        if not group.leads:  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
+            target, drafters = load_drafters_sharded(args.preset or args.target, specs, group, args.sharding)
+            return follow(Lockstep.of(group, target.model), target.model, target.tokenizer, args.slots,
+                          drafters[0].name)
+        mlx = MLXThread()  # every collective of rank 0 runs on this one thread, in order
+        target, drafters = mlx.call(load_drafters_sharded, args.preset or args.target, specs, group,
+                                    args.sharding, say)
+        return listen(args, sock, mlx, target, drafters, defaults_policy, sampling,
+                      Lockstep.of(group, target.model))
+
+
+def listen(args: argparse.Namespace, sock, mlx: MLXThread, target, drafters, defaults_policy: DraftPolicy,
+           sampling: SamplingParams, lockstep: Lockstep | None) -> int:
+    """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
     named = {d.name: d for d in drafters}
-    slots = mlx.call(Slots, target.model, target.tokenizer, named, args.slots, int(args.cache_gb * GB))
-    worker = Worker(slots, args.max_queue, mlx)
+    slots = mlx.call(Slots, target.model, target.tokenizer, named, args.slots, int(args.cache_gb * GB), lockstep)
+    worker = Worker(slots, args.max_queue, mlx, on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM))
     defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)
     app = build_app(worker, defaults, Access(args.api_key, int(args.max_body_mb * (1 << 20))))
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
-    print(f"specmlx serve: {target.name} ({target.path}), drafters: "
+    sharded = f" sharded over {lockstep.group.size} ranks" if lockstep is not None else ""
+    print(f"specmlx serve: {target.name} ({target.path}){sharded}, drafters: "
           + ", ".join(f"{n} (default)" if n == defaults.drafter else n for n in named), file=sys.stderr)
     print(f"listening on {base}/v1" + (" (API key required)" if args.api_key else ""), file=sys.stderr)
     if not is_loopback(args.host) and not args.api_key:
@@ -103,6 +129,8 @@ def serve(args: argparse.Namespace) -> int:
         pass
     finally:
         worker.close()
+    if worker.lost is not None:
+        raise SpecmlxError(f"rank 0 of {lockstep.group.size}: lost the other ranks ({worker.lost}); stopping")
     print("specmlx serve: stopped", file=sys.stderr)
     return 0
 

@@ -16,6 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
+from ..distributed import Lockstep
 from ..drafters import Drafter
 from ..engine import Engine
 
@@ -45,6 +46,7 @@ class Slots:
     drafters: dict[str, Drafter]  # the loaded drafters by name; the first is the default
     count: int = 2
     max_bytes: int = 4 << 30
+    lockstep: Lockstep | None = None  # a sharded target: every slot's engine keeps step with the other ranks
     _slots: list[Slot] = field(default_factory=list)
     _clock: int = 0
 
@@ -61,7 +63,7 @@ class Slots:
     def _new(self) -> Slot:
         # Every slot gets fresh instances: the loaded ones stay empty templates, so emptying a slot frees its caches.
         own = {name: d.fresh() for name, d in self.drafters.items()}
-        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer), own)
+        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, lockstep=self.lockstep), own)
 
     def take(self, prompt: Sequence[int], drafter: str) -> Slot:
         """The slot for `prompt`, drafting with `drafter`: the one whose conversation
@@ -87,6 +89,9 @@ class Slots:
             oldest = min(idle, key=lambda s: s.used)
             self._slots[self._slots.index(oldest)] = self._new()
             mx.clear_cache()
+
+    def index(self, slot: Slot) -> int:
+        return self._slots.index(slot)
 
     def contexts(self) -> list[int]:
         """How many tokens each slot holds (for tests and the health route)."""

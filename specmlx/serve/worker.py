@@ -19,14 +19,18 @@ from time import perf_counter
 from typing import Callable, Union
 
 from ..engine import GenerationConfig
-from ..errors import SpecmlxError
+from ..distributed.group import lost_link
+from ..errors import SpecmlxError, first_line
 from ..events import TokenEvent
 from ..mlx_thread import MLXThread
 from ..stats import GenerationStats
 from .errors import APIError
+from .sharded import job_message
 from .slots import Slots
 
 log = logging.getLogger("specmlx.serve")
+
+LOST = APIError(503, "the sharded target lost one of its ranks; the server is stopping", "server_shutdown")
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,12 @@ class Ticket:
 
 
 class Worker:
-    def __init__(self, slots: Slots, max_queue: int = 32, mlx: MLXThread | None = None) -> None:
+    def __init__(self, slots: Slots, max_queue: int = 32, mlx: MLXThread | None = None,
+                 on_lost: Callable[[], None] = lambda: None) -> None:
+        """`on_lost`: called when a sharded target loses one of its ranks (the command line stops the server)."""
         self.slots = slots
+        self.lost: str | None = None  # why a sharded target's ranks were lost, once they are
+        self.on_lost = on_lost
         self.max_queue = max_queue
         self.mlx = mlx or MLXThread()
         self.records: deque[Record] = deque(maxlen=1024)
@@ -138,6 +146,11 @@ class Worker:
             ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
         except Exception as err:  # noqa: BLE001 - a bug fails this request, not the server
             finish = "error"
+            if lost_link(err):  # a sharded target without one of its ranks cannot answer again
+                self.lost = first_line(err)
+                ticket.sink(Failed(LOST))
+                self.on_lost()
+                return
             log.exception("generation failed")
             ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
                                              "the server's log has the details", "internal_error")))
@@ -153,6 +166,9 @@ class Worker:
         slot = self.slots.take(job.prompt, job.drafter)
         cached = slot.engine.reusable(job.prompt)
         run = slot.engine.generate(job.prompt, job.config)
+        lockstep = self.slots.lockstep
+        if lockstep is not None:  # the other ranks run it with us, in the same slot, from the same prefix
+            lockstep.publish(job_message(self.slots.index(slot), cached, job.prompt, job.config))
         try:
             for event in run:
                 ticket.sink(event)
@@ -172,4 +188,6 @@ class Worker:
             ticket.cancel(why)
 
     def close(self) -> None:
+        if self.slots.lockstep is not None and self.lost is None:
+            self.mlx.call(self.slots.lockstep.publish, None)  # the other ranks end with us
         self.mlx.close()

@@ -1,0 +1,37 @@
+"""`specmlx serve --distributed`: rank 0 listens; the other ranks run its jobs with it.
+
+Before each generation, rank 0 tells the others which slot it runs in, how
+much of that slot's context its caches keep, the prompt, and what ends the
+answer (max tokens, stop strings): the rest follows round by round through
+the engine's lockstep. A follower's slots hold exactly the tokens rank 0's
+do, so every rank prefills the same positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import mlx.nn as nn
+
+from ..distributed import Follower, Lockstep
+from ..engine import Engine, GenerationConfig
+
+
+def job_message(slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig) -> dict:
+    """What the other ranks need of a job: where, from what, and what ends it."""
+    return {"slot": slot, "keep": keep, "prompt": list(prompt), "max_tokens": config.max_tokens,
+            "stop": list(config.stop)}
+
+
+def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, slots: int, drafter: str) -> int:
+    """Run rank 0's jobs until it ends (exit 0) or is lost (SpecmlxError, via the caller's guard)."""
+    engines = [Engine(target, Follower(drafter), tokenizer, lockstep=lockstep) for _ in range(slots)]
+    while (job := lockstep.subscribe()) is not None:
+        slot = job["slot"]
+        if job["keep"] == 0:  # rank 0 starts this slot afresh: drop its caches here too
+            engines[slot] = Engine(target, Follower(drafter), tokenizer, lockstep=lockstep)
+        engines[slot].forget(job["keep"])
+        config = GenerationConfig(max_tokens=job["max_tokens"], stop=tuple(job["stop"]))
+        for _ in engines[slot].generate(job["prompt"], config):
+            pass
+    return 0
