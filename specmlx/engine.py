@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import random
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -166,7 +167,8 @@ class Engine:
             hidden = decoder(self.target, chunk[None], self.cache)
             if self.reads_hidden:
                 self.drafter.observe(start, hidden[0])
-            mx.eval(hidden, [c.state for c in self.cache])
+            with self._waiting():
+                mx.eval(hidden, [c.state for c in self.cache])
         self.drafter.prefill(prompt)
         self.context = prompt
 
@@ -262,11 +264,15 @@ class Engine:
         q = None if probe.probs is None else probe.probs[0]
         return acceptance_chance(None if p is None else p[0], logits[0], q, probe.tokens[0])
 
-    @staticmethod
-    def _sync(rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:
+    def _waiting(self) -> ContextManager[None]:
+        """A wait on the device, and with a sharded target on the other ranks too: bounded (`distributed.watchdog`)."""
+        return nullcontext() if self.lockstep is None else self.lockstep.waiting()
+
+    def _sync(self, rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:
         """Evaluate and bring `arrays` to the host; every blocking wait goes
         through here. `keep` is evaluated in the same pass but stays on device."""
-        mx.eval(*arrays, *keep)
+        with self._waiting():
+            mx.eval(*arrays, *keep)
         rec.host_syncs += 1
         return [a.tolist() for a in arrays]
 

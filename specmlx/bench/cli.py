@@ -15,6 +15,7 @@ from typing import Sequence
 from ..distributed import Group
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import AUTO
+from ..distributed.watchdog import PEER_TIMEOUT
 from ..errors import SpecmlxError, run_cli
 from ..loading import MODEL_DRAFTERS
 from ..presets import default_preset_name, get_preset
@@ -95,6 +96,7 @@ class Options:
     plot: Path | None
     distributed: bool = False
     sharding: str = AUTO
+    peer_timeout: float = PEER_TIMEOUT
 
 
 def _split(value: str, flag: str) -> list[str]:
@@ -152,6 +154,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         num_drafts=parse_num_drafts(args.num_draft), modes=parse_modes(args.modes), seed=args.seed, profile=args.profile,
         calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
         json=args.json, plot=args.plot, distributed=args.distributed, sharding=args.sharding,
+        peer_timeout=args.peer_timeout,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Iterator
 
 from .group import Group, join, link_errors
 from .load import AUTO, SHARDINGS
+from .watchdog import PEER_TIMEOUT
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sharding", choices=SHARDINGS, default=AUTO,
                         help="with --distributed: tensor parallel (mlx-lm's shard()), pipeline (pipeline()), or "
                         "auto: tensor where the architecture has it, else pipeline (default)")
+    parser.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT, metavar="S",
+                        help="with --distributed: stop, with one line, when a wait for the other ranks "
+                        f"lasts S seconds (default {PEER_TIMEOUT:.0f}; waiting for a request is not timed)")
 
 
 @contextmanager
@@ -25,7 +29,7 @@ def joined(args: argparse.Namespace) -> Iterator[Group | None]:
     if not args.distributed:
         yield None
         return
-    group = join()
+    group = join(args.peer_timeout)
     with link_errors(group):
         yield group
 

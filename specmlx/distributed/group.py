@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, ContextManager, Iterator
 
 import mlx.core as mx
 
 from ..errors import SpecmlxError
+from .watchdog import PEER_TIMEOUT, Watchdog
 
 LAUNCH = "mlx.launch --backend ring -n 2 -- python -m specmlx COMMAND --distributed ..."
 
@@ -22,6 +23,7 @@ class Group:
     group: Any  # mx.distributed.Group
     rank: int
     size: int
+    watchdog: Watchdog | None = field(default=None, compare=False)
 
     @property
     def leads(self) -> bool:
@@ -30,8 +32,12 @@ class Group:
     def name(self) -> str:
         return f"rank {self.rank} of {self.size}"
 
+    def waiting(self) -> ContextManager[None]:
+        """Wrap every wait on the other ranks: bounded by the watchdog, when there is one."""
+        return self.watchdog.waiting() if self.watchdog is not None else nullcontext()
 
-def join() -> Group:
+
+def join(peer_timeout: float = PEER_TIMEOUT) -> Group:
     """The group `mlx.launch` set up, or one clear line when there is none."""
     if not any(k in os.environ for k in ("MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "OMPI_COMM_WORLD_SIZE")):
         raise SpecmlxError(f"--distributed needs ranks started by mlx.launch, e.g. {LAUNCH}")
@@ -41,7 +47,8 @@ def join() -> Group:
         raise SpecmlxError(f"cannot join the distributed group: {str(err).strip()}") from None
     if group.size() < 2:
         raise SpecmlxError(f"--distributed found one rank only; start two or more: {LAUNCH}")
-    return Group(group, group.rank(), group.size())
+    name = f"rank {group.rank()} of {group.size()}"
+    return Group(group, group.rank(), group.size(), Watchdog(name, peer_timeout))
 
 
 def lost_link(err: BaseException) -> bool:

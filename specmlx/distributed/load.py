@@ -58,7 +58,8 @@ def load_sharded(source: str, path: Path, group: Group, sharding: str, vocab_spl
     Pipeline stages load through mlx-lm's `sharded_load`. Tensor parallelism
     takes its steps (a lazy model, `shard()`, evaluate) with the vocabulary
     split put between the last two, so no rank ever reads in a whole table it
-    will not keep."""
+    will not keep. Loading is not under the watchdog: ranks may read their
+    shards at very different speeds."""
     from mlx_lm.utils import load_model, sharded_load
 
     try:

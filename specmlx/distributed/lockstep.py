@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from time import perf_counter
 
 import json
+from contextlib import nullcontext
+from typing import ContextManager
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -65,12 +67,17 @@ class Lockstep:
         return cls(group, pipeline=getattr(inner.model, "pipeline_size", 1) > 1,
                    vocab=isinstance(inner.model.embed_tokens, VocabShard))
 
-    def _broadcast(self, values: list[int]) -> list[int]:
-        """Rank 0's `values` on every rank; the host waits for them."""
+    def _broadcast(self, values: list[int], timed: bool = True) -> list[int]:
+        """Rank 0's `values` on every rank; the host waits for them (`timed`: within the watchdog's limit)."""
         mine = mx.array(values if self.leads else [0] * len(values), dtype=mx.int32)
         out = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
-        mx.eval(out)
+        with self.group.waiting() if timed else nullcontext():
+            mx.eval(out)
         return out.tolist()
+
+    def waiting(self) -> ContextManager[None]:
+        """For the engine's own waits: a round's sync and prefill involve every rank."""
+        return self.group.waiting()
 
     def _round_message(self, values: list[int]) -> list[int]:
         """A round's announcement, timed: what keeping in step costs rank 0's host."""
@@ -90,7 +97,7 @@ class Lockstep:
 
     def subscribe(self) -> dict | None:
         """Other ranks: rank 0's next message, or None when it has ended."""
-        (length,) = self._broadcast([0])
+        (length,) = self._broadcast([0], timed=False)  # a server waits for requests as long as it must
         return None if length == STOP else json.loads(bytes(self._broadcast([0] * length)))
 
     def announce(self, control: Control | None) -> None:
@@ -108,7 +115,8 @@ class Lockstep:
         mine = tokens.astype(mx.int32) if self.leads else mx.zeros(tokens.shape, dtype=mx.int32)
         shared = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu).astype(mx.uint32)
         if self.pipeline:
-            mx.eval(shared)
+            with self.group.waiting():
+                mx.eval(shared)
         return shared
 
     def decide(self, accepted: mx.array, following: mx.array, after: mx.array) -> tuple[mx.array, mx.array]:

@@ -6,7 +6,6 @@ import argparse
 import ipaddress
 import json
 import os
-import signal
 import sys
 from typing import Sequence
 
@@ -111,7 +110,7 @@ def listen(args: argparse.Namespace, sock, mlx: MLXThread, target, drafters, def
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
     named = {d.name: d for d in drafters}
     slots = mlx.call(Slots, target.model, target.tokenizer, named, args.slots, int(args.cache_gb * GB), lockstep)
-    worker = Worker(slots, args.max_queue, mlx, on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    worker = Worker(slots, args.max_queue, mlx)
     defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)
     app = build_app(worker, defaults, Access(args.api_key, int(args.max_body_mb * (1 << 20))))
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -123,8 +122,10 @@ def listen(args: argparse.Namespace, sock, mlx: MLXThread, target, drafters, def
     if not is_loopback(args.host) and not args.api_key:
         print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(args.api_key))}", file=sys.stderr)
+    server = Server(app, worker, args.log_level)
+    worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again
     try:
-        Server(app, worker, args.log_level).run(sockets=[sock])
+        server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn raises the Ctrl+C again once it has shut down: the normal way to stop
         pass
     finally:

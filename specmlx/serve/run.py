@@ -30,6 +30,11 @@ class Server(uvicorn.Server):
         self.worker.stop(STOPPING)
         super().handle_exit(sig, frame)
 
+    def stop(self) -> None:
+        """Shut down as on Ctrl+C, from any thread, with no signal for uvicorn to raise again afterwards."""
+        self.worker.stop(STOPPING)
+        self.should_exit = True
+
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0: any free one), so the caller knows the port before serving."""

@@ -1,0 +1,89 @@
+"""`specmlx serve --distributed` on two local ranks, tiny models: rank 0 listens, the
+other rank runs each job with it; answers equal one process's, slots are mirrored,
+Ctrl+C ends both, and a lost rank stops the server with one line."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import pytest
+
+from ..distributed import ranks
+from ..distributed.conftest import single
+
+PROMPT = "def add(a, b):"
+TOKENS = 16
+
+
+def wait_healthy(url: str, procs, within: float = ranks.TIMEOUT) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), [p.err.read_text()[-800:] for p in procs]
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError("the sharded server did not come up")
+
+
+@pytest.fixture()
+def served(model_dirs, tmp_path):
+    port = ranks.free_ports(1)[0]
+    procs = ranks.start(["serve", "--target", str(model_dirs["target"]), "--drafter", str(model_dirs["drafter"]),
+                         "--port", str(port), "--max-tokens", str(TOKENS), "--distributed"], tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, procs)
+        yield url, procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_answers_equal_one_process_and_ctrl_c_ends_every_rank(capsys, model_dirs, served):
+    from openai import OpenAI
+
+    url, procs = served
+    alone = single(capsys, "--target", model_dirs["target"], "--drafter", "none", "--prompt", PROMPT, "--chat",
+                   "--max-tokens", TOKENS)["text"]
+    with OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+        def chat(messages, drafter: str, **kw):
+            return client.chat.completions.create(model="target", messages=messages, max_tokens=TOKENS,
+                                                  temperature=0, extra_body={"speculative": {"drafter": drafter}}, **kw)
+
+        first = [{"role": "user", "content": PROMPT}]
+        for drafter in ("drafter", "ngram", "none"):
+            answer = chat(first, drafter)
+            assert answer.choices[0].message.content == alone, drafter
+            assert answer.model_extra["speculative"]["drafter"] == drafter
+        streamed = "".join(c.choices[0].delta.content or "" for c in chat(first, "drafter", stream=True) if c.choices)
+        assert streamed == alone
+        # The next turn continues a slot on every rank: rank 0's cache reuse is mirrored, and answers stay exact.
+        turn = first + [{"role": "assistant", "content": alone}, {"role": "user", "content": "again"}]
+        again = chat(turn, "drafter")
+        assert again.usage.prompt_tokens_details.cached_tokens > 0
+        assert again.choices[0].message.content == chat(turn, "none").choices[0].message.content
+    procs[0].send_signal(signal.SIGINT)
+    lead, other = ranks.finish(procs, timeout=30)
+    assert lead.returncode == 0 and "specmlx serve: stopped" in lead.stderr
+    assert other.returncode == 0, other.stderr[-800:]
+    assert other.stdout == "" and "listening" not in other.stderr
+
+
+def test_a_lost_rank_fails_the_request_and_stops_the_server_in_one_line(served):
+    url, procs = served
+    procs[1].kill()
+    procs[1].wait()
+    reply = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                       json={"model": "target", "messages": [{"role": "user", "content": PROMPT}]})
+    assert reply.status_code == 503 and reply.json()["error"]["code"] == "server_shutdown"
+    procs[0].wait(timeout=30)
+    err = procs[0].err.read_text()
+    assert procs[0].returncode == 2, err[-800:]
+    assert [line for line in err.splitlines() if line.startswith("specmlx")][-1:] == [
+        "specmlx serve: error: rank 0 of 2: lost the other ranks ([ring] connection to a peer was lost); stopping"]
