@@ -245,11 +245,11 @@ class Engine:
         draft = self.lockstep.share(mx.zeros((control.size,), dtype=mx.uint32))
         scored = cache_length(self.cache)
         pending = mx.array(tokens[scored:], dtype=mx.uint32)
-        hidden = decoder(self.target, mx.concatenate([pending, draft])[None], self.cache)[0]
+        scored_rows = decoder(self.target, mx.concatenate([pending, draft])[None], self.cache)[0]
         if self.lockstep.vocab:  # this rank holds part of the head: it computes its logits when rank 0 does
-            hidden = head(self.target, hidden[-(control.size + 1) :])
-        accepted, following = self.lockstep.decide(mx.array(0), mx.array(0), after=hidden)
-        proposal, accepted, following = self._sync(rec, draft, accepted, following, keep=(hidden,))
+            scored_rows = head(self.target, scored_rows[-(control.size + 1) :])
+        accepted, following = self.lockstep.decide(mx.array(0), mx.array(0), after=scored_rows)
+        proposal, accepted, following = self._sync(rec, draft, accepted, following, keep=(scored_rows,))
         rewind(self.cache, len(tokens) + accepted)
         rec.verify_s += perf_counter() - start
         return Round(tuple(proposal[:accepted]) + (following,), control.size, control.looked_up)
