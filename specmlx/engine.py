@@ -229,6 +229,8 @@ class Engine:
         proposal, accepted, following, *probed = self._sync(
             rec, draft.tokens, n_accepted, following, *([chance] if chance is not None else []),
             keep=(hidden,) if self.reads_hidden else ())
+        if self.lockstep is not None:
+            self.lockstep.in_round = False
         # 5. rewind both caches to the accepted prefix: O(1) offset moves
         committed = len(tokens) + accepted
         rewind(self.cache, committed)
@@ -310,7 +312,6 @@ class Engine:
         finish = ""
         # A rank that follows rank 0 stops when rank 0 says so, and not before: rank 0 may be cancelled.
         follows = self.lockstep is not None and not self.lockstep.leads
-        between_rounds = True  # rank 0 may only tell the others it has finished between rounds
         rec.resume()
         try:
             while follows or not finish:
@@ -325,9 +326,7 @@ class Engine:
                     done = self._follow(tokens, control, rec)
                 else:
                     plan = schedule.plan(budget - 1)
-                    between_rounds = False
                     done = self._round(tokens, plan, budget - 1, config, round_key, rec)
-                    between_rounds = True
                 rec.record_round(plan.num_draft, done)
                 out.draft_lengths.append(plan.num_draft)
                 for i, token in enumerate(done.tokens):
@@ -351,8 +350,8 @@ class Engine:
                 if not follows:
                     schedule.update(done, perf_counter() - began - away)
         finally:
-            if self.lockstep is not None and self.lockstep.leads and between_rounds:
-                self.lockstep.announce(None)
+            if self.lockstep is not None and self.lockstep.leads and not self.lockstep.in_round:
+                self.lockstep.announce(None)  # only between rounds: inside one, the others wait in its collectives
             # Whatever stopped us, the caches keep only committed tokens.
             rewind(self.cache, len(tokens))
             self.drafter.rewind(len(tokens))

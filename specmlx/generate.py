@@ -157,16 +157,18 @@ def generate(args: argparse.Namespace) -> int:
         policy=draft_policy(args),
         stop=tuple(args.stop), profile=args.profile,
     )
-    text = read_prompt(args)
     with joined(args) as group:
+        text = read_prompt(args) if leads(group) else None  # the others take rank 0's prompt, as tokens
         # Loading takes seconds to minutes: say what is happening, on a terminal only.
         progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else None
         if group is None:
             target, drafter = load_pair(args.target, args.drafter, progress)
         else:
             target, drafter = load_pair_sharded(args.target, args.drafter, group, args.sharding, progress)
-        prompt = encode(target.tokenizer, text, args.chat, args.system)
         lockstep = None if group is None else Lockstep.of(group, target.model)
+        prompt = encode(target.tokenizer, text, args.chat, args.system) if leads(group) else None
+        if lockstep is not None:
+            prompt = lockstep.shared(prompt)
         engine = Engine(target.model, drafter, target.tokenizer, lockstep=lockstep)
         run = engine.generate(prompt, config)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -185,17 +185,21 @@ def bench_on(options: Options, group: Group | None) -> int:
     """The bench on one process, or on every rank of a sharded target: each rank
     runs the same plan in the same order; rank 0 alone logs, prints and writes."""
     say = log if leads(group) else quiet
-    if options.plot is not None:
-        plot.require()
-    check_writable(options.json, "--json")
-    check_writable(options.plot, "--plot")
-    rows = read_prompts(options.prompts, options.limit)
+    if leads(group):  # rank 0 alone reads the prompts and writes: the others need neither file
+        if options.plot is not None:
+            plot.require()
+        check_writable(options.json, "--json")
+        check_writable(options.plot, "--plot")
+        rows = read_prompts(options.prompts, options.limit)
     specs = drafter_specs(options.target, options.drafters)
     lineup = load_lineup(options.target, specs, progress=say, group=group, sharding=options.sharding)
     chat = bool(lineup.target.tokenizer.has_chat_template)
     if not chat:
         say("the target's tokenizer has no chat template: prompts are used as plain text")
-    prompts = encode_prompts(rows, lineup.target.tokenizer, chat)
+    prompts = encode_prompts(rows, lineup.target.tokenizer, chat) if leads(group) else None
+    if lineup.lockstep is not None:
+        prompts = [BenchPrompt(p["id"], p["kind"], tuple(p["tokens"]))
+                   for p in lineup.lockstep.shared(None if prompts is None else [asdict(p) for p in prompts])]
     machine = describe_machine()
     calibration = None
     if group is not None:

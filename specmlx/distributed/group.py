@@ -13,6 +13,9 @@ from ..errors import SpecmlxError
 from .watchdog import PEER_TIMEOUT, Watchdog
 
 LAUNCH = "mlx.launch --backend ring -n 2 -- python -m specmlx COMMAND --distributed ..."
+# What mlx.launch sets for each backend: ring, JACCL, MPI, NCCL.
+LAUNCHED = ("MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "OMPI_COMM_WORLD_SIZE", "MLX_WORLD_SIZE",
+            "NCCL_HOST_IP")
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,9 @@ class Group:
 
 def join(peer_timeout: float = PEER_TIMEOUT) -> Group:
     """The group `mlx.launch` set up, or one clear line when there is none."""
-    if not any(k in os.environ for k in ("MLX_HOSTFILE", "MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "OMPI_COMM_WORLD_SIZE")):
+    if peer_timeout <= 0:
+        raise SpecmlxError(f"--peer-timeout must be > 0 seconds, got {peer_timeout:g}")
+    if not any(k in os.environ for k in LAUNCHED):
         raise SpecmlxError(f"--distributed needs ranks started by mlx.launch, e.g. {LAUNCH}")
     try:
         group = mx.distributed.init(strict=True)

@@ -78,7 +78,7 @@ def load_sharded(source: str, path: Path, group: Group, sharding: str, vocab_spl
             mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group.group, stream=mx.cpu))  # all loaded
     except FileNotFoundError as err:  # pipeline loading reads the weights' index
         raise SpecmlxError(f"{source}: cannot shard by pipeline without {Path(err.filename or '').name or 'its index'} "
-                           "(specmlx convert and mlx_lm.convert write one); use --sharding tensor") from None
+                           "(specmlx convert and mlx_lm.convert write one)") from None
     except (OSError, ValueError) as err:
         raise SpecmlxError(f"{source}: cannot shard: {first_line(err)}") from None
     loaded = LoadedModel(model, tokenizer, path, display_name(source))
@@ -104,7 +104,7 @@ def load_drafters_sharded(target: str | None, specs: Sequence[str | None], group
     models = [p for p in paths.values() if p is not None]
 
     def fits(t: Path, d: Path | None) -> None:  # rank 0 holds every drafter
-        check_rank_fits(t, models if group.leads else [], group.size, vocab_split)
+        check_rank_fits(t, models if group.leads else [], group.size, vocab_split, pipeline=kind == PIPELINE)
 
     for source in paths if group.leads else ():
         check_pair(target, source, fits=fits)
@@ -120,6 +120,8 @@ def load_drafters_sharded(target: str | None, specs: Sequence[str | None], group
             built[source] = load_drafter(source, loaded, path)
         else:
             built[source] = Follower(source.name)
+    # Every rank waits for rank 0's drafters here, untimed: the watchdog times only the rounds after.
+    mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group.group, stream=mx.cpu))
     return loaded, [built[s] for s in sources]
 
 

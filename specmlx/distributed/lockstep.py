@@ -59,6 +59,9 @@ class Lockstep:
         self.leads = group.leads
         self.control_s = 0.0  # host time spent in `announce` / `follow`: the collective and any wait for peers
         self.messages = 0
+        # Rank 0, from announcing a round until that round's sync (the engine ends it): the
+        # others are then inside the round's collectives, and no other message may be sent.
+        self.in_round = False
 
     @classmethod
     def of(cls, group: Group, target: nn.Module) -> "Lockstep":
@@ -88,8 +91,8 @@ class Lockstep:
         return out
 
     def publish(self, message: dict | None) -> None:
-        """Rank 0: a JSON-able message (a server's next job) to every rank, or None to end."""
-        assert self.leads
+        """Rank 0: a JSON-able message (a server's next job, a prompt) to every rank, or None to end."""
+        assert self.leads and not self.in_round
         data = b"" if message is None else json.dumps(message).encode()
         self._broadcast([len(data) if message is not None else STOP])
         if data:
@@ -100,10 +103,19 @@ class Lockstep:
         (length,) = self._broadcast([0], timed=False)  # a server waits for requests as long as it must
         return None if length == STOP else json.loads(bytes(self._broadcast([0] * length)))
 
+    def shared(self, value):
+        """Rank 0's JSON-able `value` on every rank (the others pass anything): what only
+        rank 0 reads, a prompt file or a prompt set, reaches the others as rank 0 read it."""
+        if self.leads:
+            self.publish({"value": value})
+            return value
+        return self.subscribe()["value"]
+
     def announce(self, control: Control | None) -> None:
         """Rank 0: this round's shape, or None when the generation is over."""
-        assert self.leads
+        assert self.leads and not self.in_round
         self._round_message([STOP, 0] if control is None else [control.size, int(control.looked_up)])
+        self.in_round = control is not None
 
     def follow(self) -> Control | None:
         """Other ranks: the next round's shape, or None when rank 0 has finished."""

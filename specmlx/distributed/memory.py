@@ -20,20 +20,25 @@ from ..errors import SpecmlxError
 from ..memory import GB, available_bytes, needed_bytes, weights_bytes
 
 LAYER = re.compile(r"(?:^|\.)layers\.\d+\.")
+LAYER_NUMBER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 VOCAB = re.compile(r"(?:^|\.)(embed_tokens|lm_head)\.")
 
 
 @dataclass(frozen=True)
 class Split:
-    """A checkpoint's bytes: in its decoder layers, its embeddings and head, and the rest."""
+    """A checkpoint's bytes: in its `count` decoder layers, its embeddings and head, and the rest."""
 
     layers: int
     vocab: int
     rest: int
+    count: int = 1
 
-    def share(self, ranks: int, vocab_split: bool) -> int:
-        """What one of `ranks` holds; the layers are always shared out, the vocabulary rows when split."""
-        return self.layers // ranks + (self.vocab // ranks if vocab_split else self.vocab) + self.rest
+    def share(self, ranks: int, vocab_split: bool, pipeline: bool = False) -> int:
+        """What the largest of `ranks` shares holds. Tensor parallelism splits every layer;
+        pipeline stages get whole layers, the first ranks (rank 0 among them) one more
+        when they do not divide evenly."""
+        layers = self.layers * -(-self.count // ranks) // self.count if pipeline else -(-self.layers // ranks)
+        return layers + (-(-self.vocab // ranks) if vocab_split else self.vocab) + self.rest
 
     @property
     def whole(self) -> int:
@@ -58,11 +63,12 @@ def split(path: Path) -> Split:
     sizes = tensor_bytes(path)
     layers = sum(n for name, n in sizes.items() if LAYER.search(name))
     vocab = sum(n for name, n in sizes.items() if VOCAB.search(name) and not LAYER.search(name))
-    return Split(layers, vocab, sum(sizes.values()) - layers - vocab)
+    count = len({m.group(1) for name in sizes if (m := LAYER_NUMBER.search(name))})
+    return Split(layers, vocab, sum(sizes.values()) - layers - vocab, max(count, 1))
 
 
 def check_rank_fits(target: Path, drafters: Sequence[Path], ranks: int, vocab_split: bool,
-                    available: int | None = None) -> None:
+                    pipeline: bool = False, available: int | None = None) -> None:
     """Raise SpecmlxError, saying how many ranks would fit, when this rank's share
     (with the `drafters`' weights, on rank 0) does not."""
     available = available_bytes() if available is None else available
@@ -70,7 +76,7 @@ def check_rank_fits(target: Path, drafters: Sequence[Path], ranks: int, vocab_sp
     drafter_w = sum(weights_bytes(d) for d in drafters)
 
     def need(n: int) -> int:
-        return needed_bytes(parts.share(n, vocab_split) + drafter_w)
+        return needed_bytes(parts.share(n, vocab_split, pipeline) + drafter_w)
 
     if need(ranks) <= available:
         return

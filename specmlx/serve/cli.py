@@ -131,7 +131,7 @@ def listen(args: argparse.Namespace, sock, mlx: MLXThread, target, drafters, def
     finally:
         worker.close()
     if worker.lost is not None:
-        raise SpecmlxError(f"rank 0 of {lockstep.group.size}: lost the other ranks ({worker.lost}); stopping")
+        raise SpecmlxError(f"rank 0 of {lockstep.group.size}: {worker.lost}; stopping")
     print("specmlx serve: stopped", file=sys.stderr)
     return 0
 

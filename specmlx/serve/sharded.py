@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import mlx.core as mx
 import mlx.nn as nn
 
 from ..distributed import Follower, Lockstep
 from ..engine import Engine, GenerationConfig
 
 
-def job_message(slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig) -> dict:
-    """What the other ranks need of a job: where, from what, and what ends it."""
+def job_message(slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig,
+                emptied: Sequence[int] = ()) -> dict:
+    """What the other ranks need of a job: where, from what, what ends it, and
+    which slots rank 0 emptied to keep its caches under --cache-gb."""
     return {"slot": slot, "keep": keep, "prompt": list(prompt), "max_tokens": config.max_tokens,
-            "stop": list(config.stop)}
+            "stop": list(config.stop), "emptied": list(emptied)}
 
 
 def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, slots: int, drafter: str) -> int:
@@ -28,8 +31,10 @@ def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, slots: int, dr
     engines = [Engine(target, Follower(drafter), tokenizer, lockstep=lockstep) for _ in range(slots)]
     while (job := lockstep.subscribe()) is not None:
         slot = job["slot"]
-        if job["keep"] == 0:  # rank 0 starts this slot afresh: drop its caches here too
-            engines[slot] = Engine(target, Follower(drafter), tokenizer, lockstep=lockstep)
+        for gone in {*job["emptied"], *([slot] if job["keep"] == 0 else [])}:  # as rank 0's: empty
+            engines[gone] = Engine(target, Follower(drafter), tokenizer, lockstep=lockstep)
+        if job["emptied"]:
+            mx.clear_cache()
         engines[slot].forget(job["keep"])
         config = GenerationConfig(max_tokens=job["max_tokens"], stop=tuple(job["stop"]))
         for _ in engines[slot].generate(job["prompt"], config):

@@ -49,6 +49,7 @@ class Slots:
     lockstep: Lockstep | None = None  # a sharded target: every slot's engine keeps step with the other ranks
     _slots: list[Slot] = field(default_factory=list)
     _clock: int = 0
+    _emptied: set[int] = field(default_factory=set)  # slots trimmed since `emptied` was last asked
 
     def __post_init__(self) -> None:
         self._slots = [self._new() for _ in range(self.count)]
@@ -87,11 +88,17 @@ class Slots:
             if not idle:
                 return
             oldest = min(idle, key=lambda s: s.used)
+            self._emptied.add(self._slots.index(oldest))
             self._slots[self._slots.index(oldest)] = self._new()
             mx.clear_cache()
 
     def index(self, slot: Slot) -> int:
         return self._slots.index(slot)
+
+    def emptied(self) -> list[int]:
+        """The slots trimmed since the last call: a sharded target's other ranks drop them too."""
+        out, self._emptied = sorted(self._emptied), set()
+        return out
 
     def contexts(self) -> list[int]:
         """How many tokens each slot holds (for tests and the health route)."""

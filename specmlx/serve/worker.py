@@ -30,7 +30,8 @@ from .slots import Slots
 
 log = logging.getLogger("specmlx.serve")
 
-LOST = APIError(503, "the sharded target lost one of its ranks; the server is stopping", "server_shutdown")
+LOST = APIError(503, "the sharded target cannot go on (a rank was lost, or its ranks fell out of step); "
+                     "the server is stopping", "server_shutdown")
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class Worker:
                  on_lost: Callable[[], None] = lambda: None) -> None:
         """`on_lost`: called when a sharded target loses one of its ranks (the command line stops the server)."""
         self.slots = slots
-        self.lost: str | None = None  # why a sharded target's ranks were lost, once they are
+        self.lost: str | None = None  # why a sharded target cannot go on, once it cannot
+        self._published = False
         self.on_lost = on_lost
         self.max_queue = max_queue
         self.mlx = mlx or MLXThread()
@@ -129,7 +131,16 @@ class Worker:
         recent = [r.run_s for r in list(self.records)[-8:]]
         return max(1, math.ceil(sum(recent) / len(recent))) if recent else 1
 
+    def _lose(self, ticket: Ticket, err: Exception) -> None:
+        """A sharded target that lost a rank, or failed in the middle of a job, cannot answer again: stop."""
+        self.lost = (f"lost the other ranks ({first_line(err)})" if lost_link(err) else
+                     f"a generation failed ({type(err).__name__}) and the ranks are out of step")
+        log.error("sharded generation failed", exc_info=err)
+        ticket.sink(Failed(LOST))
+        self.on_lost()
+
     def _run(self, ticket: Ticket) -> None:
+        self._published = False  # whether the other ranks of a sharded target have this job
         with self._lock:
             self._waiting -= 1
         started = perf_counter()
@@ -141,19 +152,16 @@ class Worker:
             finish, tokens = done.stats.finish_reason, done.stats.generation_tokens
             if finish != "cancelled":  # one that finished as the server began stopping is still whole
                 ticket.sink(done)
-        except SpecmlxError as err:  # checked before queueing, so rare: still the client's input
-            finish = "error"
-            ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
         except Exception as err:  # noqa: BLE001 - a bug fails this request, not the server
             finish = "error"
-            if lost_link(err):  # a sharded target without one of its ranks cannot answer again
-                self.lost = first_line(err)
-                ticket.sink(Failed(LOST))
-                self.on_lost()
-                return
-            log.exception("generation failed")
-            ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
-                                             "the server's log has the details", "internal_error")))
+            if self._published or lost_link(err):  # the ranks are gone, or somewhere in this job's collectives
+                self._lose(ticket, err)
+            elif isinstance(err, SpecmlxError):  # checked before queueing, so rare: still the client's input
+                ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
+            else:
+                log.exception("generation failed")
+                ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
+                                                 "the server's log has the details", "internal_error")))
         finally:
             if ticket._stop is not None and finish == "cancelled":
                 ticket.sink(Failed(ticket._stop))
@@ -168,7 +176,8 @@ class Worker:
         run = slot.engine.generate(job.prompt, job.config)
         lockstep = self.slots.lockstep
         if lockstep is not None:  # the other ranks run it with us, in the same slot, from the same prefix
-            lockstep.publish(job_message(self.slots.index(slot), cached, job.prompt, job.config))
+            lockstep.publish(job_message(self.slots.index(slot), cached, job.prompt, job.config, self.slots.emptied()))
+            self._published = True
         try:
             for event in run:
                 ticket.sink(event)

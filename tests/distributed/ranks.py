@@ -44,15 +44,17 @@ def hostfile(folder: Path, ranks: int) -> Path:
     return path
 
 
-def start(argv: list[str], folder: Path, ranks: int = 2, env: dict | None = None) -> list[subprocess.Popen]:
-    """`python -m specmlx ARGV` as `ranks` ring ranks over loopback; each rank's
-    output goes to files (`.out`, `.err` on the process), so no pipe can fill and stall it."""
+def start(argv: list[str], folder: Path, ranks: int = 2, env: dict | None = None,
+          argvs: dict[int, list[str]] | None = None) -> list[subprocess.Popen]:
+    """`python -m specmlx ARGV` (or `argvs[rank]`) as `ranks` ring ranks over loopback; each
+    rank's output goes to files (`.out`, `.err` on the process), so no pipe can fill and stall it."""
     hosts = hostfile(folder, ranks)
     procs = []
     for rank in range(ranks):
+        args = (argvs or {}).get(rank, argv)
         out, err = (folder / f"rank{rank}-{hosts.stem}.{kind}" for kind in ("out", "err"))
         with open(out, "w") as stdout, open(err, "w") as stderr:
-            proc = subprocess.Popen([sys.executable, "-m", "specmlx", *argv], stdout=stdout, stderr=stderr, text=True,
+            proc = subprocess.Popen([sys.executable, "-m", "specmlx", *args], stdout=stdout, stderr=stderr, text=True,
                                     env={**os.environ, **(env or {}), "MLX_RANK": str(rank), "MLX_HOSTFILE": str(hosts)})
         proc.out, proc.err = out, err
         procs.append(proc)

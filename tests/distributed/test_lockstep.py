@@ -85,6 +85,18 @@ def test_a_seeded_sampled_run_repeats_exactly(capsys, dirs, tmp_path):
     assert first["tokens"] == alone["tokens"]  # rank 0 samples exactly as one process does
 
 
+def test_the_other_ranks_take_rank_0s_prompt(dirs, tmp_path, plain):
+    """Only rank 0 reads the prompt: another Mac need not have the file."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(PROMPT)
+    argv = ["generate", "--target", str(dirs["target"]), "--drafter", str(dirs["drafter"]), "--max-tokens",
+            str(TOKENS), "--json", "--distributed"]
+    lead, other = ranks.finish(ranks.start(argv + ["--prompt-file", str(prompt)], tmp_path,
+                                           argvs={1: argv + ["--prompt-file", str(tmp_path / "absent.txt")]}))
+    assert lead.returncode == 0 and other.returncode == 0, (lead.stderr[-1000:], other.stderr[-1000:])
+    assert lead.json()["tokens"] == plain["tensor"]
+
+
 def test_the_drafter_loads_on_rank_0_alone(dirs, tmp_path):
     """The other rank never drafts: it names rank 0's drafter and holds none of its weights."""
     argv = ["generate", "--target", str(dirs["target"]), "--drafter", str(dirs["drafter"]), "--prompt", PROMPT,

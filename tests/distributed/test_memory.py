@@ -15,14 +15,20 @@ def test_split_reads_layers_vocabulary_and_the_rest(dirs, target_args):
     assert parts.vocab == 2 * v * h * 4  # embeddings and an untied head, float32
     assert parts.rest == h * 4  # the final norm
     assert parts.layers > 0 and parts.whole == parts.layers + parts.vocab + parts.rest
-    assert layers == 2
+    assert parts.count == layers == 2
 
 
 def test_a_share_halves_the_layers_and_the_vocabulary_when_split():
-    parts = Split(layers=8 * GB, vocab=2 * GB, rest=0)
+    parts = Split(layers=8 * GB, vocab=2 * GB, rest=0, count=8)
     assert parts.share(2, vocab_split=True) == 5 * GB
     assert parts.share(2, vocab_split=False) == 6 * GB
     assert parts.share(4, vocab_split=True) == parts.whole // 4
+
+
+def test_pipeline_stages_hold_whole_layers_the_first_one_more():
+    parts = Split(layers=3 * GB, vocab=0, rest=0, count=3)
+    assert parts.share(2, vocab_split=False, pipeline=True) == 2 * GB  # rank 0 runs two of the three
+    assert parts.share(2, vocab_split=False) == 3 * GB // 2  # tensor parallel splits every layer
 
 
 def test_a_rank_that_does_not_fit_is_told_how_many_would(monkeypatch, dirs):

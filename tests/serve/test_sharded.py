@@ -30,10 +30,11 @@ def wait_healthy(url: str, procs, within: float = ranks.TIMEOUT) -> None:
 
 
 @pytest.fixture()
-def served(model_dirs, tmp_path):
+def served(request, model_dirs, tmp_path):
     port = ranks.free_ports(1)[0]
+    extra = getattr(request, "param", [])
     procs = ranks.start(["serve", "--target", str(model_dirs["target"]), "--drafter", str(model_dirs["drafter"]),
-                         "--port", str(port), "--max-tokens", str(TOKENS), "--distributed"], tmp_path)
+                         "--port", str(port), "--max-tokens", str(TOKENS), "--distributed", *extra], tmp_path)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, procs)
@@ -73,6 +74,25 @@ def test_answers_equal_one_process_and_ctrl_c_ends_every_rank(capsys, model_dirs
     assert lead.returncode == 0 and "specmlx serve: stopped" in lead.stderr
     assert other.returncode == 0, other.stderr[-800:]
     assert other.stdout == "" and "listening" not in other.stderr
+
+
+@pytest.mark.parametrize("served", [["--cache-gb", "0.000001"]], indirect=True)
+def test_slots_rank_0_empties_are_emptied_on_every_rank(model_dirs, served):
+    """With caches capped at almost nothing, rank 0 empties every idle slot after each
+    answer; the other rank drops the same slots, and two clients taking turns still get
+    exactly what a fresh engine gives them."""
+    from openai import OpenAI
+
+    url, procs = served
+    with OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+        def chat(text: str, drafter: str) -> str:
+            return client.chat.completions.create(
+                model="target", messages=[{"role": "user", "content": text}], max_tokens=TOKENS, temperature=0,
+                extra_body={"speculative": {"drafter": drafter}}).choices[0].message.content
+
+        asks = ["def add(a, b):", "for i in range(10):", "def add(a, b):", "import numpy as np"]
+        assert [chat(t, "drafter") for t in asks] == [chat(t, "none") for t in asks]
+    assert all(p.poll() is None for p in procs)
 
 
 def test_a_lost_rank_fails_the_request_and_stops_the_server_in_one_line(served):
