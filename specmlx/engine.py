@@ -230,7 +230,7 @@ class Engine:
             rec, draft.tokens, n_accepted, following, *([chance] if chance is not None else []),
             keep=(hidden,) if self.reads_hidden else ())
         if self.lockstep is not None:
-            self.lockstep.in_round = False
+            self.lockstep.end_round()
         # 5. rewind both caches to the accepted prefix: O(1) offset moves
         committed = len(tokens) + accepted
         rewind(self.cache, committed)
@@ -350,8 +350,8 @@ class Engine:
                 if not follows:
                     schedule.update(done, perf_counter() - began - away)
         finally:
-            if self.lockstep is not None and self.lockstep.leads and not self.lockstep.in_round:
-                self.lockstep.announce(None)  # only between rounds: inside one, the others wait in its collectives
+            if self.lockstep is not None and self.lockstep.leads:
+                self.lockstep.stop()
             # Whatever stopped us, the caches keep only committed tokens.
             rewind(self.cache, len(tokens))
             self.drafter.rewind(len(tokens))

@@ -12,15 +12,12 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from ..distributed import Group
-from ..distributed.measure import collective_ms, memory
+from ..distributed.measure import KB, collective_ms, memory
 from ..distributed.memory import split
 from ..vocab import vocab_size
 from .lineup import Lineup
 from .plan import MLX_LM_SPEC, SPECMLX
 from .runs import Measurement
-
-KB = 1 << 10
-
 
 def sharded_options(options, say: Callable[[str], None]):
     """The options a sharded bench can run."""

@@ -12,7 +12,9 @@ from ..sampling import SamplingParams
 
 class Follower:
     """Holds no weights and proposes nothing itself; named after rank 0's
-    drafter so that every rank's stats say what drafted."""
+    drafter so that every rank's stats say what drafted. Not a `NoDrafter`:
+    code that plans by drafter kind (the bench's runs) must plan the same on
+    every rank, and rank 0's drafter does draft."""
 
     def __init__(self, name: str) -> None:
         self.name = name

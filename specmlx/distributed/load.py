@@ -75,7 +75,6 @@ def load_sharded(source: str, path: Path, group: Group, sharding: str, vocab_spl
             for _, weight in tree_flatten(model.parameters()):
                 mx.eval(weight)
             tokenizer = load_tokenizer(source, path)
-            mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group.group, stream=mx.cpu))  # all loaded
     except FileNotFoundError as err:  # pipeline loading reads the weights' index
         raise SpecmlxError(f"{source}: cannot shard by pipeline without {Path(err.filename or '').name or 'its index'} "
                            "(specmlx convert and mlx_lm.convert write one)") from None

@@ -18,11 +18,10 @@ Sums stand in for broadcasts: the other ranks add zeros, and integers add exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from time import perf_counter
-
 import json
 from contextlib import nullcontext
+from dataclasses import dataclass
+from time import perf_counter
 from typing import ContextManager
 
 import mlx.core as mx
@@ -56,12 +55,15 @@ class Lockstep:
         self.group = group
         self.pipeline = pipeline
         self.vocab = vocab
-        self.leads = group.leads
         self.control_s = 0.0  # host time spent in `announce` / `follow`: the collective and any wait for peers
         self.messages = 0
         # Rank 0, from announcing a round until that round's sync (the engine ends it): the
         # others are then inside the round's collectives, and no other message may be sent.
         self.in_round = False
+
+    @property
+    def leads(self) -> bool:
+        return self.group.leads
 
     @classmethod
     def of(cls, group: Group, target: nn.Module) -> "Lockstep":
@@ -70,10 +72,13 @@ class Lockstep:
         return cls(group, pipeline=getattr(inner.model, "pipeline_size", 1) > 1,
                    vocab=isinstance(inner.model.embed_tokens, VocabShard))
 
+    def _sum(self, mine: mx.array) -> mx.array:
+        """Every rank's `mine` added up (lazy): a broadcast of rank 0's, when the others pass zeros."""
+        return mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
+
     def _broadcast(self, values: list[int], timed: bool = True) -> list[int]:
         """Rank 0's `values` on every rank; the host waits for them (`timed`: within the watchdog's limit)."""
-        mine = mx.array(values if self.leads else [0] * len(values), dtype=mx.int32)
-        out = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
+        out = self._sum(mx.array(values if self.leads else [0] * len(values), dtype=mx.int32))
         with self.group.waiting() if timed else nullcontext():
             mx.eval(out)
         return out.tolist()
@@ -117,6 +122,17 @@ class Lockstep:
         self._round_message([STOP, 0] if control is None else [control.size, int(control.looked_up)])
         self.in_round = control is not None
 
+    def end_round(self) -> None:
+        """Rank 0: the round announced last has synced; the others are between rounds again."""
+        self.in_round = False
+
+    def stop(self) -> None:
+        """Rank 0, when a generation ends however it ends: tell the others, unless a round is
+        still open (it failed midway); they are then inside its collectives and learn of it
+        when this process goes."""
+        if not self.in_round:
+            self.announce(None)
+
     def follow(self) -> Control | None:
         """Other ranks: the next round's shape, or None when rank 0 has finished."""
         size, looked_up = self._round_message([0, 0])
@@ -125,7 +141,7 @@ class Lockstep:
     def share(self, tokens: mx.array) -> mx.array:
         """Rank 0's draft tokens on every rank (lazy); the others pass zeros of the announced size."""
         mine = tokens.astype(mx.int32) if self.leads else mx.zeros(tokens.shape, dtype=mx.int32)
-        shared = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu).astype(mx.uint32)
+        shared = self._sum(mine).astype(mx.uint32)
         if self.pipeline:
             with self.group.waiting():
                 mx.eval(shared)
@@ -140,5 +156,5 @@ class Lockstep:
         mine = mx.stack([accepted.astype(mx.int32), following.astype(mx.int32)])
         if not self.leads:
             mine = mx.depends(mx.zeros_like(mine), after)
-        both = mx.distributed.all_sum(mine, group=self.group.group, stream=mx.cpu)
+        both = self._sum(mine)
         return both[0], both[1].astype(mx.uint32)
