@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,15 +20,16 @@ from typing import Callable
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 from tqdm import tqdm
 
 from ..drafters.mtp import head_rows
 from ..errors import SpecmlxError
 from ..models.mtp import MTPModel, save_mtp
-from ..hidden import embed
-from .features import load_shard, shard_count
+from ..hidden import embed, text_model
+from .features import ANSWER, PAD, ShardRef, TrainingSet, load_shard, shard_count
 
+SORT_GROUP = 8  # batches' worth of windows sorted by length together: similar lengths, still shuffled
 SECOND_PASS_WEIGHT = 0.8  # the second draft token counts a little less, as EAGLE weighs its steps
 # EAGLE's balance: the hidden state is a dense, smooth target (every dimension
 # teaches), the token distribution a sparse one; a little of it aligns the top token.
@@ -44,7 +46,6 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     checkpoint_every: int = 100
-    validation_shards: int = 1
     seed: int = 0
 
 
@@ -73,13 +74,6 @@ def draft_vocabulary(counts: Counter[int], size: int, always: tuple[int, ...] = 
     return mx.array(sorted(chosen)[:size], dtype=mx.int32)
 
 
-def shard_token_counts(folder: Path) -> Counter[int]:
-    counts: Counter[int] = Counter()
-    for index in range(shard_count(folder)):
-        counts.update(load_shard(folder, index).tokens.reshape(-1).tolist())
-    return counts
-
-
 def start_near_the_target(head: MTPModel, hidden_rms: float) -> None:
     """Start the head as "the next hidden state is this one": the hidden half of
     `fc` is the identity, the layers' output projections are zero (each layer adds
@@ -95,22 +89,67 @@ def start_near_the_target(head: MTPModel, hidden_rms: float) -> None:
     head.norm.weight = mx.full(head.norm.weight.shape, hidden_rms, dtype=head.norm.weight.dtype)
 
 
+def start_from_last_layer(head: MTPModel, target: nn.Module, hidden_rms: float) -> None:
+    """The near-identity start, but with the head's decoder layer a copy of the
+    target's last: it already knows how this model turns a hidden state into the
+    next one, instead of adding nothing at first."""
+    start_near_the_target(head, hidden_rms)
+    last = text_model(target).model.layers[-1]
+    theirs = dense_parameters(last)
+    mine = dict(tree_flatten(head.layers[0].parameters()))
+    if {k: v.shape for k, v in theirs.items()} != {k: v.shape for k, v in mine.items()}:
+        raise SpecmlxError("--init last-layer needs the head's layer shaped as the target's "
+                           "(leave --intermediate-size unset)")
+    head.layers[0].update(tree_unflatten([(k, v.astype(mine[k].dtype)) for k, v in theirs.items()]))
+
+
+def dense_parameters(module: nn.Module) -> dict[str, mx.array]:
+    """A module's parameters by name, quantized linears dequantized (a 4-bit target's layer)."""
+    dense = {}
+    for name, child in module.named_modules():
+        if isinstance(child, nn.QuantizedLinear):
+            prefix = f"{name}." if name else ""
+            dense[prefix + "weight"] = mx.dequantize(child.weight, child.scales, child.biases,
+                                                     group_size=child.group_size, bits=child.bits)
+            if "bias" in child:
+                dense[prefix + "bias"] = child.bias
+    flat = dict(tree_flatten(module.parameters()))
+    for name in list(flat):
+        owner = name.rsplit(".", 1)[0]
+        if owner + ".weight" in dense and name not in dense:
+            del flat[name]  # the quantized weight, scales and biases
+    return {**flat, **dense}
+
+
 def hidden_rms(folder: Path) -> float:
     """The typical scale of the target's final hidden states (one shard's worth)."""
-    hidden = load_shard(folder, 0).hidden.astype(mx.float32)
-    return mx.sqrt(mx.mean(hidden * hidden)).item()
+    shard = load_shard(folder, 0)
+    hidden = shard.hidden.astype(mx.float32)
+    real = (shard.mask > PAD)[..., None]
+    return mx.sqrt((hidden * hidden * real).sum() / (real.sum() * hidden.shape[-1])).item()
+
+
+def real_length(mask: mx.array) -> int:
+    """Positions up to the last real token (windows keep their padding at the end)."""
+    real = (mask > PAD).astype(mx.int32)
+    return int((real * mx.arange(1, real.shape[-1] + 1)).max().item())
+
+
+def trimmed(tokens: mx.array, hidden: mx.array, mask: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    length = max(real_length(mask), 3)  # the objective needs three positions
+    return tokens[:, :length], hidden[:, :length], mask[:, :length]
 
 
 class Trainer:
-    def __init__(self, head: MTPModel, target: nn.Module, folder: Path, out: Path, config: TrainConfig) -> None:
-        self.head, self.target, self.folder, self.out, self.config = head, target, folder, out, config
+    def __init__(self, head: MTPModel, target: nn.Module, train_set: TrainingSet, held_out: Path, out: Path,
+                 config: TrainConfig) -> None:
+        self.head, self.target, self.train_set, self.out, self.config = head, target, train_set, out, config
         self.rows = head_rows(target, head.draft_ids).astype(mx.float32)  # frozen
-        shards = shard_count(folder)
-        if shards <= config.validation_shards:
-            raise SpecmlxError(f"need more than {config.validation_shards} feature shards, have {shards}")
-        # The first shards are held out; the rest is listed again every epoch, so
-        # shards that a collection still running adds are trained on as they come.
-        self.val_shards = list(range(config.validation_shards))
+        if train_set.windows < config.batch:
+            raise SpecmlxError(f"{train_set.windows} training windows are fewer than a batch of {config.batch}")
+        self.val_shards = [ShardRef(held_out, i, 0) for i in range(shard_count(held_out))]
+        if not self.val_shards:
+            raise SpecmlxError(f"{held_out}: no held-out shards")
         schedule = optim.join_schedules(
             [optim.linear_schedule(1e-7, config.lr, config.warmup),
              optim.cosine_decay(config.lr, max(config.steps - config.warmup, 1), config.lr * 0.1)],
@@ -121,19 +160,28 @@ class Trainer:
 
     # -- the objective ----------------------------------------------------------
 
-    def losses(self, tokens: mx.array, hidden: mx.array) -> tuple[mx.array, tuple[mx.array, mx.array]]:
+    def losses(self, tokens: mx.array, hidden: mx.array, mask: mx.array
+               ) -> tuple[mx.array, tuple[mx.array, mx.array]]:
         hidden = hidden.astype(mx.float32)
         emb = embed(self.target, tokens[:, 1:-1]).astype(mx.float32)  # token j+1
         h_in, h_next = hidden[:, :-2], hidden[:, 1:-1]  # hidden j, hidden j+1
         teacher = mx.softmax(h_next @ self.rows.T, axis=-1)
         best = mx.argmax(teacher, axis=-1)
+        real = (mask[:, :-2] > PAD) & (mask[:, 1:-1] > PAD)  # j and j+1 are tokens, not padding
+        # Agreement counts where the head would draft: after a token the target answered
+        # (j+1 for the first draft token; j for the second, whose j+1 is the first's guess).
+        answered = (real & (mask[:, 1:-1] == ANSWER), real & (mask[:, :-2] == ANSWER))
+
+        def mean(values: mx.array, where: mx.array) -> mx.array:
+            return (values * where).sum() / mx.maximum(where.sum(), 1)
 
         def pass_loss(features: mx.array, skip: int) -> tuple[mx.array, mx.array]:
             logits = features[:, skip:] @ self.rows.T
-            ce = -(teacher[:, skip:] * nn.log_softmax(logits, axis=-1)).sum(-1).mean()
-            reg = nn.losses.smooth_l1_loss(features[:, skip:], h_next[:, skip:], reduction="mean")
-            agree = (mx.argmax(logits, axis=-1) == best[:, skip:]).mean()
-            return CLASSIFICATION_WEIGHT * ce + REGRESSION_WEIGHT * reg, agree
+            where = real[:, skip:] & real[:, : real.shape[1] - skip]  # and what was fed back was real
+            ce = -(teacher[:, skip:] * nn.log_softmax(logits, axis=-1)).sum(-1)
+            reg = nn.losses.smooth_l1_loss(features[:, skip:], h_next[:, skip:], reduction="none").mean(-1)
+            agree = mean(mx.argmax(logits, axis=-1) == best[:, skip:], answered[skip][:, skip:] & where)
+            return mean(CLASSIFICATION_WEIGHT * ce + REGRESSION_WEIGHT * reg, where), agree
 
         first = self.head(emb, h_in)
         loss_1, agree_1 = pass_loss(first, 0)
@@ -144,29 +192,32 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------
 
-    @property
-    def train_shards(self) -> list[int]:
-        return list(range(self.config.validation_shards, shard_count(self.folder)))
-
     def batches(self, epoch_seed: int):
-        shards = self.train_shards
+        """Windows in a seeded order, grouped by length and cut to their batch's longest:
+        answers leave much of a window as padding, which costs compute and teaches nothing."""
+        shards = self.train_set.shards
         order = mx.random.permutation(len(shards), key=mx.random.key(epoch_seed)).tolist()
-        buffer_t, buffer_h = [], []
-        for i in order:
-            shard = load_shard(self.folder, shards[i])
-            for w in range(shard.tokens.shape[0]):
-                buffer_t.append(shard.tokens[w])
-                buffer_h.append(shard.hidden[w])
-                if len(buffer_t) == self.config.batch:
-                    yield mx.stack(buffer_t), mx.stack(buffer_h)
-                    buffer_t, buffer_h = [], []
+        group = self.config.batch * SORT_GROUP
+        rng = random.Random(epoch_seed)
+        pending: list[tuple[mx.array, mx.array, mx.array]] = []
+        for n, i in enumerate(order):
+            shard = shards[i].load()
+            pending += [(shard.tokens[w], shard.hidden[w], shard.mask[w]) for w in range(shard.tokens.shape[0])]
+            if len(pending) >= group or n == len(order) - 1:
+                pending.sort(key=lambda window: real_length(window[2]))
+                cut = len(pending) - len(pending) % self.config.batch
+                batches = [pending[b : b + self.config.batch] for b in range(0, cut, self.config.batch)]
+                pending = pending[cut:]
+                rng.shuffle(batches)
+                for batch in batches:
+                    yield trimmed(*(mx.stack(column) for column in zip(*batch)))
 
     def train(self, progress: bool = True, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         self.resume()
         loss_and_grad = nn.value_and_grad(self.head, self.losses)
 
-        def update(tokens: mx.array, hidden: mx.array):
-            (loss, agree), grads = loss_and_grad(tokens, hidden)
+        def update(tokens: mx.array, hidden: mx.array, mask: mx.array):
+            (loss, agree), grads = loss_and_grad(tokens, hidden, mask)
             grads, _ = optim.clip_grad_norm(grads, self.config.grad_clip)
             self.optimizer.update(self.head, grads)
             return loss, agree
@@ -174,10 +225,11 @@ class Trainer:
         bar = tqdm(total=self.config.steps, initial=self.step, unit="step", desc="training", disable=not progress)
         last = Progress(self.step, math.nan, 0.0, 0.0)
         smooth = None
-        epoch = self.step // max(len(self.train_shards), 1)
+        steps_per_epoch = max(self.train_set.windows // self.config.batch, 1)
+        epoch = self.step // steps_per_epoch
         while self.step < self.config.steps:
-            for tokens, hidden in self.batches(self.config.seed + epoch):
-                loss, (a1, a2) = update(tokens, hidden)
+            for tokens, hidden, mask in self.batches(self.config.seed + epoch):
+                loss, (a1, a2) = update(tokens, hidden, mask)
                 mx.eval(loss, a1, a2, self.head.parameters(), self.optimizer.state)
                 self.step += 1
                 now = (loss.item(), a1.item(), a2.item())
@@ -190,6 +242,10 @@ class Trainer:
                     on_progress(last)
                 if self.step % self.config.checkpoint_every == 0 or self.step >= self.config.steps:
                     self.checkpoint()
+                    held = self.validate()
+                    self.log({"step": self.step, "train": asdict(last), "held_out": asdict(held)})
+                    bar.write(f"step {self.step}: held-out agreement {held.accept_1:.3f} first token, "
+                              f"{held.accept_2:.3f} later; about {held.mean_accepted:.2f} tokens per round at 4")
                 if self.step >= self.config.steps:
                     break
             epoch += 1
@@ -197,16 +253,21 @@ class Trainer:
         return last
 
     def validate(self) -> Progress:
-        """Agreement on held-out shards (never trained on)."""
-        total, count = [0.0, 0.0, 0.0], 0
-        for index in self.val_shards:
-            shard = load_shard(self.folder, index)
-            loss, (a1, a2) = self.losses(shard.tokens, shard.hidden)
+        """Agreement on the held-out answers (never trained on), weighted by their size."""
+        total, weight = [0.0, 0.0, 0.0], 0.0
+        for ref in self.val_shards:
+            shard = ref.load()
+            loss, (a1, a2) = self.losses(*trimmed(shard.tokens, shard.hidden, shard.mask))
             mx.eval(loss, a1, a2)
+            size = float((shard.mask == ANSWER).sum().item())
             for i, v in enumerate((loss.item(), a1.item(), a2.item())):
-                total[i] += v
-            count += 1
-        return Progress(self.step, *(t / count for t in total))
+                total[i] += v * size
+            weight += size
+        return Progress(self.step, *(t / max(weight, 1.0) for t in total))
+
+    def log(self, row: dict) -> None:
+        with open(self.out / "training-log.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
 
     # -- checkpoints -------------------------------------------------------------
 
@@ -227,6 +288,7 @@ class Trainer:
         saved = load_mtp(folder)
         self.head.update(saved.parameters())
         self.head.set_draft_ids(saved.draft_ids)
+        self.rows = head_rows(self.target, saved.draft_ids).astype(mx.float32)  # the vocabulary it trained on
         self.optimizer.state = tree_unflatten(list(mx.load(str(folder / "optimizer.safetensors")).items()))
         self.step = json.loads((folder / "state.json").read_text())["step"]
 

@@ -29,6 +29,17 @@ def test_the_bundled_mtp_head_ships_with_the_package_for_its_target():
     assert head.config.target_hidden_size == 1536 and head.config.target_vocab_size == 151936
 
 
+def test_the_small_preset_is_its_target_drafted_by_its_own_bundled_head():
+    from specmlx.models.mtp import load_mtp
+
+    small = presets.get_preset("qwen2.5-coder-0.5b")
+    assert small.drafter == "mtp" and small.target.offline == "qwen-0.5b"
+    assert small.target.hub == "mlx-community/Qwen2.5-Coder-0.5B-Instruct-4bit"
+    head = load_mtp(presets.bundled_path(small.drafters[0]))
+    assert head.config.target_hidden_size == 896 and head.config.target_vocab_size == 151936
+    assert head.config.target_model_type == "qwen2"
+
+
 def test_every_model_has_a_source_and_every_offline_one_is_a_known_checkpoint():
     from specmlx.convert.sources import checkpoint
 
@@ -74,8 +85,9 @@ def test_a_drafter_role_names_that_presets_drafter(models_root, model_dirs):
     shutil.copytree(model_dirs["drafter"], presets.model_path(preset, preset.drafter))
     path = str(presets.model_path(preset, preset.drafter))
     assert resolve_drafter(preset.drafter, preset.name) == DrafterSource(path, preset.drafter)
-    # not a role without a preset target: a directory of that name, if any
-    assert resolve_drafter(preset.drafter, "/some/dir").source == preset.drafter
+    # not a role without a preset target: a directory of that name, if any ("qwen2.5-coder-0.5b"
+    # is also a preset's name now, which stands for that preset's drafter)
+    assert resolve_drafter("mtp", "/some/dir").source == "mtp"
 
 
 # Where fetched models live: $SPECMLX_MODELS, a checkout's models/, or the user cache.

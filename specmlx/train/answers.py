@@ -1,0 +1,106 @@
+"""The target's own greedy answers, with their hidden states, many prompts at once.
+
+An MTP head drafts the target's answers, so those answers are its best
+training data. The hidden states the head reads are the ones greedy decoding
+computes anyway: each decode step keeps them, so no second prefill is needed.
+mlx-lm's batch generator returns tokens only, so this is a small batched
+greedy loop of its own on mlx-lm's left-padded `BatchKVCache`; a row leaves
+the batch when it ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterator, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache
+
+from ..errors import SpecmlxError
+from ..hidden import decoder, head, text_model
+from .features import ANSWER, CONTEXT, PAD, Window
+from .prompts import Request
+
+
+@dataclass(frozen=True)
+class Answer:
+    tokens: list[int]  # the request in the chat template, then the answer
+    answer_start: int  # index of the answer's first token
+    hidden: mx.array  # (len(tokens), H) float16: the target's final-normed hidden states
+
+
+def prompt_tokens(tokenizer: Any, request: Request) -> list[int]:
+    messages = [{"role": "user", "content": request.prompt}]
+    if getattr(tokenizer, "chat_template", None):
+        return list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
+                                                  return_dict=False))
+    return list(tokenizer.encode(request.prompt + "\n\n"))
+
+
+def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[Request], max_tokens: int,
+                 max_prompt: int, stops: Collection[int]) -> list[Answer]:
+    """Greedy answers to `requests`, in their order, each ending before a token of `stops`.
+    Prompts longer than `max_prompt` keep their end."""
+    prompts = [prompt_tokens(tokenizer, r)[-max_prompt:] for r in requests]
+    width = max(map(len, prompts))
+    pads = [width - len(p) for p in prompts]
+    layers = len(text_model(model).layers)
+    cache = [BatchKVCache(pads) for _ in range(layers)]
+    hidden = decoder(model, mx.array([[0] * pad + p for pad, p in zip(pads, prompts)]), cache)
+    rows = list(range(len(prompts)))  # live rows -> request index
+    tokens = [list(p) for p in prompts]
+    states = [[hidden[i, pads[i]:].astype(mx.float16)] for i in range(len(prompts))]
+    nxt = mx.argmax(head(model, hidden[:, -1]), axis=-1)
+    for _ in range(max_tokens):
+        mx.eval(nxt, *(s[-1] for s in states))
+        chosen = nxt.tolist()
+        for row, token in zip(rows, chosen):
+            tokens[row].append(token)
+        keep = [i for i, (row, token) in enumerate(zip(rows, chosen))
+                if token not in stops and len(tokens[row]) - len(prompts[row]) < max_tokens]
+        if len(keep) < len(rows):
+            if not keep:
+                break
+            for c in cache:
+                c.filter(mx.array(keep))
+            nxt = nxt[mx.array(keep)]
+            rows = [rows[i] for i in keep]
+        hidden = decoder(model, nxt[:, None], cache)[:, 0]
+        for i, row in enumerate(rows):
+            states[row].append(hidden[i : i + 1].astype(mx.float16))
+        nxt = mx.argmax(head(model, hidden), axis=-1)
+    answers = []
+    for row, prompt in enumerate(prompts):
+        h = mx.concatenate(states[row])
+        # A row's last token (its end, or the token at the limit) was never fed: no hidden state.
+        answers.append(Answer(tokens[row][: h.shape[0]], len(prompt), h))
+    return answers
+
+
+def answers(model: nn.Module, tokenizer: Any, requests: Sequence[Request], max_tokens: int, max_prompt: int,
+            batch_size: int, stops: Collection[int]) -> Iterator[Answer]:
+    """Answers to every request, in order, `batch_size` at a time (each batch sorted by
+    prompt length, so little of it is padding)."""
+    for start in range(0, len(requests), batch_size):
+        batch = list(requests[start : start + batch_size])
+        order = sorted(range(len(batch)), key=lambda i: len(batch[i].prompt))
+        done = answer_batch(model, tokenizer, [batch[i] for i in order], max_tokens, max_prompt, stops)
+        by_request = {i: a for i, a in zip(order, done)}
+        yield from (by_request[i] for i in range(len(batch)))
+
+
+def answer_windows(model: nn.Module, tokenizer: Any, requests: Sequence[Request], length: int, max_tokens: int,
+                   batch_size: int, stops: Collection[int]) -> Callable[[int], Iterator[Window]]:
+    """`collect`'s window source: one answer per window (request, then answer, then padding)."""
+    if max_tokens >= length:
+        raise SpecmlxError(f"answers of {max_tokens} tokens do not fit windows of {length}")
+
+    def make(skip: int) -> Iterator[Window]:
+        for a in answers(model, tokenizer, requests[skip:], max_tokens, length - max_tokens, batch_size, stops):
+            pad = length - len(a.tokens)
+            mask = [CONTEXT] * a.answer_start + [ANSWER] * (len(a.tokens) - a.answer_start) + [PAD] * pad
+            hidden = mx.concatenate([a.hidden, mx.zeros((pad, a.hidden.shape[1]), dtype=a.hidden.dtype)])
+            yield Window(a.tokens + [0] * pad, mask, hidden)
+
+    return make

@@ -1,0 +1,52 @@
+"""The target's own answers, batched: each equals its greedy decode alone, with its hidden states."""
+
+import mlx.core as mx
+
+from specmlx.hidden import decoder
+from specmlx.train.answers import answer_batch, answer_windows, prompt_tokens
+from specmlx.train.features import ANSWER, CONTEXT, PAD
+from specmlx.train.prompts import Request
+
+from ..test_engine import reference_greedy
+
+REQUESTS = [Request("a", "code", "Write add."), Request("b", "chat", "Explain speculative decoding to me, please."),
+            Request("c", "code", "x")]
+STOPS = {2}  # the tiny tokenizer's <|im_end|>
+
+
+def test_batched_answers_are_each_requests_greedy_answer(target, tokenizer):
+    answers = answer_batch(target, tokenizer, REQUESTS, max_tokens=12, max_prompt=64, stops=STOPS)
+    for request, answer in zip(REQUESTS, answers):
+        prompt = prompt_tokens(tokenizer, request)
+        assert answer.tokens[: answer.answer_start] == prompt
+        alone = reference_greedy(target, prompt, 12)
+        # The last generated token is never fed, so it has no hidden state and is left out.
+        assert answer.tokens[answer.answer_start :] == alone[: len(answer.tokens) - answer.answer_start]
+        assert len(answer.tokens) - answer.answer_start == 11 or alone[len(answer.tokens) - answer.answer_start] \
+            in STOPS
+        again = decoder(target, mx.array(answer.tokens)[None], None)[0]
+        assert answer.hidden.shape == again.shape and answer.hidden.dtype == mx.float16
+        assert mx.allclose(answer.hidden.astype(mx.float32), again, atol=2e-2, rtol=1e-2)
+
+
+def test_an_answer_ends_before_its_end_token(target, tokenizer):
+    first, other = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops=STOPS)
+    # Make the first answer's third token an end token: that answer stops before it, the other goes on.
+    stop = first.tokens[first.answer_start + 2]
+    short, same = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops={stop})
+    assert short.tokens == first.tokens[: first.answer_start + 2]
+    assert stop in other.tokens[other.answer_start :] or same.tokens == other.tokens
+
+
+def test_answer_windows_mark_request_answer_and_padding(target, tokenizer):
+    make = answer_windows(target, tokenizer, REQUESTS, length=96, max_tokens=8, batch_size=2, stops=STOPS)
+    windows = list(make(1))  # skipping the first request, as a resumed collection does
+    assert len(windows) == 2
+    for request, window in zip(REQUESTS[1:], windows):
+        prompt = prompt_tokens(tokenizer, request)
+        n = len(prompt)
+        assert len(window.tokens) == len(window.mask) == 96 and window.hidden.shape[0] == 96
+        assert window.tokens[:n] == prompt and set(window.mask[:n]) == {CONTEXT}
+        answer = window.mask[n:].index(PAD) + n
+        assert set(window.mask[n:answer]) == {ANSWER} and set(window.mask[answer:]) == {PAD}
+        assert not mx.any(window.hidden[answer:]).item()
