@@ -21,9 +21,10 @@ pytestmark = pytest.mark.slow
 # Prompts kept outside the project, so nothing here was tuned on them.
 BENCH = presets.checkout_root().parent / "shared" / "prompts" / "bench.jsonl"
 NEW_TOKENS = 64
-# The small preset's head measured 1.95 tokens per round on held-out requests (k=4,
-# 128 tokens), and an earlier head of it 1.64 on these prompts: plain decoding is 1.0.
-MIN_SMALL_HEAD_TOKENS_PER_ROUND = 1.3
+# The small preset's head measured 1.73 tokens per round on these prompts (1.78 on all
+# 16 in the bench, 2.39 on held-out generated requests); a head trained 160 steps
+# on 50k tokens, 1.64. Plain decoding is 1.0.
+MIN_SMALL_HEAD_TOKENS_PER_ROUND = 1.5
 
 
 def bench_prompts(kind: str | None = None) -> list[dict]:
