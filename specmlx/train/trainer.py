@@ -157,6 +157,7 @@ class Trainer:
         )
         self.optimizer = optim.AdamW(learning_rate=schedule, weight_decay=config.weight_decay)
         self.step = 0
+        self.validated: Progress | None = None  # the last held-out figures, at their step
 
     # -- the objective ----------------------------------------------------------
 
@@ -254,6 +255,8 @@ class Trainer:
 
     def validate(self) -> Progress:
         """Agreement on the held-out answers (never trained on), weighted by their size."""
+        if self.validated is not None and self.validated.step == self.step:
+            return self.validated  # the head has not changed since (the last checkpoint measured it)
         total, weight = [0.0, 0.0, 0.0], 0.0
         for ref in self.val_shards:
             shard = ref.load()
@@ -263,7 +266,8 @@ class Trainer:
             for i, v in enumerate((loss.item(), a1.item(), a2.item())):
                 total[i] += v * size
             weight += size
-        return Progress(self.step, *(t / max(weight, 1.0) for t in total))
+        self.validated = Progress(self.step, *(t / max(weight, 1.0) for t in total))
+        return self.validated
 
     def log(self, row: dict) -> None:
         with open(self.out / "training-log.jsonl", "a", encoding="utf-8") as fh:
@@ -283,7 +287,6 @@ class Trainer:
         if not (folder / "state.json").exists():
             return
         from ..models.mtp import load_mtp
-        from mlx.utils import tree_unflatten
 
         saved = load_mtp(folder)
         self.head.update(saved.parameters())
