@@ -20,7 +20,7 @@ from mlx_lm.models.cache import BatchKVCache
 from ..errors import SpecmlxError
 from ..hidden import decoder, head, text_model
 from .features import ANSWER, CONTEXT, PAD, Window
-from .prompts import Request
+from ..bench.prompts import PromptRow, encode_prompts
 
 
 @dataclass(frozen=True)
@@ -30,15 +30,12 @@ class Answer:
     hidden: mx.array  # (len(tokens), H) float16: the target's final-normed hidden states
 
 
-def prompt_tokens(tokenizer: Any, request: Request) -> list[int]:
-    messages = [{"role": "user", "content": request.prompt}]
-    if getattr(tokenizer, "chat_template", None):
-        return list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
-                                                  return_dict=False))
-    return list(tokenizer.encode(request.prompt + "\n\n"))
+def prompt_tokens(tokenizer: Any, request: PromptRow) -> list[int]:
+    """The request as the bench encodes it, so the head trains on the prompts it is measured on."""
+    return list(encode_prompts([request], tokenizer, bool(getattr(tokenizer, "has_chat_template", False)))[0].tokens)
 
 
-def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[Request], max_tokens: int,
+def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[PromptRow], max_tokens: int,
                  max_prompt: int, stops: Collection[int]) -> list[Answer]:
     """Greedy answers to `requests`, in their order, each ending before a token of `stops`.
     Prompts longer than `max_prompt` keep their end."""
@@ -78,7 +75,7 @@ def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[Request], 
     return answers
 
 
-def answers(model: nn.Module, tokenizer: Any, requests: Sequence[Request], max_tokens: int, max_prompt: int,
+def answers(model: nn.Module, tokenizer: Any, requests: Sequence[PromptRow], max_tokens: int, max_prompt: int,
             batch_size: int, stops: Collection[int]) -> Iterator[Answer]:
     """Answers to every request, in order, `batch_size` at a time (each batch sorted by
     prompt length, so little of it is padding)."""
@@ -90,7 +87,7 @@ def answers(model: nn.Module, tokenizer: Any, requests: Sequence[Request], max_t
         yield from (by_request[i] for i in range(len(batch)))
 
 
-def answer_windows(model: nn.Module, tokenizer: Any, requests: Sequence[Request], length: int, max_tokens: int,
+def answer_windows(model: nn.Module, tokenizer: Any, requests: Sequence[PromptRow], length: int, max_tokens: int,
                    batch_size: int, stops: Collection[int]) -> Callable[[int], Iterator[Window]]:
     """`collect`'s window source: one answer per window (request, then answer, then padding)."""
     if max_tokens >= length:

@@ -22,12 +22,13 @@ from ..blas import describe
 from ..models.mtp import MTPConfig, MTPModel, save_mtp
 from ..errors import SpecmlxError, run_cli
 from ..loading import display_name
+from ..bench.prompts import PromptRow
 from ..presets import default_preset_name
 from .answers import answer_windows
 from .curve import Point, load_points, measure, plot, save_points
 from .corpus import default_sources, documents, find_files, token_counts, windows
 from .features import ANSWER, Features, Window, collect
-from .prompts import (HELD_OUT_EVERY, Request, bench_prompt_files, generate_prompts, held_out, read_prompts,
+from .prompts import (HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out, read_prompts,
                       write_prompts)
 from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_rms, start_from_last_layer,
                       start_near_the_target)
@@ -104,7 +105,7 @@ def head_config(target, args, vocab: int) -> MTPConfig:
 GENERATED_REQUESTS = 20_000  # more than any collection here answers
 
 
-def requests_of(args: argparse.Namespace) -> list[Request]:
+def requests_of(args: argparse.Namespace) -> list[PromptRow]:
     """The requests, fixed by the first run in OUT/features/requests.jsonl: a resumed
     collection and the held-out split must see the same list, whatever changes meanwhile."""
     saved = Features(args.out / "features").requests
@@ -128,7 +129,7 @@ def collect_features(args: argparse.Namespace, target, files: list[Path]) -> Fea
     held = [r for i, r in enumerate(requests) if held_out(i)][: args.held_out]
     train = [r for i, r in enumerate(requests) if not held_out(i)]
 
-    def answered(reqs: list[Request]):
+    def answered(reqs: list[PromptRow]):
         return answer_windows(model, tokenizer, reqs, args.seq_len, args.answer_tokens, args.gen_batch,
                               tokenizer.eos_token_ids)
 

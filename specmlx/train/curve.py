@@ -22,7 +22,7 @@ from ..models.mtp import load_mtp
 from ..policy import DraftPolicy
 from ..vocab import vocab_size
 from .answers import prompt_tokens
-from .prompts import Request
+from ..bench.prompts import PromptRow
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Point:
     generated: int
 
 
-def measure(target: LoadedModel, head_dir: Path, requests: Sequence[Request], max_tokens: int,
+def measure(target: LoadedModel, head_dir: Path, requests: Sequence[PromptRow], max_tokens: int,
             num_draft: int = 4) -> tuple[float, float, int]:
     """(mean accepted length, acceptance rate, tokens generated) of the head in `head_dir`."""
     # Dequantized, as `specmlx models fetch` expands a bundled head for the CPU backend.

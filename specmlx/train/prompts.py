@@ -16,6 +16,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bench.prompts import PromptRow
 from ..errors import SpecmlxError
 
 HELD_OUT_EVERY = 20
@@ -77,13 +78,6 @@ MATH = (
 )
 
 
-@dataclass(frozen=True)
-class Request:
-    id: str
-    kind: str
-    prompt: str
-
-
 def bench_prompt_files() -> list[Path]:
     """The bench's prompt sets: the package's and, in a checkout, the shared one beside it."""
     from ..presets import checkout_root
@@ -95,7 +89,7 @@ def bench_prompt_files() -> list[Path]:
     return [f for f in files if f.exists()]
 
 
-def write_prompts(requests: list[Request], path: Path) -> None:
+def write_prompts(requests: list[PromptRow], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".partial")
     temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}) + "\n" for r in requests),
@@ -107,7 +101,7 @@ def held_out(index: int) -> bool:
     return index % HELD_OUT_EVERY == 0
 
 
-def read_prompts(path: Path) -> list[Request]:
+def read_prompts(path: Path) -> list[PromptRow]:
     """A JSONL prompt file: {"prompt": ...} rows (`id` and `kind` optional), as the bench's."""
     requests = []
     try:
@@ -124,20 +118,20 @@ def read_prompts(path: Path) -> list[Request]:
             raise SpecmlxError(f"{path}:{number}: not a JSON object with a \"prompt\" string") from None
         if not isinstance(prompt, str) or not prompt.strip():
             raise SpecmlxError(f"{path}:{number}: \"prompt\" must be a non-empty string")
-        requests.append(Request(str(row.get("id", f"p{number}")), str(row.get("kind", "")), prompt))
+        requests.append(PromptRow(str(row.get("id", f"p{number}")), str(row.get("kind", "")), prompt))
     if not requests:
         raise SpecmlxError(f"{path}: no prompts")
     return requests
 
 
-def generate_prompts(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[Request]:
+def generate_prompts(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[PromptRow]:
     """`count` distinct requests, the same for the same seed, none of them in `exclude`."""
     rng = random.Random(seed)
     functions = _stdlib_functions(rng)
     if not functions:
         raise SpecmlxError("found no Python standard library sources to build prompts from")
     seen = set(exclude)
-    requests: list[Request] = []
+    requests: list[PromptRow] = []
     makers = (_code, _code, _code, _snippet, _snippet, _chat, _chat, _math)
     attempts = 0
     while len(requests) < count and attempts < count * 20:
@@ -145,7 +139,7 @@ def generate_prompts(count: int, seed: int = 0, exclude: set[str] = frozenset())
         kind, prompt = rng.choice(makers)(rng, functions)
         if prompt not in seen:
             seen.add(prompt)
-            requests.append(Request(f"gen-{len(requests):05d}", kind, prompt))
+            requests.append(PromptRow(f"gen-{len(requests):05d}", kind, prompt))
     return requests
 
 

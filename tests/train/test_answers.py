@@ -5,12 +5,12 @@ import mlx.core as mx
 from specmlx.hidden import decoder
 from specmlx.train.answers import answer_batch, answer_windows, prompt_tokens
 from specmlx.train.features import ANSWER, CONTEXT, PAD
-from specmlx.train.prompts import Request
+from specmlx.bench.prompts import PromptRow
 
 from ..test_engine import reference_greedy
 
-REQUESTS = [Request("a", "code", "Write add."), Request("b", "chat", "Explain speculative decoding to me, please."),
-            Request("c", "code", "x")]
+REQUESTS = [PromptRow("a", "code", "Write add."), PromptRow("b", "chat", "Explain speculative decoding to me, please."),
+            PromptRow("c", "code", "x")]
 STOPS = {2}  # the tiny tokenizer's <|im_end|>
 
 

@@ -17,7 +17,7 @@ from specmlx.errors import SpecmlxError
 from specmlx.train.answers import answer_windows
 from specmlx.train.corpus import Document, windows
 from specmlx.train.features import ANSWER, Features, Window, collect, load_shard, shard_count, token_count
-from specmlx.train.prompts import Request
+from specmlx.bench.prompts import PromptRow
 from specmlx.train.trainer import (TrainConfig, Trainer, draft_vocabulary, hidden_rms, start_from_last_layer,
                                    start_near_the_target)
 
@@ -37,7 +37,7 @@ def text(tokenizer):
 def features(tmp_path_factory, tokenizer, target) -> Features:
     root = Features(tmp_path_factory.mktemp("features"))
     collect(target, text(tokenizer), root.text, tokens=32 * 4 * 5, progress=False)
-    requests = [Request(str(i), "", f"Say {i} things.") for i in range(8)]
+    requests = [PromptRow(str(i), "", f"Say {i} things.") for i in range(8)]
     collect(target, answer_windows(target, tokenizer, requests, 48, 16, 4, {2}), root.held_out, 10**6, progress=False)
     return root
 
@@ -158,7 +158,7 @@ def test_a_head_can_start_from_the_targets_last_layer(features, target, target_a
 
 
 def test_collection_resumes_after_a_short_last_shard(target, tokenizer, tmp_path):
-    requests = [Request(str(i), "", f"Say {i}.") for i in range(7)]
+    requests = [PromptRow(str(i), "", f"Say {i}.") for i in range(7)]
     seen = []
 
     def source(reqs):
