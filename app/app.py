@@ -15,7 +15,7 @@ from specmlx.log import data_dir
 from .loader import LoadFailure, ModelChoice, load_session
 from specmlx.mlx_thread import MLXThread
 from .screens.chat import ChatScreen
-from .screens.loading import LoadingScreen
+from .screens.loading import LoadingScreen, Typed
 from .screens.missing import MissingModelScreen
 from .session import Session
 from .settings import ChatSettings
@@ -58,7 +58,8 @@ class SpecApp(App[int]):
         self.store, warning = Store.open((self.data_dir or data_dir()) / "history.db")
         if warning:
             self.notify(warning, severity="warning", timeout=15)
-        self.push_screen(LoadingScreen(self._load, self.choice), self._loaded)
+        loading = LoadingScreen(self._load, self.choice)
+        self.push_screen(loading, lambda result: self._loaded(result, loading.held))
 
     def _load(self, progress: Callable[[str], None]) -> Session:
         if self.engine_factory is None:
@@ -66,17 +67,20 @@ class SpecApp(App[int]):
         made = self.engine_factory()
         return made if isinstance(made, Session) else Session(made)
 
-    def _loaded(self, result: Session | LoadFailure) -> None:
+    def _loaded(self, result: Session | LoadFailure, typed: Typed) -> None:
         if isinstance(result, LoadFailure):
-            self.push_screen(MissingModelScreen(result))
+            self.push_screen(MissingModelScreen(result, typed.text))
             return
         self.session = result
-        settings = self.initial_settings or ChatSettings(drafter=result.default_drafter)
-        if settings.drafter not in result.drafters:  # e.g. "model" with no drafter model loaded
+        settings = self.initial_settings or ChatSettings()
+        if settings.drafter not in result.drafters.names:  # None: the one loaded, by its name
+            if settings.drafter is not None:
+                self.notify(f"No drafter {settings.drafter!r} with these models; drafting with "
+                            f"{result.default_drafter}.", severity="warning", timeout=10)
             settings = replace(settings, drafter=result.default_drafter)
         if self.system:
             settings = replace(settings, system=self.system)
-        self.push_screen(ChatScreen(result, self.store, self.mlx, settings))
+        self.push_screen(ChatScreen(result, self.store, self.mlx, settings, typed))
 
     def action_quit_missing(self) -> None:
         self.exit(return_code=2)
@@ -90,7 +94,8 @@ class SpecApp(App[int]):
                 ("Settings", "Temperature, top-p, draft tokens, drafter (ctrl+s)", screen.action_settings),
                 ("Toggle token highlighting", "Accepted drafts vs target tokens (ctrl+t)", screen.action_toggle_highlight),
                 ("Toggle Markdown", "Render finished answers as Markdown (ctrl+r)", screen.action_toggle_markdown),
-                ("Measure plain decoding", "Baseline tok/s with no drafter, for the speedup (ctrl+b)", screen.action_baseline),
+                ("Measure plain decoding", "The last answer's prompt with no drafter, for its speedup (ctrl+b)",
+                 screen.action_baseline),
             ]:
                 yield SystemCommand(title, help, action)
 

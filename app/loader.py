@@ -8,13 +8,17 @@ no model could be loaded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
+from specmlx import presets
+from specmlx.drafters import Drafter
 from specmlx.engine import Engine
 from specmlx.errors import SpecmlxError
-from specmlx.loading import load_pair
+from specmlx.loading import LoadedModel, check_pair, load_drafter, load_pair, resolve_drafter
 from specmlx.log import user_error
 
+from .drafters import Loader
 from .session import Session
 
 
@@ -39,15 +43,28 @@ def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda s
     """Load the target and drafter and build the engine, reporting each step."""
     target, drafter = load_pair(choice.target, choice.drafter, progress)
     progress("ready")
-    return Session(Engine(target.model, drafter, target.tokenizer), target_name=target.name)
+    return Session(Engine(target.model, drafter, target.tokenizer), target_name=target.name,
+                   later=preset_drafters(choice.target or presets.default_preset_name(), target))
+
+
+def preset_drafters(preset: str, target: LoadedModel) -> dict[str, Loader]:
+    """Every drafter of the target's preset, by name, each loaded when first chosen."""
+    if not presets.is_preset(preset):
+        return {}
+    return {d.role: partial(load_later, preset, d.role, target) for d in presets.get_preset(preset).drafters}
+
+
+def load_later(preset: str, role: str, target: LoadedModel) -> Drafter:
+    """One drafter of the preset, checked against the target as at startup, then loaded."""
+    drafter = resolve_drafter(role, preset)
+    _, path = check_pair(preset, drafter)
+    return load_drafter(drafter, target, path)
 
 
 def failure(err: BaseException, choice: ModelChoice) -> LoadFailure:
     """What the missing-model screen says: the error, then how to get a model."""
     message = str(user_error(err, "loading the models failed"))
     commands = []
-    from specmlx import presets
-
     preset = choice.target if choice.target is None or presets.is_preset(choice.target) else None
     if choice.target is None:
         try:

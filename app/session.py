@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from jinja2 import TemplateError
 
-from specmlx.drafters import NGRAM, NONE, Drafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters import NONE
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.events import Source, TokenEvent
 from specmlx.policy import DraftPolicy
 from specmlx.stats import GenerationStats
 
-from .settings import MODEL, ChatSettings
+from .drafters import DrafterSet, Loader
+from .settings import ChatSettings
 
 # Without a chat template the conversation is a plain transcript, cut at the next turn.
 PLAIN_STOP = ("\nUser:",)
@@ -41,7 +43,7 @@ class Started:
 
     prompt_tokens: int
     reused: int
-    drafter: str  # MODEL, NGRAM or NONE
+    drafter: str  # the drafter's name
     config: GenerationConfig
     dropped: int = 0
 
@@ -107,48 +109,36 @@ def batched(events: Iterable[TokenEvent], stop: Callable[[], bool],
 class Session:
     """One conversation over one engine.
 
-    `drafters` maps the settings' choices to drafter objects; the engine's
-    drafter is swapped between answers (`Engine.use`, which keeps each
-    drafter in step with the context).
+    `drafters` holds the drafters the settings offer, by name: the engine's
+    own, and `later` ones loaded on first use. The engine's drafter is swapped
+    between answers (`Engine.use`, which keeps each drafter in step with the
+    context).
     """
 
-    def __init__(self, engine: Engine, *, target_name: str = "target", model_drafter: Drafter | None = None) -> None:
+    def __init__(self, engine: Engine, *, target_name: str = "target",
+                 later: Mapping[str, Loader] | None = None) -> None:
         self.engine = engine
         self.target_name = target_name
-        current = engine.drafter
-        self.drafters: dict[str, Drafter] = {
-            NGRAM: current if isinstance(current, PromptLookupDrafter) else PromptLookupDrafter(),
-            NONE: current if isinstance(current, NoDrafter) else NoDrafter(),
-        }
-        if model_drafter is None and not isinstance(current, (PromptLookupDrafter, NoDrafter)):
-            model_drafter = current
-        if model_drafter is not None:
-            self.drafters[MODEL] = model_drafter
+        self.drafters = DrafterSet(engine.drafter, later)
         self.history: list[ChatMessage] = []
         self._last: tuple[list[int], GenerationConfig, int] | None = None  # prompt, config, tokens
 
     # -- what the UI asks about -------------------------------------------------
 
     @property
-    def drafter_name(self) -> str:
-        """The model drafter's name, or "" when there is none."""
-        drafter = self.drafters.get(MODEL)
-        return drafter.name if drafter is not None else ""
-
-    @property
     def default_drafter(self) -> str:
-        """The choice matching the drafter the engine came with."""
-        current = self.engine.drafter
-        return next(k for k, d in self.drafters.items() if d is current)
+        """The drafter the models were loaded with."""
+        return self.drafters.default
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.engine.tokenizer, "has_chat_template", False))
 
     def reset(self, history: Sequence[ChatMessage] = ()) -> None:
-        """Start over (a new chat) or continue a stored one. The caches stay:
-        a new chat with the same system prompt still shares its prefix."""
-        self.history = list(history)
+        """Start over (a new chat) or continue a stored one, of which only the
+        messages `in_turn` are kept. The caches stay: a new chat with the same
+        system prompt still shares its prefix."""
+        self.history = [m for m, kept in zip(history, in_turn(history)) if kept]
         self._last = None
 
     def prompt_ids(self, system: str = "", skip: int = 0) -> list[int]:
@@ -158,7 +148,10 @@ class Session:
             return list(tokenizer.encode(plain_transcript(history, system)))
         messages = [{"role": "system", "content": system}] if system else []
         messages += [{"role": m.role, "content": m.content} for m in history]
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        try:
+            return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        except TemplateError as err:  # the conversation, not the code: say what the template said
+            raise SpecmlxError(f"the model's chat template refuses this conversation: {err}") from None
 
     def fit(self, system: str, max_tokens: int) -> tuple[list[int], int, int]:
         """The prompt that fits the target's context window with room to answer:
@@ -210,8 +203,9 @@ class Session:
                 yield update
         finally:
             generation.close()  # the caches keep what was emitted
-        answer = "".join(emitted) + generation.tail
-        self.history.append(ChatMessage("assistant", answer))
+            # Even after a failure: the history keeps what was shown, as the stored chat does.
+            self.history.append(ChatMessage("assistant", "".join(emitted) + generation.tail))
+        answer = self.history[-1].content
         self._last = (prompt, config, generation.stats.generation_tokens)
         yield Finished(answer, generation.tail, generation.stats)
 
@@ -235,12 +229,26 @@ class Session:
             raise SpecmlxError("measuring plain decoding was stopped")
         return Baseline(run.stats.generation_tps, run.stats.generation_tokens)
 
-    def _select(self, choice: str) -> str:
-        """Make `choice` the engine's drafter, in step with the engine's context."""
-        if choice not in self.drafters:
-            raise SpecmlxError("no drafter model was loaded; choose prompt lookup or none")
-        self.engine.use(self.drafters[choice])
+    def _select(self, choice: str | None) -> str:
+        """Make `choice` (None: the default) the engine's drafter, in step with
+        the engine's context; its first use loads it."""
+        choice = choice or self.drafters.default
+        self.engine.use(self.drafters.drafter(choice))
         return choice
+
+
+def in_turn(messages: Sequence[ChatMessage]) -> list[bool]:
+    """Which messages a prompt keeps: each answer and the message it answers.
+
+    A message never answered (refused, or the app closed before its answer
+    began) stays in the stored chat but is left out, so the turns alternate
+    as chat templates require.
+    """
+    kept = [False] * len(messages)
+    for i in range(1, len(messages)):
+        if messages[i].role == "assistant" and messages[i - 1].role == "user":
+            kept[i - 1] = kept[i] = True
+    return kept
 
 
 def plain_transcript(history: Sequence[ChatMessage], system: str = "") -> str:

@@ -1,4 +1,4 @@
-"""Chat history in SQLite: conversations, messages, each token's text and source, stats.
+"""Chat history in SQLite: conversations and their settings, messages, each token's text and source, stats.
 
 Writes are committed as they happen (the user's message at once, an answer's
 tokens batch by batch, before the batch is shown), so a crash or kill loses
@@ -14,12 +14,15 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from specmlx.errors import SpecmlxError
 from specmlx.events import Source, TokenEvent
 from specmlx.stats import GenerationStats
+
+from .settings import ChatSettings
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -27,6 +30,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL,
     system TEXT NOT NULL DEFAULT '',
+    settings TEXT,
     target TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     updated REAL NOT NULL
@@ -76,10 +80,13 @@ class StoredMessage:
 
 @dataclass(frozen=True)
 class Conversation:
+    """`settings` is None for a chat saved before chats kept them, or unreadable ones."""
+
     id: int
     title: str
     system: str
     messages: tuple[StoredMessage, ...]
+    settings: ChatSettings | None = None
 
 
 class Store:
@@ -125,6 +132,9 @@ class Store:
         db.execute("PRAGMA foreign_keys=ON")
         with db:
             db.executescript(SCHEMA)
+            # Added since version 1, and ignored by it: no new version, so older apps still open the file.
+            if "settings" not in {row[1] for row in db.execute("PRAGMA table_info(conversations)")}:
+                db.execute("ALTER TABLE conversations ADD COLUMN settings TEXT")
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextmanager
@@ -147,18 +157,20 @@ class Store:
 
     # -- writing -----------------------------------------------------------------
 
-    def new_conversation(self, title: str, system: str = "", target: str = "") -> int:
+    def new_conversation(self, title: str, settings: ChatSettings = ChatSettings(), target: str = "") -> int:
         now = time.time()
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO conversations (title, system, target, created, updated) VALUES (?, ?, ?, ?, ?)",
-                (title, system, target, now, now),
+                "INSERT INTO conversations (title, system, settings, target, created, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (title, settings.system, _settings_json(settings), target, now, now),
             )
             return cursor.lastrowid
 
-    def set_system(self, conversation: int, system: str) -> None:
+    def set_settings(self, conversation: int, settings: ChatSettings) -> None:
         with self._write() as db:
-            db.execute("UPDATE conversations SET system = ? WHERE id = ?", (system, conversation))
+            db.execute("UPDATE conversations SET system = ?, settings = ? WHERE id = ?",
+                       (settings.system, _settings_json(settings), conversation))
 
     def add_message(self, conversation: int, role: str, content: str) -> int:
         """A complete message (the user's), committed now."""
@@ -214,7 +226,8 @@ class Store:
 
     def load(self, conversation: int) -> Conversation:
         with self._read() as db:
-            head = db.execute("SELECT title, system FROM conversations WHERE id = ?", (conversation,)).fetchone()
+            head = db.execute("SELECT title, system, settings FROM conversations WHERE id = ?",
+                              (conversation,)).fetchone()
             if head is None:
                 raise StoreError(f"no conversation {conversation} in the history")
             rows = db.execute(
@@ -232,7 +245,7 @@ class Store:
                              for i, role, content, stats, finished in rows)
         except ValueError as err:  # a token source this version does not know
             raise StoreError(f"cannot read conversation {conversation}: {err}") from None
-        return Conversation(conversation, head[0], head[1], messages)
+        return Conversation(conversation, head[0], head[1], messages, _settings(head[2], head[1]))
 
     def close(self) -> None:
         with self._lock:
@@ -244,6 +257,24 @@ def _message(role: str, content: str, tokens: list[tuple], stats: str | None, fi
     shown = "".join(e.text for e in events)
     tail = content[len(shown):] if content.startswith(shown) else ""
     return StoredMessage(role, content, events, tail, _stats(stats), bool(finished))
+
+
+def _settings_json(settings: ChatSettings) -> str:
+    """All but the system prompt, which has its own column."""
+    return json.dumps({k: v for k, v in asdict(settings).items() if k != "system"})
+
+
+def _settings(text: str | None, system: str) -> ChatSettings | None:
+    """Settings from their JSON; None when absent or unreadable. Fields this
+    version does not know are ignored; fields added since they were saved keep their defaults."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        known = {f.name for f in fields(ChatSettings)} - {"system"}
+        return ChatSettings(**{k: v for k, v in data.items() if k in known}, system=system)
+    except (ValueError, TypeError, AttributeError, SpecmlxError):
+        return None
 
 
 def _stats(text: str | None) -> GenerationStats | None:

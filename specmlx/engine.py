@@ -36,6 +36,10 @@ from .text import TextStream
 from .verify import acceptance_chance, verify_greedy, verify_sampled
 from .vocab import context_window
 
+RANDOM_SEED = -1  # as llama.cpp's: a fresh random seed each generation, as no seed at all
+MAX_SEED = 2**64 - 1  # MLX's random keys take an unsigned 64-bit seed
+
+
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to generate: how many tokens, how to sample, and how rounds draft
@@ -52,6 +56,8 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
+        if self.seed is not None and not RANDOM_SEED <= self.seed <= MAX_SEED:
+            raise SpecmlxError(f"the seed must be {RANDOM_SEED} (a random one) or 0..{MAX_SEED}, got {self.seed}")
 
 
 class Engine:
@@ -300,8 +306,10 @@ class Engine:
     def _decode(self, prompt: list[int], config: GenerationConfig, out: "Generation") -> Iterator[TokenEvent]:
         policy = config.policy
         schedule = self._schedule(policy)
-        rec = StatsRecorder(drafter=self.drafter.name, num_draft=policy.start, auto=isinstance(schedule, AutoDraft))
-        seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(63)
+        drafts = not isinstance(self.drafter, NoDrafter) or policy.lookup  # with neither, no round proposes
+        rec = StatsRecorder(drafter=self.drafter.name, num_draft=policy.start if drafts else 0,
+                            auto=isinstance(schedule, AutoDraft))
+        seed = config.seed if config.seed not in (None, RANDOM_SEED) else random.SystemRandom().getrandbits(63)
         key = mx.random.key(seed)
         text = TextStream(self.tokenizer, config.stop)
         start = perf_counter()

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "default 0: off; e.g. 3)")
     gen.add_argument("--lookup-draft", type=int, default=8, metavar="K",
                      help="tokens proposed by a lookup (default 8)")
-    gen.add_argument("--seed", type=int, help="make sampling reproducible")
+    gen.add_argument("--seed", type=int, help="make sampling reproducible: 0 to 2^64-1 (-1: a random seed)")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, sources, stats")

@@ -86,6 +86,20 @@ def test_sampling_flags_and_seed(capsys, model_dirs):
     assert not first["stats"]["auto"] and first["stats"]["num_draft"] == 4
 
 
+def test_seed_minus_one_is_a_random_seed_and_one_out_of_range_is_one_line(capsys, model_dirs):
+    """-1 as llama.cpp's: a fresh seed each run. MLX takes 0..2^64-1."""
+    args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
+            "--max-tokens", 16, "--temp", 1.5, "--json")
+    runs = [cli(capsys, *args, "--seed", -1) for _ in range(3)]
+    assert all(code == 0 for code, _, _ in runs), runs
+    assert len({tuple(json.loads(out)["tokens"]) for _, out, _ in runs}) > 1  # not one fixed seed
+    for seed in (-2, 2 ** 64):
+        code, out, err = cli(capsys, *args, "--seed", seed)
+        assert code == 2 and out == ""
+        assert err.strip() == f"specmlx generate: error: the seed must be -1 (a random one) or 0..{2 ** 64 - 1}, got {seed}"
+    assert cli(capsys, *args, "--seed", 2 ** 64 - 1)[0] == 0
+
+
 def test_the_draft_length_is_four_unless_auto_is_asked_for(capsys, model_dirs):
     args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
             "--max-tokens", 24)

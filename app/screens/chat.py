@@ -22,14 +22,14 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
-from specmlx.drafters import NGRAM, NONE
+from specmlx.drafters import NONE
 from specmlx.log import user_error
 from specmlx.stats import GenerationStats
 
 from specmlx.mlx_thread import MLXThread
 from ..recorder import AnswerRecorder
-from ..session import Baseline, ChatMessage, Session, Started, Streamed, Update
-from ..settings import DRAFTERS, MODEL, ChatSettings
+from ..session import Baseline, ChatMessage, Session, Started, Streamed, Update, in_turn
+from ..settings import ChatSettings, drafter_label
 from ..store import Conversation, Store, StoreError
 from ..tally import Tally
 from ..widgets.answer import AnswerView
@@ -37,6 +37,7 @@ from ..widgets.legend import Legend
 from ..widgets.messages import Note, UserMessage
 from ..widgets.stats import Figures, StatsPanel
 from .history import HistoryScreen
+from .loading import Typed
 from .settings import SettingsScreen
 
 
@@ -84,14 +85,16 @@ class ChatScreen(Screen):
             super().__init__()
             self.error = error
 
-    def __init__(self, session: Session, store: Store, mlx: MLXThread, settings: ChatSettings) -> None:
+    def __init__(self, session: Session, store: Store, mlx: MLXThread, settings: ChatSettings,
+                 typed: Typed = Typed()) -> None:
         super().__init__()
         self.session = session
         self.store = store
         self.mlx = mlx
         self.settings = settings
+        self.typed = typed  # from the loading screen
         self.conversation: int | None = None  # created with the first message
-        self.baseline_tps: float | None = None
+        self.baseline_tps: float | None = None  # plain decoding on the last answer's prompt; None: not measured
         self.figures = self._idle_figures()
         self._answer: AnswerView | None = None
         self._tally = Tally()
@@ -111,28 +114,39 @@ class ChatScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"{self.session.target_name} · drafter {self._drafter_label(self.settings.active_drafter)}"
+        self._show_drafter()
         self.query_one("#transcript").anchor()  # follow the answer as it grows
         prompt = self.query_one("#prompt", Input)
         prompt.cursor_blink = getattr(self.app, "cursor_blink", True)
+        prompt.value = self.typed.text
         prompt.focus()
+        if self.typed.send:
+            self.send(prompt)
 
     # -- sending and streaming ---------------------------------------------------
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
+        self.send(event.input)
+
+    def send(self, prompt: Input) -> None:
+        """Send what the prompt holds, unless empty or an answer is under way."""
+        text = prompt.value.strip()
         if not text:
             return
         if self.busy:
             self.notify("Still working on the last answer: press Esc to stop it.", severity="warning")
             return
-        event.input.clear()
+        prompt.clear()
         self._save_user(text)
         self._add(UserMessage(text))
+        drafter = self.settings.active_drafter
+        if not self.session.drafters.is_loaded(drafter):
+            self._add(Note(f"loading drafter {drafter_label(drafter)} for its first use…"))
         self._answer = AnswerView(highlight=self.highlight, markdown=self.markdown)
         self._add(self._answer)
         self._tally = Tally()
         self._stop.clear()
+        self.baseline_tps = None  # measured on the last answer's prompt: not this one's
         self.busy = "answering"
         self.run_answer(text, self.settings, self.conversation)
 
@@ -165,13 +179,13 @@ class ChatScreen(Screen):
         if isinstance(update, Started):
             self.figures = replace(
                 self._idle_figures(), prompt_tokens=update.prompt_tokens, reused=update.reused,
-                drafter=self._drafter_label(update.drafter),
+                drafter=drafter_label(update.drafter),
                 draft="off" if update.drafter == NONE else
                 "auto" if update.config.policy.auto else str(update.config.policy.num_draft),
             )
             note = self._window_note(update)
             if note:
-                self._add(Note(note))
+                self._add(Note(note), before=answer)  # about what this answer sees, so above it
         elif isinstance(update, Streamed):
             answer.append(update.events)
             if not self._tally.tokens:  # the first round also paid for the prefill: not counted
@@ -237,7 +251,10 @@ class ChatScreen(Screen):
         self.app.push_screen(HistoryScreen(self.store), self._open)
 
     def action_settings(self) -> None:
-        self.app.push_screen(SettingsScreen(self.settings, self.session.drafter_name), self._apply_settings)
+        drafters = self.session.drafters
+        offered = [(name, drafter_label(name) + ("" if drafters.is_loaded(name) else " (loads when first used)"))
+                   for name in drafters.names]
+        self.app.push_screen(SettingsScreen(self.settings, offered), self._apply_settings)
 
     def action_toggle_highlight(self) -> None:
         self.highlight = not self.highlight
@@ -255,7 +272,7 @@ class ChatScreen(Screen):
             widget.markdown = value
 
     def action_baseline(self) -> None:
-        """Measure plain decoding (no drafter) on the last prompt, for the speedup."""
+        """Measure plain decoding (no drafter) on the last answer's prompt, for that answer's speedup."""
         if self.busy:
             self.notify("Busy: measure when the answer is done.", severity="warning")
             return
@@ -308,15 +325,20 @@ class ChatScreen(Screen):
             pass
 
     def show_conversation(self, stored: Conversation) -> None:
-        """Put a stored chat on screen and continue it (its prompt is prefilled anew)."""
-        self.session.reset([ChatMessage(m.role, m.content) for m in stored.messages])
-        self.settings = replace(self.settings, system=stored.system)
+        """Put a stored chat on screen and continue it (its prompt is prefilled anew)
+        with the settings it was using."""
+        history = [ChatMessage(m.role, m.content) for m in stored.messages]
+        self.session.reset(history)
+        self._restore_settings(stored)
         self.conversation = stored.id
+        self.baseline_tps = None
         widgets: list[Widget] = []
         self._tally, stats = Tally(), None
-        for message in stored.messages:
+        for message, kept in zip(stored.messages, in_turn(history)):
             if message.role == "user":
                 widgets.append(UserMessage(message.content))
+                if not kept:
+                    widgets.append(Note("not answered: the model does not see this message"))
                 continue
             widgets.append(AnswerView(message.events, message.tail, finished=True,
                                       highlight=self.highlight, markdown=self.markdown))
@@ -331,20 +353,31 @@ class ChatScreen(Screen):
         self.figures = self._final_figures(stats, self._tally) if stats else self._idle_figures()
         self.query_one(StatsPanel).show(self.figures)
 
+    def _restore_settings(self, stored: Conversation) -> None:
+        """The stored chat's settings; a chat saved before chats kept them takes
+        the current ones, with its own system prompt."""
+        settings = stored.settings or replace(self.settings, system=stored.system)
+        if settings.drafter not in self.session.drafters.names:
+            self.notify(f"This chat drafted with {settings.drafter}, which these models do not offer; "
+                        f"it goes on with {drafter_label(self.settings.drafter)}.", severity="warning")
+            settings = replace(settings, drafter=self.settings.drafter)
+        self.settings = settings
+        self._show_drafter()
+
     def _apply_settings(self, settings: ChatSettings | None) -> None:
         if settings is None:
             return
-        if settings.system != self.settings.system and self.conversation is not None:
-            self._saving(self.store.set_system, self.conversation, settings.system)
+        if self.conversation is not None:
+            self._saving(self.store.set_settings, self.conversation, settings)
         self.settings = settings
-        self.sub_title = f"{self.session.target_name} · drafter {self._drafter_label(settings.active_drafter)}"
+        self._show_drafter()
         self.notify("Settings apply from the next answer.")
 
     def _save_user(self, text: str) -> None:
         """The user's message is committed before anything else happens."""
         if self.conversation is None:
             self.conversation = self._saving(
-                self.store.new_conversation, text[:60], self.settings.system, self.session.target_name)
+                self.store.new_conversation, text[:60], self.settings, self.session.target_name)
         if self.conversation is not None:
             self._saving(self.store.add_message, self.conversation, "user", text)
 
@@ -358,13 +391,13 @@ class ChatScreen(Screen):
         self.action_stop()
         return True
 
-    def _add(self, widget: Widget) -> None:
+    def _add(self, widget: Widget, before: Widget | None = None) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         if not transcript.is_attached:  # the app is closing; a last update came in
             return
         for welcome in transcript.query("#welcome"):
             welcome.remove()
-        transcript.mount(widget)
+        transcript.mount(widget, before=before if before is not None and before.parent is transcript else None)
 
     def _show(self, widgets: list[Widget]) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
@@ -378,20 +411,18 @@ class ChatScreen(Screen):
         limit = started.config.max_tokens
         short = f"at most {limit} tokens long" if limit < self.settings.max_tokens else ""
         if not started.dropped:
-            return f"the context window of {window} tokens leaves room for an answer {short}" if short else ""
-        messages = "message no longer fits" if started.dropped == 1 else f"{started.dropped} oldest messages no longer fit"
-        return (f"the {messages} the model's context window of {window} tokens: this answer does not see "
-                f"{'it' if started.dropped == 1 else 'them'}" + (f", and it can be {short}" if short else ""))
+            return f"in the model's context window of {window} tokens, the answer below can be {short}" if short else ""
+        oldest = "the oldest message" if started.dropped == 1 else f"the {started.dropped} oldest messages"
+        return (f"to fit the model's context window of {window} tokens, the answer below does not see {oldest}"
+                + (f" and can be {short}" if short else ""))
 
-    def _drafter_label(self, choice: str) -> str:
-        if choice == MODEL:
-            return self.session.drafter_name
-        return "none (plain decoding)" if choice == NONE else DRAFTERS[choice]
+    def _show_drafter(self) -> None:
+        self.sub_title = f"{self.session.target_name} · drafter {drafter_label(self.settings.active_drafter)}"
 
     def _idle_figures(self) -> Figures:
         choice = self.settings.active_drafter
         return Figures(
-            drafter=self._drafter_label(choice), draft="off" if choice == NONE else self.settings.draft_label,
+            drafter=drafter_label(choice), draft="off" if choice == NONE else self.settings.draft_label,
             baseline_tps=self.baseline_tps,
         )
 
@@ -399,13 +430,12 @@ class ChatScreen(Screen):
         """The engine's own numbers; the per-round sparkline comes from the sources."""
         drafted = stats.drafter != NONE
         draft = ("auto" if stats.auto else str(stats.num_draft)) if drafted else "off"  # as this answer ran
-        label = {NGRAM: DRAFTERS[NGRAM], NONE: "none (plain decoding)"}.get(stats.drafter, stats.drafter)
         return replace(
-            self.figures, drafter=label, tokens=stats.generation_tokens,
+            self.figures, drafter=drafter_label(stats.drafter), tokens=stats.generation_tokens,
             tps=stats.generation_tps, acceptance=stats.acceptance_rate if stats.drafted else None,
             mean_accepted=stats.mean_accepted, draft=draft,
             accepted_per_round=tuple(tally.accepted_per_round), draft_lengths=tuple(tally.draft_lengths),
-            baseline_tps=self.baseline_tps, measuring=False,
+            baseline_tps=self.baseline_tps, measuring=False, finished=True,
         )
 
     def _welcome(self) -> str:
@@ -413,7 +443,7 @@ class ChatScreen(Screen):
             "\nThis model has no chat template: the chat is sent as a plain 'User:/Assistant:' transcript.")
         return (
             f"Chatting with {self.session.target_name}; drafter: "
-            f"{self._drafter_label(self.settings.active_drafter)}.{template}\n"
+            f"{drafter_label(self.settings.active_drafter)}.{template}\n"
             "Type a message and press Enter; Esc stops an answer and keeps what was written.\n"
             "ctrl+s settings · ctrl+o history · ctrl+b measure plain decoding · ctrl+p all commands"
         )

@@ -1,7 +1,9 @@
-"""Loading the models, step by step, on the MLX thread; the screen stays live."""
+"""Loading the models, step by step, on the MLX thread; the screen stays live,
+and takes the first message, to be sent once the models are ready."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import monotonic
 from typing import Callable
 
@@ -11,12 +13,21 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, LoadingIndicator, Static
+from textual.widgets import Footer, Header, Input, LoadingIndicator, Static
 
 from ..loader import LoadFailure, ModelChoice, failure
 from ..session import Session
 
 Loader = Callable[[Callable[[str], None]], Session]  # takes a progress callback
+WAITING = "Sent as soon as the models are ready."
+
+
+@dataclass(frozen=True)
+class Typed:
+    """What the user typed while the models loaded; `send`: Enter was pressed."""
+
+    text: str = ""
+    send: bool = False
 
 
 class LoadingScreen(Screen[Session | LoadFailure]):
@@ -41,6 +52,8 @@ class LoadingScreen(Screen[Session | LoadFailure]):
         self.loader = loader
         self.choice = choice
         self.steps: list[tuple[str, float]] = []  # (step, started at)
+        self.sent = False  # Enter was pressed in the prompt
+        self.held = Typed()  # what was typed, as loading ended
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -48,9 +61,18 @@ class LoadingScreen(Screen[Session | LoadFailure]):
             yield Static("Loading models…", id="loading-title")
             yield LoadingIndicator()
             yield Static(id="steps")
+        yield Input(placeholder="Type your first message: Enter sends it once the models are ready", id="prompt")
+        yield Static(id="waiting")
         yield Footer()
 
+    @property
+    def typed(self) -> Typed:
+        return Typed(self.query_one("#prompt", Input).value, self.sent)
+
     def on_mount(self) -> None:
+        prompt = self.query_one("#prompt", Input)
+        prompt.cursor_blink = getattr(self.app, "cursor_blink", True)
+        prompt.focus()
         self.started = monotonic()
         self.set_interval(0.25, self._show_steps)  # a ticking clock: the screen is not frozen
         self.load()
@@ -64,7 +86,14 @@ class LoadingScreen(Screen[Session | LoadFailure]):
             result = failure(err, self.choice)
         self.post_message(self.Done(result))  # never call_from_thread: it would hang a closing app
 
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.sent = True
+            event.input.disabled = True  # what is shown is what will be sent
+            self.query_one("#waiting", Static).update(WAITING)
+
     def on_loading_screen_done(self, message: Done) -> None:
+        self.held = self.typed  # read while the prompt is still mounted: the app takes it once this is gone
         self.dismiss(message.result)
 
     def on_loading_screen_progress(self, message: Progress) -> None:

@@ -15,9 +15,10 @@ from ..loader import LoadFailure
 class MissingModelScreen(Screen):
     BINDINGS = [Binding("q,escape", "app.quit_missing", "Quit")]
 
-    def __init__(self, problem: LoadFailure) -> None:
+    def __init__(self, problem: LoadFailure, unsent: str = "") -> None:
         super().__init__()
         self.problem = problem
+        self.unsent = unsent  # a message typed while loading: shown, so it is not lost
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -27,4 +28,6 @@ class MissingModelScreen(Screen):
             yield Static("To get one, run:", classes="missing-label")
             yield Static(Text("\n".join(self.problem.commands)), id="missing-commands")
             yield Static("then start the app again. Press q to quit.", classes="missing-label")
+            if self.unsent:
+                yield Static(Text(f"Your message was not sent:\n{self.unsent}"), id="missing-unsent")
         yield Footer()

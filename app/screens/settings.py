@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static, Switch
+from textual.widgets import Button, Input, Label, Static, Switch
 
-from specmlx.drafters import NGRAM, NONE
 from specmlx.errors import SpecmlxError
 
-from ..settings import AUTO, DRAFTERS, MODEL, ChatSettings
+from ..settings import AUTO, ChatSettings
+from ..widgets.drafter_list import ChosenButton, DrafterList
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
@@ -22,10 +24,10 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         Binding("ctrl+s", "save", "Save"),
     ]
 
-    def __init__(self, settings: ChatSettings, model_drafter: str = "") -> None:
+    def __init__(self, settings: ChatSettings, drafters: Sequence[tuple[str, str]]) -> None:
         super().__init__()
         self.settings = settings
-        self.model_drafter = model_drafter  # "" when no drafter model was loaded
+        self.drafters = tuple(drafters)  # (name, label) of each drafter offered
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -44,11 +46,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Label("Speculation")
                 yield Switch(s.speculation, id="speculation")
                 yield Label("Drafter")
-                with RadioSet(id="drafter", compact=True):
-                    model = f"model: {self.model_drafter}" if self.model_drafter else "model: none loaded"
-                    yield RadioButton(model, value=s.drafter == MODEL, id=MODEL, disabled=not self.model_drafter)
-                    yield RadioButton(DRAFTERS[NGRAM], value=s.drafter == NGRAM, id=NGRAM)
-                    yield RadioButton(DRAFTERS[NONE], value=s.drafter == NONE, id=NONE)
+                with DrafterList(id="drafter", compact=True):
+                    for name, label in self.drafters:  # names need not be valid widget ids
+                        yield ChosenButton(label, value=s.drafter == name, name=name)
                 yield Label("System prompt")
                 yield Input(s.system, id="system", placeholder="(none)", compact=True)
             yield Static(id="settings-error")
@@ -90,14 +90,14 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             except ValueError:
                 raise ValueError(f"{label}: {text!r} is not a valid {kind.__name__}") from None
 
-        pressed = self.query_one("#drafter", RadioSet).pressed_button
+        pressed = self.query_one("#drafter", DrafterList).pressed_button
         return ChatSettings(
             temp=value("temp", float, "temperature"),
             top_p=value("top_p", float, "top-p"),
             num_draft=None if self.query_one("#num_draft", Input).value.strip().lower() == AUTO
             else value("num_draft", int, "draft tokens (a whole number or auto)"),
             max_tokens=value("max_tokens", int, "max tokens"),
-            drafter=pressed.id if pressed is not None else self.settings.drafter,
+            drafter=pressed.name if pressed is not None else self.settings.drafter,
             speculation=self.query_one("#speculation", Switch).value,
             system=self.query_one("#system", Input).value,
         )

@@ -18,7 +18,7 @@ class Figures:
     """What the panel shows about the latest answer.
 
     `acceptance` is None while an answer streams: it needs the number of
-    drafted tokens, which only the engine's final stats hold.
+    drafted tokens, which only the engine's final stats hold (`finished`).
     """
 
     drafter: str = ""
@@ -31,8 +31,9 @@ class Figures:
     accepted_per_round: tuple[int, ...] = ()
     prompt_tokens: int = 0
     reused: int = 0
-    baseline_tps: float | None = None
+    baseline_tps: float | None = None  # plain decoding on this answer's prompt
     measuring: bool = False
+    finished: bool = False
 
 
 def sparkline(values: Sequence[int], top: int, width: int) -> str:
@@ -50,7 +51,16 @@ def speedup(figures: Figures) -> str:
         return "n/a — press ctrl+b\nto measure"
     if not figures.tps or figures.baseline_tps <= 0:
         return "n/a"
-    return f"{figures.tps / figures.baseline_tps:.2f}×\nvs plain {figures.baseline_tps:.1f} tok/s"
+    return f"{figures.tps / figures.baseline_tps:.2f}×\nvs plain {figures.baseline_tps:.1f} tok/s\non the same prompt"
+
+
+def accepted(figures: Figures) -> str:
+    """The share of drafted tokens accepted; once known to be none were drafted, say so."""
+    if figures.acceptance is not None and figures.tokens:
+        return f"{figures.acceptance:.0%}"
+    if figures.tokens and (figures.finished or figures.draft == "off"):
+        return "no drafts"
+    return "…"
 
 
 def draft_length(figures: Figures) -> str:
@@ -92,7 +102,7 @@ class StatsPanel(Static):
             _grid(
                 ("drafter", f.drafter or "none"),
                 ("draft len", draft_length(f)),
-                ("accepted", number(f.acceptance if f.tokens else None, "{:.0%}")),
+                ("accepted", accepted(f)),
                 ("mean len", number(f.mean_accepted if f.tokens else None, "{:.2f} tok/round")),
                 ("rounds", str(len(f.accepted_per_round))),
             ),

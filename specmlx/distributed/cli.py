@@ -8,6 +8,7 @@ from typing import Iterator
 
 from .group import Group, join, link_errors
 from .load import AUTO, SHARDINGS
+from .output import backend_to_log
 from .watchdog import PEER_TIMEOUT
 
 
@@ -25,13 +26,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def joined(args: argparse.Namespace) -> Iterator[Group | None]:
-    """This rank's group with --distributed (a lost peer becomes one line), else None."""
+    """This rank's group with --distributed (a lost peer becomes one line, the backend's
+    own lines go to the log file), else None."""
     if not args.distributed:
         yield None
         return
     group = join(args.peer_timeout)
-    with link_errors(group):
-        yield group
+    backend_to_log(group.name())
+    try:
+        with link_errors(group):
+            yield group
+    except BaseException:
+        group.leave(clean=False)  # the others see this rank go when it has said why (they may be waiting)
+        raise
+    group.leave(clean=True)
 
 
 def leads(group: Group | None) -> bool:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
-from typing import Any, ContextManager, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ContextManager, Iterator
 
 import mlx.core as mx
 
 from ..errors import SpecmlxError
+from .liveness import Liveness, PeerGone, leader_host
 from .watchdog import PEER_TIMEOUT, Watchdog
 
 LAUNCH = "mlx.launch --backend ring -n 2 -- python -m specmlx COMMAND --distributed ..."
@@ -27,6 +28,7 @@ class Group:
     rank: int
     size: int
     watchdog: Watchdog | None = field(default=None, compare=False)
+    liveness: Liveness | None = field(default=None, compare=False)
 
     @property
     def leads(self) -> bool:
@@ -39,9 +41,21 @@ class Group:
         """Wrap every wait on the other ranks: bounded by the watchdog, when there is one."""
         return self.watchdog.waiting() if self.watchdog is not None else nullcontext()
 
+    def when_lost(self, handler: Callable[[PeerGone], None]) -> None:
+        """Call `handler` when a peer's process ends, instead of ending this one with one line."""
+        if self.liveness is not None:
+            self.liveness.when_lost(handler)
+
+    def leave(self, clean: bool) -> None:
+        """This rank is done with the group; `clean`: it finished its part (see `Liveness.leave`)."""
+        if self.liveness is not None:
+            self.liveness.leave(clean)
+
 
 def join(peer_timeout: float = PEER_TIMEOUT) -> Group:
-    """The group `mlx.launch` set up, or one clear line when there is none."""
+    """The group `mlx.launch` set up, or one clear line when there is none. Every wait on the
+    other ranks is bounded (`watchdog.py`), and a rank whose process ends is seen at once
+    (`liveness.py`)."""
     if peer_timeout <= 0:
         raise SpecmlxError(f"--peer-timeout must be > 0 seconds, got {peer_timeout:g}")
     if not any(k in os.environ for k in LAUNCHED):
@@ -53,13 +67,37 @@ def join(peer_timeout: float = PEER_TIMEOUT) -> Group:
     if group.size() < 2:
         raise SpecmlxError(f"--distributed found one rank only; start two or more: {LAUNCH}")
     name = f"rank {group.rank()} of {group.size()}"
-    return Group(group, group.rank(), group.size(), Watchdog(name, peer_timeout))
+    bounded = Group(group, group.rank(), group.size(), Watchdog(name, peer_timeout))
+    with link_errors(bounded):  # a rank may die while the others connect
+        return replace(bounded, liveness=connect_liveness(bounded))
+
+
+def connect_liveness(group: Group) -> Liveness | None:
+    """Every rank's connection to rank 0 that shows at once when a process ends (`liveness.py`)."""
+    try:
+        host = leader_host()
+    except (OSError, ValueError, LookupError, TypeError) as err:
+        raise SpecmlxError(f"{group.name()}: cannot read rank 0's address from $MLX_HOSTFILE: {err}") from None
+    if host is None:
+        return None
+
+    def share(port: int) -> int:  # rank 0's port on every rank
+        with group.waiting():
+            return int(mx.distributed.all_sum(mx.array([port]), group=group.group, stream=mx.cpu).item())
+
+    try:
+        return Liveness.open(group.name(), group.rank, group.size, host, share, group.watchdog.timeout)
+    except OSError as err:
+        raise SpecmlxError(f"{group.name()}: cannot connect to the other ranks at {host} to watch them: "
+                           f"{str(err) or type(err).__name__}") from None
 
 
 def lost_link(err: BaseException) -> bool:
-    """MLX's backends raise RuntimeError with their name in brackets when a peer goes away."""
+    """MLX's backends raise RuntimeError with their name in brackets when a peer goes away;
+    the liveness connection, PeerGone."""
     text = str(err)
-    return isinstance(err, RuntimeError) and any(f"[{b}]" in text for b in ("ring", "jaccl", "mpi", "nccl"))
+    return isinstance(err, PeerGone) or (
+        isinstance(err, RuntimeError) and any(f"[{b}]" in text for b in ("ring", "jaccl", "mpi", "nccl")))
 
 
 @contextmanager

@@ -119,6 +119,7 @@ class Lockstep:
     def announce(self, control: Control | None) -> None:
         """Rank 0: this round's shape, or None when the generation is over."""
         assert self.leads and not self.in_round
+        self.in_round = True  # if the announcement fails, the others are somewhere inside it
         self._round_message([STOP, 0] if control is None else [control.size, int(control.looked_up)])
         self.in_round = control is not None
 
@@ -128,8 +129,9 @@ class Lockstep:
 
     def stop(self) -> None:
         """Rank 0, when a generation ends however it ends: tell the others, unless a round is
-        still open (it failed midway); they are then inside its collectives and learn of it
-        when this process goes."""
+        still open (it or its announcement failed midway); they are then inside its collectives
+        and learn of it when this process goes. A collective sent after a failed one can wait
+        forever (`liveness.py`), and fail again on top of the first error."""
         if not self.in_round:
             self.announce(None)
 

@@ -1,20 +1,19 @@
 """A bound on every wait for the other ranks.
 
-When a peer dies, MLX's ring backend fails the collectives it has pending
-(a RuntimeError, which `group.link_errors` turns into one line), but a
-collective queued after that can wait forever. So each wait that involves
-the other ranks is timed, and one that outlasts the limit ends the process
-with one line, exit code 2. Waiting for a server's next request is not timed.
+A peer whose process ends is noticed at once (`liveness.py`); one that is alive
+but stuck, or out of reach, is not. So each wait that involves the other ranks
+is timed, and one that outlasts the limit ends the process with one line, exit
+code 2. Waiting for a server's next request is not timed.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 from contextlib import contextmanager
 from time import monotonic
 from typing import Iterator
+
+from .output import end
 
 PEER_TIMEOUT = 120.0  # seconds: longer than any one round or prefill chunk here, far shorter than forever
 
@@ -40,7 +39,5 @@ class Watchdog:
             threading.Event().wait(min(1.0, self.timeout / 4))
             since = self._since
             if since is not None and monotonic() - since > self.timeout:
-                sys.stdout.flush()
-                print(f"specmlx: error: {self.name}: no word from the other ranks for {self.timeout:.0f} s; "
-                      "a rank has stopped or hangs; stopping", file=sys.stderr, flush=True)
-                os._exit(2)  # the waiting thread cannot be interrupted: MLX holds it
+                end(f"{self.name}: no word from the other ranks for {self.timeout:.0f} s; a rank has stopped "
+                    "or hangs; stopping")

@@ -15,27 +15,40 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from ..events import TokenEvent
 from ..vocab import vocab_size
 from .errors import APIError, install, sse_error
 from .jobs import Defaults, chat_prompt, completion_prompt, make_job
-from .limits import BodyLimit
+from .limits import BodyLimit, LoopbackHost
 from .render import DONE, Reply
 from .schemas import ChatRequest, CompletionRequest, Sampling
 from .worker import Done, Failed, Ticket, Worker
 
-# How often a whole (not streamed) request checks that its client is still there.
+# How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5
+# A stream that has nothing to send for this long (queued, or a long prefill) sends an SSE comment,
+# so that clients and proxies with read timeouts do not give up on it.
+KEEPALIVE_S = 10.0
+KEEPALIVE = ": keep-alive\n\n"
 
 
 @dataclass(frozen=True)
 class Access:
-    """Who may call: `api_key` (None: anyone on the bound address) and the largest body accepted."""
+    """Who may call and from where.
 
-    api_key: str | None = None
+    `api_keys`: none, anyone on the bound address; else a Bearer key among them, and each key's
+    conversations are kept apart. `loopback`: the server listens on this machine only, so a
+    `Host` header naming another (a DNS-rebinding web page) is refused. `cors_origins`: web
+    pages that may call it from a browser."""
+
+    api_keys: tuple[str, ...] = ()
     max_body_bytes: int = 4 << 20
+    loopback: bool = True
+    cors_origins: tuple[str, ...] = ()
 
 
 class Mailbox:
@@ -86,7 +99,14 @@ class Served:
 def build_app(worker: Worker, defaults: Defaults, access: Access = Access()) -> FastAPI:
     app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
     install(app)
+    # The last added runs first: the Host check, then CORS (whose preflights carry no key), then the cap.
     app.add_middleware(BodyLimit, max_bytes=access.max_body_bytes)
+    if access.cors_origins:
+        # Any request header: browser SDKs add their own (X-Stainless-*); no cookies are ever allowed.
+        app.add_middleware(CORSMiddleware, allow_origins=list(access.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"])
+    if access.loopback:
+        app.add_middleware(LoopbackHost)
     app.state.served = Served(worker, defaults, access, worker.slots.tokenizer, vocab_size(worker.slots.target),
                               tuple(worker.slots.drafters), int(time.time()))
     app.include_router(open_routes)
@@ -99,13 +119,18 @@ def served(request: Request) -> Served:
 
 
 def authorized(request: Request) -> None:
-    key = served(request).access.api_key
-    if key is None:
+    """Let the request in, or 401; `request.state.owner` is then the index of its key (None without keys)."""
+    keys = served(request).access.api_keys
+    request.state.owner = None
+    if not keys:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
+    # Every key is compared, so the time taken tells nothing of which one nearly matched.
+    matches = [hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]
+    if scheme.lower() != "bearer" or not any(matches):
         raise APIError(401, "missing or incorrect API key: send Authorization: Bearer KEY", "invalid_api_key",
                        headers={"WWW-Authenticate": "Bearer"})
+    request.state.owner = matches.index(True)
 
 
 open_routes = APIRouter()
@@ -132,21 +157,27 @@ async def model(model: str, request: Request) -> dict:
     return s.model_card()
 
 
+# Prompts are encoded on a worker thread: a long one takes seconds, and every stream and /health
+# would wait for it on the event loop.
 @api.post("/chat/completions")
 async def chat(body: ChatRequest, request: Request):
-    return await answer(body, chat_prompt(served(request).tokenizer, body), request, chat=True)
+    s = served(request)
+    prompt = await run_in_threadpool(chat_prompt, s.tokenizer, body, s.worker.slots.context_window)
+    return await answer(body, prompt, request, chat=True)
 
 
 @api.post("/completions")
 async def completions(body: CompletionRequest, request: Request):
     s = served(request)
-    return await answer(body, completion_prompt(s.tokenizer, body, s.vocab), request, chat=False)
+    prompt = await run_in_threadpool(completion_prompt, s.tokenizer, body, s.vocab, s.worker.slots.context_window)
+    return await answer(body, prompt, request, chat=False)
 
 
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
     s = served(request)
     slots = s.worker.slots
-    job = make_job(body, prompt, s.defaults, list(s.loaded), slots.room(len(prompt)), slots.context_window)
+    job = make_job(body, prompt, s.defaults, list(s.loaded), slots.room(len(prompt)), slots.context_window,
+                   request.state.owner)
     reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
     queue: asyncio.Queue = asyncio.Queue()
     # A full queue raises 429 here, before any byte is sent.
@@ -168,7 +199,11 @@ async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool
     try:
         yield reply.first()
         while True:
-            items = await queue.get()
+            try:
+                items = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+            except asyncio.TimeoutError:
+                yield KEEPALIVE
+                continue
             while not queue.empty():
                 items += queue.get_nowait()
             events, end = split(items)
@@ -186,14 +221,18 @@ async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool
 
 async def whole(reply: Reply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
     events: list[TokenEvent] = []
+    loop = asyncio.get_running_loop()
+    check_at = loop.time() + DISCONNECT_POLL_S
     try:
         while True:
             try:
-                items = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+                items = await asyncio.wait_for(queue.get(), max(0.0, check_at - loop.time()))
             except asyncio.TimeoutError:
+                items = []
+            if loop.time() >= check_at:  # on a timer: while tokens flow, a gap between them may never come
                 if await request.is_disconnected():
-                    raise APIError(499, "the client closed the request", "client_closed") from None
-                continue
+                    raise APIError(499, "the client closed the request", "client_closed")
+                check_at = loop.time() + DISCONNECT_POLL_S
             got, end = split(items)
             events += got
             if isinstance(end, Done):

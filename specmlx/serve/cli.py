@@ -6,13 +6,15 @@ import argparse
 import ipaddress
 import json
 import os
+import signal
 import sys
 from typing import Sequence
 
 from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import load_drafters_sharded
-from ..drafters import NGRAM, NONE
+from ..distributed.output import end
+from ..drafters import NGRAM, NONE, ModelDrafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError, run_cli
 from ..generate import AUTO, draft_length
@@ -25,7 +27,7 @@ from .app import Access, build_app
 from .jobs import Defaults
 from .run import Server, bind
 from .sharded import follow
-from .slots import Slots
+from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count
 from .worker import Worker
 
 API_KEY_ENV = "SPECMLX_API_KEY"
@@ -42,11 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: the preset's drafter)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                   help=f"require Authorization: Bearer KEY on every route but /health (default: ${API_KEY_ENV})")
+    p.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                   help="require Authorization: Bearer KEY on every route but /health; repeatable: each key's "
+                   f"conversations are kept apart (default: ${API_KEY_ENV}; empty means none)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page origin (e.g. http://localhost:3000, or *) whose scripts may call the server "
+                   "from a browser; repeatable (default: none)")
     p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 (default 32)")
-    p.add_argument("--slots", type=int, default=2, help="conversations whose KV caches are kept between "
-                   "requests (default 2)")
+    p.add_argument("--slots", type=int, default=None, help="conversations whose KV caches are kept between "
+                   f"requests (default: as many as --cache-gb holds at {TOKENS_PER_SLOT} tokens each, "
+                   f"{MIN_SLOTS} to {MAX_SLOTS})")
     p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold (default 4)")
     p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say "
                    "(default 512)")
@@ -76,10 +83,32 @@ def curl_line(base: str, model: str, api_key: bool) -> str:
     return f"curl {base}/v1/chat/completions -H 'Content-Type: application/json'{key} -d '{body}'"
 
 
+def api_keys(given: list[str], environ: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """The keys from --api-key, else $SPECMLX_API_KEY, and a line to say when that is set but empty.
+    Keys are stripped, as the header's key is: a key read from a file keeps its newline."""
+    if given:
+        if not all(key.strip() for key in given):
+            raise SpecmlxError("--api-key must not be empty")
+        return tuple(key.strip() for key in given), None
+    key = environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():  # an empty key would turn auth on with a key nobody can send
+        return (), f"{API_KEY_ENV} is set but empty: no API key is required"
+    return ((key.strip(),) if key else ()), None
+
+
+def access(args: argparse.Namespace, keys: tuple[str, ...]) -> Access:
+    if "*" in args.cors_origin and not keys:
+        raise SpecmlxError("--cors-origin * lets every web page this machine's browser opens use the server: "
+                           "set --api-key too, or name the page's origin")
+    return Access(keys, int(args.max_body_mb * (1 << 20)), is_loopback(args.host), tuple(args.cors_origin))
+
+
 def serve(args: argparse.Namespace) -> int:
     for name in ("max_queue", "slots", "max_tokens", "port"):
-        if getattr(args, name) < (0 if name == "port" else 1):
+        if getattr(args, name) is not None and getattr(args, name) < (0 if name == "port" else 1):
             raise SpecmlxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    keys, key_note = api_keys(args.api_key, dict(os.environ))
+    allowed = access(args, keys)
     defaults_policy = DraftPolicy(num_draft=None if args.num_draft == AUTO else args.num_draft,
                                   max_draft=args.max_draft, lookup=args.lookup)
     sampling = SamplingParams(args.temp, args.top_p)
@@ -87,51 +116,64 @@ def serve(args: argparse.Namespace) -> int:
     with joined(args) as group:
         # Rank 0 alone listens: a port in use is one line now, not after minutes of loading.
         sock = bind(args.host, args.port) if leads(group) else None
+        if key_note and leads(group):
+            print(key_note, file=sys.stderr)
         say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
             lambda step: None)
         specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
         if group is None:
             mlx = MLXThread()
             target, drafters = mlx.call(load_drafters, args.preset or args.target, specs, say)
-            return listen(args, sock, mlx, target, drafters, defaults_policy, sampling, None)
+            return listen(args, allowed, sock, mlx, target, drafters, defaults_policy, sampling, None)
         if not group.leads:  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             target, drafters = load_drafters_sharded(args.preset or args.target, specs, group, args.sharding)
-            return follow(Lockstep.of(group, target.model), target.model, target.tokenizer, args.slots,
-                          drafters[0].name)
+            return follow(Lockstep.of(group, target.model), target.model, target.tokenizer, drafters[0].name)
         mlx = MLXThread()  # every collective of rank 0 runs on this one thread, in order
         target, drafters = mlx.call(load_drafters_sharded, args.preset or args.target, specs, group,
                                     args.sharding, say)
-        return listen(args, sock, mlx, target, drafters, defaults_policy, sampling,
+        return listen(args, allowed, sock, mlx, target, drafters, defaults_policy, sampling,
                       Lockstep.of(group, target.model))
 
 
-def listen(args: argparse.Namespace, sock, mlx: MLXThread, target, drafters, defaults_policy: DraftPolicy,
-           sampling: SamplingParams, lockstep: Lockstep | None) -> int:
+def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,
+           defaults_policy: DraftPolicy, sampling: SamplingParams, lockstep: Lockstep | None) -> int:
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
     named = {d.name: d for d in drafters}
-    slots = mlx.call(Slots, target.model, target.tokenizer, named, args.slots, int(args.cache_gb * GB), lockstep)
+    cache_bytes = int(args.cache_gb * GB)
+    models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]  # each slot has each
+    count = args.slots or mlx.call(default_count, models, cache_bytes)
+    slots = mlx.call(Slots, target.model, target.tokenizer, named, count, cache_bytes, lockstep)
     worker = Worker(slots, args.max_queue, mlx)
     defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)
-    app = build_app(worker, defaults, Access(args.api_key, int(args.max_body_mb * (1 << 20))))
+    app = build_app(worker, defaults, allowed)
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
     sharded = f" sharded over {lockstep.group.size} ranks" if lockstep is not None else ""
     print(f"specmlx serve: {target.name} ({target.path}){sharded}, drafters: "
           + ", ".join(f"{n} (default)" if n == defaults.drafter else n for n in named), file=sys.stderr)
-    print(f"listening on {base}/v1" + (" (API key required)" if args.api_key else ""), file=sys.stderr)
-    if not is_loopback(args.host) and not args.api_key:
+    keys = len(allowed.api_keys)
+    print(f"listening on {base}/v1" + ((" (API key required)" if keys == 1 else f" ({keys} API keys)") if keys else "")
+          + f"; {count} kept conversations", file=sys.stderr)
+    if not is_loopback(args.host) and not keys:
         print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
-    print(f"try: {curl_line(base, target.name, bool(args.api_key))}", file=sys.stderr)
+    print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
     server = Server(app, worker, args.log_level)
     worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again
+    if lockstep is not None:  # a rank's process that ends is seen at once, whatever the MLX thread waits in
+        lockstep.group.when_lost(worker.lose)
+    # uvicorn raises the signal that stopped it again once it has shut down. SIGTERM (docker stop,
+    # systemd) would then kill the process before the worker closes: make it a Ctrl+C.
+    terminate = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         server.run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn raises the Ctrl+C again once it has shut down: the normal way to stop
+    except KeyboardInterrupt:  # the normal way to stop
         pass
     finally:
-        worker.close()
+        signal.signal(signal.SIGTERM, terminate)
+        if worker.lost is None:  # else the MLX thread may wait forever in a collective: leave it
+            worker.close()
     if worker.lost is not None:
-        raise SpecmlxError(f"rank 0 of {lockstep.group.size}: {worker.lost}; stopping")
+        end(f"rank 0 of {lockstep.group.size}: {worker.lost}; stopping", "specmlx serve")
     print("specmlx serve: stopped", file=sys.stderr)
     return 0
 

@@ -7,16 +7,14 @@ and a status, never a traceback, and no bad request stops the server.
 from __future__ import annotations
 
 import json
-import logging
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-log = logging.getLogger("specmlx.serve")
+from ..log import user_error
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
          503: "server_error", 500: "server_error"}
 
@@ -67,19 +65,32 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        if request.method == "POST" and not is_json(request.headers.get("content-type", "")):
+            # FastAPI reads such a body as bytes (which keeps web pages from posting here): say what to send.
+            return APIError(400, f"the request body must be JSON: send Content-Type: application/json "
+                                 f"(got {request.headers.get('content-type') or 'none'})",
+                            "invalid_content_type").response()
         return validation_error(err).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == 400:  # FastAPI's only 400 of its own: a JSON body that is not UTF-8
+            return APIError(400, "the request body is not valid JSON (it must be UTF-8)", "invalid_json").response()
         message = {404: f"no such route: {request.method} {request.url.path}",
                    405: f"method {request.method} is not allowed on {request.url.path}"}.get(err.status_code, str(err.detail))
         return APIError(err.status_code, message, None).response()
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception) -> JSONResponse:
-        log.exception("request failed: %s %s", request.method, request.url.path)
+        user_error(err, f"request {request.method} {request.url.path} failed")  # the traceback to the log file
         return APIError(500, f"internal error ({type(err).__name__}); the server's log has the details",
                         "internal_error").response()
+
+
+def is_json(content_type: str) -> bool:
+    """Whether a Content-Type names JSON (`application/json`, `application/vnd.x+json`, any charset)."""
+    kind = content_type.split(";")[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
 def sse_error(err: APIError) -> str:

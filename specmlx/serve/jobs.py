@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Hashable
 
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
@@ -34,9 +34,28 @@ class Defaults:
     max_tokens: int = 512
 
 
-def chat_prompt(tokenizer: Any, request: ChatRequest) -> list[int]:
+# Text longer than this many characters per token of the window is encoded by a head of that length
+# first; when the head alone is past the window, the rest is never encoded (a 4 MB prompt takes seconds).
+HEAD_CHARS_PER_TOKEN = 8
+# Tokens a cut through a word can add to the head beyond what the whole text has at that point.
+HEAD_CUT_SLACK = 64
+
+
+def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str) -> None:
+    """Refuse text that cannot fit the context window, from a bounded head of it."""
+    if window is None or len(text) <= HEAD_CHARS_PER_TOKEN * window:
+        return
+    head = HEAD_CHARS_PER_TOKEN * window
+    tokens = len(tokenizer.encode(text[:head]))
+    if tokens > window + HEAD_CUT_SLACK:
+        raise APIError(400, f"this model's context window is {window} tokens, but the prompt is longer (its first "
+                       f"{head} characters alone are {tokens} tokens)", "context_length_exceeded", param)
+
+
+def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
     if not getattr(tokenizer, "has_chat_template", False):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
+    refuse_past_window(tokenizer, "".join(m.text() for m in request.messages), window, "messages")
     # OpenAI's newer `developer` role is the system message of older templates.
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                 for m in request.messages]
@@ -47,7 +66,7 @@ def chat_prompt(tokenizer: Any, request: ChatRequest) -> list[int]:
                        "messages") from None
 
 
-def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int) -> list[int]:
+def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, window: int | None = None) -> list[int]:
     prompt = request.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
         bad = [t for t in prompt if not 0 <= t < vocab]
@@ -56,6 +75,7 @@ def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int) ->
                            "prompt")
         return list(prompt)
     text = prompt if isinstance(prompt, str) else "".join(prompt)
+    refuse_past_window(tokenizer, text, window, "prompt")
     return list(tokenizer.encode(text))
 
 
@@ -81,7 +101,7 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
 
 
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
-             room: int | None, window: int | None) -> Job:
+             room: int | None, window: int | None, owner: Hashable = None) -> Job:
     if request.model != defaults.model:
         raise APIError(404, f"the model {request.model!r} does not exist: this server serves {defaults.model!r}",
                        "model_not_found", "model")
@@ -114,7 +134,7 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
         raise APIError(400, str(err), "invalid_value") from None
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
                               seed=request.seed, stop=request.stops())
-    return Job(tuple(prompt), config, drafter)
+    return Job(tuple(prompt), config, drafter, owner)
 
 
 BUILTIN_DRAFTERS = (NGRAM, NONE)  # cheap enough that every server offers them

@@ -1,12 +1,20 @@
-"""A cap on request bodies, before any of it is parsed.
+"""Checks on a request before any of it is parsed: its size, and the host it was sent to.
 
-Starlette reads a body whole and has no limit of its own. This reads at most
-`max_bytes` (refusing at once when Content-Length says more), then hands
+Starlette reads a body whole and has no limit of its own. `BodyLimit` reads at
+most `max_bytes` (refusing at once when Content-Length says more), then hands
 the body on; later messages (a client's disconnect) pass straight through,
 so a streaming handler still learns that its client left.
+
+`LoopbackHost` refuses a request whose `Host` header is not this machine's
+name, for a server that listens on loopback: a web page that rebinds its own
+DNS name to 127.0.0.1 reaches the server from the user's browser, but its
+requests still name the page's host.
 """
 
 from __future__ import annotations
+
+import ipaddress
+import socket
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,3 +57,38 @@ class BodyLimit:
             return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+# Names no public web page can have: `.localhost`, `.internal` (reserved for private use; Docker
+# Desktop's host.docker.internal reaches the Mac's loopback) and `.local` (this network's mDNS).
+PRIVATE_SUFFIXES = (".localhost", ".internal", ".local")
+
+
+def local_host(header: str) -> bool:
+    """Whether a Host header (`name[:port]`, `[v6]:port`) names this machine."""
+    name = header.rsplit("]", 1)[0].lstrip("[") if header.startswith("[") else header.rsplit(":", 1)[0]
+    name = name.lower().rstrip(".")
+    if not name or name == "localhost" or name == socket.gethostname().lower():  # no Host (HTTP/1.0): no browser's
+        return True
+    if name.endswith(PRIVATE_SUFFIXES):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class LoopbackHost:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope.get("headers", ())).get(b"host", b"").decode("latin-1")
+            if not local_host(host):
+                refused = APIError(403, f"this server listens on this machine only, and the request names host "
+                                        f"{host!r}: send it to 127.0.0.1 or localhost, or start the server with "
+                                        "--host to reach it from elsewhere", "invalid_host")
+                await refused.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

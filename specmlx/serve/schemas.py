@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-MAX_STOP = 4  # OpenAI's limit on stop strings
+from ..engine import MAX_SEED, RANDOM_SEED
+
+# OpenAI allows 4 stop strings; editors send more to other hosts (Continue's FIM templates
+# for Qwen-coder have 9), and llama.cpp and vLLM set no cap. This bounds the work per token.
+MAX_STOP = 64
 
 
 class Speculative(BaseModel):
@@ -57,12 +61,13 @@ class Sampling(BaseModel):
 
     model: StrictStr
     max_tokens: StrictInt | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # Strict numbers, as the integer fields: "0.5" and true are type errors, not values.
+    temperature: StrictFloat | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
     top_k: StrictInt | None = Field(default=None, ge=0)  # vLLM's and llama.cpp's extension
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_p: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
     stop: Union[StrictStr, list[StrictStr], None] = None
-    seed: StrictInt | None = None
+    seed: StrictInt | None = Field(default=None, ge=RANDOM_SEED, le=MAX_SEED)  # -1: a random seed
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     speculative: Speculative = Field(default_factory=Speculative)
@@ -70,8 +75,8 @@ class Sampling(BaseModel):
     n: StrictInt | None = None
     logprobs: Any = None
     top_logprobs: Any = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: StrictFloat | None = None
+    frequency_penalty: StrictFloat | None = None
     logit_bias: dict[str, Any] | None = None
 
     def stops(self) -> tuple[str, ...]:

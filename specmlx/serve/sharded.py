@@ -26,15 +26,18 @@ def job_message(slot: int, keep: int, prompt: Sequence[int], config: GenerationC
             "stop": list(config.stop), "emptied": list(emptied)}
 
 
-def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, slots: int, drafter: str) -> int:
-    """Run rank 0's jobs until it ends (exit 0) or is lost (SpecmlxError, via the caller's guard)."""
-    engines = [Engine(target, Follower(drafter), tokenizer, lockstep=lockstep) for _ in range(slots)]
+def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str) -> int:
+    """Run rank 0's jobs until it ends (exit 0) or is lost (SpecmlxError, via the caller's guard).
+    Slots are made as rank 0 first uses them: their count is rank 0's to choose."""
+    engines: dict[int, Engine] = {}
     while (job := lockstep.subscribe()) is not None:
         slot = job["slot"]
         for gone in {*job["emptied"], *([slot] if job["keep"] == 0 else [])}:  # as rank 0's: empty
-            engines[gone] = Engine(target, Follower(drafter), tokenizer, lockstep=lockstep)
+            engines.pop(gone, None)
         if job["emptied"]:
             mx.clear_cache()
+        if slot not in engines:
+            engines[slot] = Engine(target, Follower(drafter), tokenizer, lockstep=lockstep)
         engines[slot].forget(job["keep"])
         config = GenerationConfig(max_tokens=job["max_tokens"], stop=tuple(job["stop"]))
         for _ in engines[slot].generate(job["prompt"], config):

@@ -5,17 +5,32 @@ instance of every loaded drafter (`Drafter.fresh`: same weights, own state).
 A request goes to the slot whose context it continues, so a chat's next turn
 is prefilled only past what that slot already holds; two clients taking turns
 each keep their own slot. Only the MLX thread touches slots.
+
+A request that continues nothing (a web UI's title, tags and follow-up
+requests after each turn) takes an empty slot, else the least recently used
+that is neither a live conversation (continued at least once and used within
+the last `LIVE_FOR` × `count` requests: room for its next turn and a few
+one-offs between turns) nor holds over `LONGER` times the request's prompt;
+failing that, the least recently used that is not live; failing that, the
+least recently used. So one-off requests take turns in the other slots, a short one
+does not push out a longer chat, and a conversation gone quiet makes room.
+
+Slots belong to an owner (an API key): a request only continues, and so only
+reuses the cache of, what its own owner sent. What a cache holds shows in
+`cached_tokens` and in how fast a prompt is prefilled, so sharing one would let
+a client read another's prompt a token at a time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
+from ..cache import make_cache
 from ..distributed import Lockstep
 from ..drafters import Drafter
 from ..engine import Engine
@@ -23,6 +38,11 @@ from ..engine import Engine
 # A request continues a slot's conversation when it shares at least this share of
 # what the slot holds; below it (a common system prompt only) it takes another slot.
 CONTINUES = 0.5
+LIVE_FOR = 4  # a conversation stays live for this many requests a slot since its last turn
+LONGER = 2  # a request that continues nothing leaves alone a slot holding this many times its prompt
+# The default slot count keeps this many tokens of context per slot within --cache-gb.
+TOKENS_PER_SLOT = 4096
+MIN_SLOTS, MAX_SLOTS = 2, 16
 
 
 @dataclass
@@ -30,6 +50,8 @@ class Slot:
     engine: Engine
     drafters: dict[str, Drafter]  # name -> this slot's own instance
     used: int = 0  # when it last served a request (a counter, for LRU)
+    turns: int = 0  # requests it served in one conversation: 1 is a one-off, more a conversation
+    owner: Hashable = None  # whose requests it serves (an API key's id; None without keys)
 
     def held_bytes(self) -> int:
         caches = [self.engine.cache] + [getattr(d, "cache", None) or [] for d in self.drafters.values()]
@@ -66,20 +88,37 @@ class Slots:
         own = {name: d.fresh() for name, d in self.drafters.items()}
         return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, lockstep=self.lockstep), own)
 
-    def take(self, prompt: Sequence[int], drafter: str) -> Slot:
-        """The slot for `prompt`, drafting with `drafter`: the one whose conversation
-        it continues, else an empty one, else the least recently used."""
-        shared = [common_prefix_len(s.engine.context, prompt) for s in self._slots]
-        best = max(range(len(self._slots)), key=lambda i: (shared[i], self._slots[i].used))
-        held = len(self._slots[best].engine.context)
-        if not (shared[best] and shared[best] >= CONTINUES * held):
+    def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
+        """The slot for `owner`'s `prompt`, drafting with `drafter`: the one of its own whose
+        conversation it continues, else an empty one, else the one cheapest to lose (see above)."""
+        own = [s for s in self._slots if s.owner == owner and s.engine.context]
+        shared = {id(s): common_prefix_len(s.engine.context, prompt) for s in own}
+        best = max(own, key=lambda s: (shared[id(s)], s.used), default=None)
+        if best is not None and shared[id(best)] and shared[id(best)] >= CONTINUES * len(best.engine.context):
+            best.turns += 1
+        else:
             empty = [s for s in self._slots if not s.engine.context]
-            best = self._slots.index(empty[0] if empty else min(self._slots, key=lambda s: s.used))
-        slot = self._slots[best]
+            loose = [s for s in self._slots if not self._live(s)]
+            small = [s for s in loose if len(s.engine.context) <= LONGER * len(prompt)]
+            best = empty[0] if empty else min(small or loose or self._slots, key=lambda s: s.used)
+            if best.owner != owner and best.engine.context:  # another owner's: not even a shared start is reused
+                best = self._empty(best)
+            best.turns, best.owner = 1, owner
         self._clock += 1
-        slot.used = self._clock
-        slot.engine.use(slot.drafters[drafter])
-        return slot
+        best.used = self._clock
+        best.engine.use(best.drafters[drafter])
+        return best
+
+    def _live(self, slot: Slot) -> bool:
+        """A conversation (continued at least once) used within the last `LIVE_FOR` × `count` requests."""
+        return slot.turns > 1 and self._clock - slot.used < LIVE_FOR * len(self._slots)
+
+    def _empty(self, slot: Slot) -> Slot:
+        """Replace `slot` by a new, empty one (its caches are freed); the other ranks of a sharded target too."""
+        index = self._slots.index(slot)
+        self._emptied.add(index)
+        self._slots[index] = self._new()
+        return self._slots[index]
 
     def trim(self, keep: Slot | None = None) -> None:
         """Empty the least recently used slots until the caches fit `max_bytes`."""
@@ -87,9 +126,7 @@ class Slots:
             idle = [s for s in self._slots if s is not keep and s.held_bytes()]
             if not idle:
                 return
-            oldest = min(idle, key=lambda s: s.used)
-            self._emptied.add(self._slots.index(oldest))
-            self._slots[self._slots.index(oldest)] = self._new()
+            self._empty(min(idle, key=lambda s: (self._live(s), s.used)))  # what is not live first, oldest first
             mx.clear_cache()
 
     def index(self, slot: Slot) -> int:
@@ -100,6 +137,24 @@ class Slots:
         out, self._emptied = sorted(self._emptied), set()
         return out
 
+    def owners(self) -> list[Hashable]:
+        return [s.owner for s in self._slots]
+
     def contexts(self) -> list[int]:
         """How many tokens each slot holds (for tests and the health route)."""
         return [len(s.engine.context) for s in self._slots]
+
+
+def kv_bytes_per_token(model: nn.Module) -> int:
+    """What a model's KV cache holds per token, read from shapes alone: one token is run
+    lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
+    cache = make_cache(model)
+    model(mx.array([[0]], dtype=mx.uint32), cache=cache)
+    layers = [c for c in cache if getattr(c, "keys", None) is not None]
+    return sum((c.keys.nbytes + c.values.nbytes) // c.keys.shape[2] for c in layers)
+
+
+def default_count(models: Sequence[nn.Module], max_bytes: int) -> int:
+    """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each, for the target and a model drafter."""
+    per_token = sum(kv_bytes_per_token(m) for m in models)
+    return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_token * TOKENS_PER_SLOT)))

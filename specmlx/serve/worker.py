@@ -10,17 +10,17 @@ caches keep only committed tokens (`Generation.close`).
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Callable, Union
+from typing import Callable, Hashable, Union
 
 from ..engine import GenerationConfig
 from ..distributed.group import lost_link
 from ..errors import SpecmlxError, first_line
+from ..log import user_error
 from ..events import TokenEvent
 from ..mlx_thread import MLXThread
 from ..stats import GenerationStats
@@ -28,19 +28,19 @@ from .errors import APIError
 from .sharded import job_message
 from .slots import Slots
 
-log = logging.getLogger("specmlx.serve")
-
 LOST = APIError(503, "the sharded target cannot go on (a rank was lost, or its ranks fell out of step); "
                      "the server is stopping", "server_shutdown")
 
 
 @dataclass(frozen=True)
 class Job:
-    """What to generate: prompt token ids, how, and with which loaded drafter."""
+    """What to generate: prompt token ids, how, with which loaded drafter, and for whom
+    (the caller's API key's id: a request reuses only its own owner's caches)."""
 
     prompt: tuple[int, ...]
     config: GenerationConfig
     drafter: str
+    owner: Hashable = None
 
 
 @dataclass(frozen=True)
@@ -127,16 +127,25 @@ class Worker:
         return ticket
 
     def _retry_after(self) -> int:
-        """Seconds until a place is likely free: the recent mean run time, at least 1."""
+        """Seconds a request sent now would wait: the running job and those waiting, each at the
+        recent mean run time (jobs run one at a time), at least 1."""
         recent = [r.run_s for r in list(self.records)[-8:]]
-        return max(1, math.ceil(sum(recent) / len(recent))) if recent else 1
+        return max(1, math.ceil((self._waiting + 1) * sum(recent) / len(recent))) if recent else 1
 
-    def _lose(self, ticket: Ticket, err: Exception) -> None:
-        """A sharded target that lost a rank, or failed in the middle of a job, cannot answer again: stop."""
-        self.lost = (f"lost the other ranks ({first_line(err)})" if lost_link(err) else
-                     f"a generation failed ({type(err).__name__}) and the ranks are out of step")
-        log.error("sharded generation failed", exc_info=err)
-        ticket.sink(Failed(LOST))
+    def lose(self, err: Exception) -> None:
+        """A sharded target that lost a rank, or failed in the middle of a job, cannot answer again:
+        every job fails with 503, and the server stops. Called on the MLX thread when a job fails, or
+        on the group's liveness thread when a rank's process ends: the MLX thread may then be waiting
+        in a collective that never returns, so nothing here waits for it."""
+        with self._lock:
+            if self.lost is not None:  # seen twice: by the liveness thread and by a failed collective
+                return
+            # A lost rank says all in one line; anything else leaves its traceback in the log file.
+            self.lost = (f"lost the other ranks ({first_line(err)})" if lost_link(err) else
+                         f"{user_error(err, 'a generation failed')}, and the ranks are out of step")
+            live = list(self._live)
+        for ticket in live:
+            ticket.sink(Failed(LOST))
         self.on_lost()
 
     def _run(self, ticket: Ticket) -> None:
@@ -155,11 +164,11 @@ class Worker:
         except Exception as err:  # noqa: BLE001 - a bug fails this request, not the server
             finish = "error"
             if self._published or lost_link(err):  # the ranks are gone, or somewhere in this job's collectives
-                self._lose(ticket, err)
+                self.lose(err)
             elif isinstance(err, SpecmlxError):  # checked before queueing, so rare: still the client's input
                 ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
             else:
-                log.exception("generation failed")
+                user_error(err, "a generation failed")  # its traceback to the log file, never the terminal
                 ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
                                                  "the server's log has the details", "internal_error")))
         finally:
@@ -171,7 +180,7 @@ class Worker:
 
     def _generate(self, ticket: Ticket, queue_s: float) -> Done:
         job = ticket.job
-        slot = self.slots.take(job.prompt, job.drafter)
+        slot = self.slots.take(job.prompt, job.drafter, job.owner)
         cached = slot.engine.reusable(job.prompt)
         run = slot.engine.generate(job.prompt, job.config)
         lockstep = self.slots.lockstep

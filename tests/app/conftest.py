@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import pytest
@@ -10,6 +11,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine
 
+from .. import tiny
 from .fakes import FakeEngine
 
 
@@ -24,6 +26,23 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def wrapped(tokenizer) -> TokenizerWrapper:
     return TokenizerWrapper(tokenizer)
+
+
+# Gemma's check, as its chat template makes it: roles must alternate, starting with the user.
+TURN_CHECK = (
+    "{% for m in messages | rejectattr('role', 'equalto', 'system') %}"
+    "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% endfor %}"
+)
+
+
+@pytest.fixture(scope="session")
+def turn_checking(tokenizer) -> TokenizerWrapper:
+    """The test tokenizer with a chat template that refuses turns out of order, as Gemma's does."""
+    strict = copy.deepcopy(tokenizer)
+    strict.chat_template = TURN_CHECK + tiny.CHAT_TEMPLATE
+    return TokenizerWrapper(strict)
 
 
 class RecordingEngine(Engine):

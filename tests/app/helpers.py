@@ -26,10 +26,14 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(scenario())
 
 
-async def chat_ready(pilot: Pilot) -> None:
+async def chat_ready(pilot: Pilot, timeout: float = 15.0) -> None:
+    """Wait for the chat screen, mounted: its prompt has the focus, so keys reach it."""
     from app.screens.chat import ChatScreen
 
-    await wait_until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen), what="the chat screen")
+    def ready() -> bool:
+        focused = pilot.app.focused
+        return isinstance(pilot.app.screen, ChatScreen) and focused is not None and focused.id == "prompt"
+    await wait_until(pilot, ready, timeout, what="the chat screen")
     await pilot.pause()
 
 
@@ -49,3 +53,20 @@ async def answered(pilot: Pilot, count: int = 1) -> None:
         pilot, lambda: len(screen.query(AnswerView)) >= count and not screen.busy
         and all(a.finished for a in screen.query(AnswerView)), what=f"{count} finished answers",
     )
+
+
+async def reopen_newest(pilot: Pilot) -> None:
+    """Open the newest saved chat from the history (ctrl+o, Enter)."""
+    from app.widgets.answer import AnswerView
+
+    await pilot.press("ctrl+o")
+    await wait_until(pilot, lambda: pilot.app.screen.query("#conversations"), what="the history")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: pilot.app.screen.query(AnswerView), what="the reopened chat")
+
+
+def drafter_button(screen, name: str):
+    """The settings screen's entry for the drafter called `name`."""
+    from app.widgets.drafter_list import ChosenButton
+
+    return next(b for b in screen.query(ChosenButton) if b.name == name)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from app.loader import ModelChoice, failure, load_session
+from app.loader import ModelChoice, failure, load_session, preset_drafters
+from app.settings import ChatSettings
 from specmlx.errors import SpecmlxError
 
 
@@ -14,7 +15,7 @@ def test_a_target_without_drafter_uses_prompt_lookup(model_dirs):
 def test_loading_real_directories_gives_a_session_under_short_names(model_dirs):
     steps = []
     session = load_session(ModelChoice(str(model_dirs["target"]), str(model_dirs["drafter"])), steps.append)
-    assert session.drafter_name == "drafter" and session.default_drafter == "model"
+    assert session.default_drafter == "drafter" and session.drafters.names == ("drafter", "ngram", "none")
     assert session.target_name == "target"  # the folder's name, not its path
     assert steps[-1] == "ready" and any(s.startswith("loading drafter drafter") for s in steps)
 
@@ -47,3 +48,37 @@ def test_unexpected_errors_are_one_sentence_with_the_details_logged(tmp_path, mo
     problem = failure(RuntimeError("boom"), ModelChoice(target="x"))
     assert problem.message.startswith("loading the models failed: an internal error (RuntimeError; details in ")
     assert "boom" not in problem.message and "boom" in (tmp_path / "specmlx.log").read_text()
+
+
+def test_the_default_preset_offers_each_of_its_drafters_without_loading_them():
+    from specmlx import presets
+
+    preset = presets.get_preset(presets.default_preset_name())
+    offered = preset_drafters(preset.name, target=None)  # nothing is loaded, so no target is needed
+    assert list(offered) == [d.role for d in preset.drafters] and {"mtp", preset.drafter} <= set(offered)
+    assert preset_drafters("/some/model/dir", target=None) == {}
+
+
+def test_the_presets_other_drafter_loads_when_first_chosen_and_drafts(tmp_path, monkeypatch, target, target_args,
+                                                                      tokenizer, noisy_drafter):
+    """The default preset laid out with tiny models: its default drafter loads
+    with the target, its MTP head only when an answer first asks for it."""
+    from specmlx import presets
+    from specmlx.drafters.mtp import MTPDrafter
+    from specmlx.models.mtp import save_mtp
+
+    from .. import tiny
+    from .test_session import answer
+
+    monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path))
+    preset = presets.get_preset(presets.default_preset_name())
+    root = tmp_path / preset.name
+    tiny.save_model(target, target_args, tokenizer, root / "target")
+    tiny.save_model(noisy_drafter, target_args, tokenizer, root / preset.drafter)
+    save_mtp(tiny.mtp(target_args, seed=2), root / "mtp")
+    session = load_session(ModelChoice())
+    assert session.default_drafter == preset.drafter and "mtp" in session.drafters.names
+    assert not session.drafters.is_loaded("mtp")
+    started, *_, finished = answer(session, "def add(a, b):", ChatSettings(max_tokens=12, drafter="mtp"))
+    assert isinstance(session.engine.drafter, MTPDrafter) and started.drafter == finished.stats.drafter == "mtp"
+    assert finished.stats.drafted > 0

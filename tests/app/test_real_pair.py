@@ -1,12 +1,14 @@
 """The app on the real Qwen pair (default preset): one short answer, and the
-acceptance stats reach the panel. Slow: loads 8 GB of float32 weights."""
+acceptance stats reach the panel; then one from the preset's MTP head, loaded
+when first chosen. Slow: loads 8 GB of float32 weights."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from app.app import SpecApp
-from app.screens.chat import ChatScreen
 from app.settings import ChatSettings
 from app.widgets.answer import AnswerView
 from app.widgets.stats import StatsPanel
@@ -14,7 +16,7 @@ from specmlx import presets
 from specmlx.events import Source
 from specmlx.presets.fetch import fetch_preset
 
-from .helpers import run, send, wait_until
+from .helpers import chat_ready, run, send, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +27,7 @@ def test_a_short_answer_with_acceptance_stats(tmp_path):
     async def scenario():
         app = SpecApp(settings=ChatSettings(max_tokens=24), data_dir=tmp_path, cursor_blink=False)
         async with app.run_test(size=(110, 34)) as pilot:
-            await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), timeout=600, what="models loaded")
+            await chat_ready(pilot, timeout=600)
             await send(pilot, "Write a Python function that returns the square of a number.")
             view = app.screen.query_one(AnswerView)
             await wait_until(pilot, lambda: view.finished and not app.screen.busy, timeout=600, what="the answer")
@@ -35,5 +37,13 @@ def test_a_short_answer_with_acceptance_stats(tmp_path):
             assert len(figures.accepted_per_round) > 0
             drafted = sum(1 for e in view.events if e.source is Source.DRAFT)
             assert drafted > 0  # the 0.5B drafter's tokens were accepted and shown as such
+            # The preset's MTP head is offered too, and loads when first chosen.
+            chat = app.screen
+            assert chat.session.drafters.names == ("qwen2.5-coder-0.5b", "mtp", "ngram", "none")
+            chat._apply_settings(replace(chat.settings, drafter="mtp"))  # as the settings screen dismisses
+            await send(pilot, "And the cube?")
+            await wait_until(pilot, lambda: len(chat.query(AnswerView)) == 2 and not chat.busy, timeout=600,
+                             what="the MTP-drafted answer")
+            assert not chat.query(".error") and chat.query_one(StatsPanel).figures.drafter == "mtp"
 
     run(scenario)

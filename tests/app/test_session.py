@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mlx_lm.utils import common_prefix_len
 
-from app.session import Finished, Session, Started, Streamed, batched, plain_transcript
+from app.session import ChatMessage, Finished, Session, Started, Streamed, batched, in_turn, plain_transcript
 from app.settings import ChatSettings
 from specmlx.cache import cache_length
 from specmlx.drafters import NoDrafter, PromptLookupDrafter
@@ -13,7 +13,7 @@ from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.events import Source, TokenEvent
 
-GREEDY = ChatSettings(max_tokens=24, drafter="model")
+GREEDY = ChatSettings(max_tokens=24)  # with the drafter the engine came with: "noisy"
 
 
 def answer(session: Session, text: str, settings: ChatSettings = GREEDY, **kwargs) -> list:
@@ -35,7 +35,7 @@ def test_stream_reports_start_batches_and_the_full_answer(tiny_engine):
     session = Session(tiny_engine())
     updates = answer(session, "for i in range(10):")
     started, *batches, finished = updates
-    assert isinstance(started, Started) and started.drafter == "model"
+    assert isinstance(started, Started) and started.drafter == "noisy"
     assert all(isinstance(b, Streamed) for b in batches) and isinstance(finished, Finished)
     events = [e for b in batches for e in b.events]
     assert events == session.engine.reported[0]  # nothing lost or reordered on the way
@@ -84,12 +84,12 @@ def test_settings_choose_the_drafter_and_sampling(tiny_engine):
 
 def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine):
     session = Session(tiny_engine())
-    model = session.drafters["model"]
+    model = session.drafters.drafter("noisy")
     answer(session, "def add(a, b):")
     seen = list(session.engine.context)
     answer(session, "again", ChatSettings(max_tokens=16, drafter="none"))
     session.reset()  # a new chat: the context now diverges early
-    session._select("model")
+    session._select("noisy")
     assert cache_length(model.cache) <= common_prefix_len(seen, session.engine.context)
 
 
@@ -103,7 +103,7 @@ def test_baseline_needs_an_answer_then_decodes_the_same_prompt_plainly(tiny_engi
     assert baseline.tokens == max(finished.stats.generation_tokens, 8)
     assert isinstance(session.engine.drafter, NoDrafter)
     answer(session, "more")
-    assert session.engine.drafter is session.drafters["model"]  # the next answer speculates again
+    assert session.engine.drafter is session.drafters.drafter("noisy")  # the next answer speculates again
 
 
 def test_speculative_turns_after_swaps_still_equal_plain_greedy_decoding(tiny_engine, target, wrapped):
@@ -177,3 +177,56 @@ def test_a_message_too_long_for_the_window_is_refused_in_one_sentence(fake_engin
     engine.context_window = None
     answer(session, "short")
     assert [m.role for m in session.history] == ["user", "assistant"]
+
+
+def test_a_stored_chat_with_unanswered_messages_continues_in_turn_order(fake_engine, turn_checking):
+    """A message refused, or left when the app closed before its answer began,
+    stays in the stored chat; the prompt leaves it out, as templates like
+    Gemma's require turns to alternate."""
+    engine = fake_engine()
+    engine.tokenizer = turn_checking
+    session = Session(engine)
+    stored = [ChatMessage("user", "refused"), ChatMessage("user", "hello"), ChatMessage("assistant", "hi"),
+              ChatMessage("user", "closed during prefill")]
+    assert in_turn(stored) == [False, True, True, False]
+    session.reset(stored)
+    answer(session, "and now?")
+    prompt = turn_checking.decode(engine.calls[0].prompt)
+    assert "hello" in prompt and "and now?" in prompt
+    assert "refused" not in prompt and "closed during prefill" not in prompt
+
+
+def test_a_conversation_the_template_refuses_is_one_sentence(fake_engine, turn_checking):
+    engine = fake_engine()
+    engine.tokenizer = turn_checking
+    session = Session(engine)
+    session.history = [ChatMessage("user", "one"), ChatMessage("user", "two")]
+    with pytest.raises(SpecmlxError, match="chat template refuses this conversation: Conversation roles must"):
+        session.prompt_ids()
+
+
+def test_an_answer_that_fails_midway_keeps_its_turn(fake_engine):
+    """The stored chat keeps what was shown of a failed answer; so does the session."""
+    engine = fake_engine()
+    generate = engine.generate
+
+    def failing(prompt, config):
+        generation = generate(prompt, config)
+        tokens = generation._tokens
+
+        def one_round_then_fail():
+            for _ in range(6):  # the script's first round, and a draft of the next
+                yield next(tokens)
+            raise RuntimeError("the device went away")
+        generation._tokens = one_round_then_fail()
+        return generation
+
+    engine.generate = failing
+    session = Session(engine)
+    shown = []
+    with pytest.raises(RuntimeError):
+        for update in session.stream("hi", GREEDY):
+            if isinstance(update, Streamed):
+                shown.extend(e.text for e in update.events)
+    assert [m.role for m in session.history] == ["user", "assistant"]
+    assert session.history[-1].content == "".join(shown) and shown

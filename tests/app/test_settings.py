@@ -11,8 +11,6 @@ def test_bad_values_are_one_line_errors():
         ChatSettings(top_p=0)
     with pytest.raises(SpecmlxError, match="draft tokens"):
         ChatSettings(num_draft=-1)
-    with pytest.raises(SpecmlxError, match="drafter"):
-        ChatSettings(drafter="gpt")
 
 
 def test_speculation_off_means_no_drafter_but_keeps_the_choice():

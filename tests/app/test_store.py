@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from app.store import Store
+from app.settings import ChatSettings
+from app.store import SCHEMA, Store
 from specmlx.events import Source, TokenEvent
 from specmlx.stats import GenerationStats
 
@@ -21,7 +23,7 @@ STATS = GenerationStats(
 
 def test_a_conversation_round_trips_with_sources_and_stats(tmp_path):
     store = Store(tmp_path / "h.db")
-    chat = store.new_conversation("add two numbers", system="Be brief.", target="tiny")
+    chat = store.new_conversation("add two numbers", ChatSettings(system="Be brief."), target="tiny")
     store.add_message(chat, "user", "def add")
     answer = store.begin_answer(chat)
     store.add_tokens(answer, EVENTS[:2], "def add")
@@ -52,6 +54,7 @@ def test_conversations_are_listed_newest_first_and_deleted_whole(tmp_path):
 
 KILLED_WRITER = """
 import os, signal, sys
+from app.settings import ChatSettings
 from app.store import Store
 from specmlx.events import Source, TokenEvent
 store = Store(sys.argv[1])
@@ -94,3 +97,21 @@ def test_an_unusable_location_falls_back_to_memory(tmp_path):
     assert "will not be saved" in warning
     store.new_conversation("in memory")
     assert len(store.conversations()) == 1
+
+
+def test_a_chat_keeps_its_settings_and_a_file_from_before_gains_the_column(tmp_path):
+    path = tmp_path / "h.db"
+    old = sqlite3.connect(path)  # the first version's file: no settings column
+    old.executescript(SCHEMA.replace("    settings TEXT,\n", "") + "PRAGMA user_version=1;")
+    old.execute("INSERT INTO conversations (title, system, created, updated) VALUES ('old', 'Be brief.', 0, 0)")
+    old.commit()
+    old.close()
+    store = Store(path)
+    before = store.load(1)
+    assert before.settings is None and before.system == "Be brief."
+    chosen = ChatSettings(temp=0.7, num_draft=None, drafter="mtp", speculation=False, system="Be kind.")
+    store.set_settings(1, chosen)
+    chat = store.new_conversation("new", chosen)
+    assert store.load(1).settings == chosen and store.load(chat).settings == chosen
+    store._db.execute("UPDATE conversations SET settings = '{\"temp\": -1}' WHERE id = ?", (chat,))
+    assert store.load(chat).settings is None  # unreadable: the chat still opens

@@ -41,9 +41,7 @@ def test_converts_with_expected_config(real_model, key):
     model = real_model(key)
     config = json.loads((model.mlx_dir / "config.json").read_text())
     assert {k: config[k] for k in FACTS[key]} == FACTS[key]
-    assert config["torch_dtype"] == "float32"
-    if model.convert_seconds is not None:
-        assert model.convert_seconds < 300, f"{key} took {model.convert_seconds:.0f} s"
+    assert config["torch_dtype"] == "float32"  # how long converting took is printed, not asserted: a figure
 
 
 @pytest.mark.parametrize("key", REAL_KEYS)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from specmlx.distributed import Control, Group, Lockstep
+
 from . import ranks
 from .conftest import single
 
@@ -105,3 +107,21 @@ def test_the_drafter_loads_on_rank_0_alone(dirs, tmp_path):
     assert lead.returncode == other.returncode == 0
     assert "drafter drafter:" in lead.stderr and "generation:" in lead.stderr
     assert other.stderr.strip() == "" and other.stdout == ""
+
+
+def test_a_failed_announcement_is_not_followed_by_a_stop(monkeypatch):
+    """A peer that dies while rank 0 announces a round fails the announcement. Rank 0 then
+    sends nothing more: a collective sent after a failed one fails again on top of the first
+    error (a second traceback), or waits on a socket whose thread has ended, forever."""
+    lockstep = Lockstep(Group(None, rank=0, size=2))
+    sent = []
+
+    def lost(mine):
+        sent.append(mine)
+        raise RuntimeError("[ring] connection to a peer was lost")
+
+    monkeypatch.setattr(lockstep, "_sum", lost)
+    with pytest.raises(RuntimeError):
+        lockstep.announce(Control(3))
+    lockstep.stop()  # as the engine does when a generation ends, however it ends
+    assert len(sent) == 1

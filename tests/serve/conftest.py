@@ -40,14 +40,16 @@ def loaded(served_dirs):
     mlx.close()
 
 
-def start(loaded, *, slots: int = 2, max_queue: int = 32, api_key: str | None = None,
-          max_body_bytes: int = 1 << 20, max_tokens: int = 64, cache_bytes: int = 1 << 30):
+def start(loaded, *, slots: int = 2, max_queue: int = 32, api_key: str | tuple[str, ...] = (),
+          max_body_bytes: int = 1 << 20, max_tokens: int = 64, cache_bytes: int = 1 << 30,
+          cors_origins: tuple[str, ...] = ()):
     """A Background server over the loaded models (its own slots and worker, the shared MLX thread)."""
     mlx, target, drafters = loaded
     pool = mlx.call(Slots, target.model, target.tokenizer, drafters, slots, cache_bytes)
     worker = Worker(pool, max_queue, mlx)
     defaults = Defaults(target.name, next(iter(drafters)), max_tokens=max_tokens)
-    app = build_app(worker, defaults, Access(api_key, max_body_bytes))
+    keys = (api_key,) if isinstance(api_key, str) else api_key
+    app = build_app(worker, defaults, Access(keys, max_body_bytes, cors_origins=cors_origins))
     return Background(app, worker), worker
 
 

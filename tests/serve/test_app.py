@@ -77,6 +77,17 @@ def test_a_stream_can_carry_each_tokens_source(client):
     assert stats["mean_accepted_length"] == pytest.approx((stats["accepted"] + stats["rounds"]) / stats["rounds"], abs=1e-3)
 
 
+def test_the_target_alone_reports_no_draft_length(client):
+    """Drafter none drafts nothing: 0, whatever length the server or request would draft with another."""
+    for fields in ({"drafter": "none"}, {"drafter": "none", "num_draft": 3}):
+        reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}],
+                                               max_tokens=6, extra_body=spec(**fields))
+        assert reply.speculative["num_draft"] == 0 and reply.speculative["drafted"] == 0
+    looked_up = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}],
+                                               max_tokens=6, extra_body=spec(drafter="none", lookup=2, num_draft=3))
+    assert looked_up.speculative["num_draft"] == 3  # prompt lookup still proposes
+
+
 def test_completions_take_text_or_token_ids_and_stream(client, tokenizer):
     text = client.completions.create(model=MODEL, prompt="import numpy", max_tokens=12, temperature=0)
     ids = client.completions.create(model=MODEL, prompt=tokenizer.encode("import numpy"), max_tokens=12,
@@ -151,3 +162,50 @@ def test_a_stopped_server_leaves_nothing_holding_its_models(served_dirs):
     held.clear()
     gc.collect()
     assert weights() is None
+
+
+def test_prompts_are_encoded_off_the_event_loop_and_one_past_the_window_only_in_part(loaded, tokenizer):
+    """A long prompt takes seconds to encode: on the event loop it would stall every stream and /health."""
+    import dataclasses
+    import threading
+
+    import httpx
+
+    from .conftest import start
+
+    class Spy:
+        def __init__(self, inner) -> None:
+            self.inner, self.calls = inner, []
+
+        def encode(self, text, **kw):
+            self.calls.append(("encode", len(text), threading.current_thread().name))
+            return self.inner.encode(text, **kw)
+
+        def apply_chat_template(self, *args, **kw):
+            self.calls.append(("template", 0, threading.current_thread().name))
+            return self.inner.apply_chat_template(*args, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    background, _ = start(loaded, max_body_bytes=4 << 20)
+    app = background.server.config.app
+    spy = Spy(app.state.served.tokenizer)
+    app.state.served = dataclasses.replace(app.state.served, tokenizer=spy)
+    window = app.state.served.worker.slots.context_window
+    with background as url:
+        long = "word " * (3 * window)
+        r = httpx.post(url + "/v1/chat/completions", timeout=60,
+                       json={"model": MODEL, "messages": [{"role": "user", "content": long}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        r = httpx.post(url + "/v1/completions", timeout=60, json={"model": MODEL, "prompt": long, "max_tokens": 2})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        r = httpx.post(url + "/v1/completions", timeout=60, json={"model": MODEL, "prompt": "def", "max_tokens": 2})
+        assert r.status_code == 200
+        r = httpx.post(url + "/v1/chat/completions", timeout=60,
+                       json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert r.status_code == 200
+    loop_thread = background.thread.name
+    assert {kind for kind, _, _ in spy.calls} == {"encode", "template"}
+    assert all(thread != loop_thread for _, _, thread in spy.calls), spy.calls
+    assert max(size for _, size, _ in spy.calls) < len(long)  # the long prompt was never encoded whole

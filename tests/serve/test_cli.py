@@ -8,12 +8,14 @@ import socket
 import pytest
 
 from specmlx.cli import main as specmlx_main
-from specmlx.serve.cli import build_parser, curl_line, is_loopback, main
+from specmlx.errors import SpecmlxError
+from specmlx.serve.cli import access, api_keys, build_parser, curl_line, is_loopback, main
 
 
 def test_it_listens_on_loopback_by_default_with_sensible_limits():
     args = build_parser().parse_args([])
-    assert (args.host, args.port, args.slots, args.max_queue, args.api_key) == ("127.0.0.1", 8000, 2, 32, None)
+    assert (args.host, args.port, args.slots, args.max_queue, args.api_key, args.cors_origin) == (
+        "127.0.0.1", 8000, None, 32, [], [])  # slots: from --cache-gb
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0")
 
@@ -46,8 +48,10 @@ def test_serve_is_a_command_of_specmlx(capsys):
     assert "serve" in capsys.readouterr().out
 
 
-def test_the_command_serves_until_ctrl_c_then_stops_cleanly(served_dirs):
-    """`specmlx serve` for real, in its own process: the startup lines, a chat, then SIGINT."""
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_the_command_serves_until_ctrl_c_or_sigterm_then_stops_cleanly(served_dirs, stop):
+    """`specmlx serve` for real, in its own process: the startup lines, a chat, then SIGINT (Ctrl+C)
+    or SIGTERM (docker stop, systemd), which must shut down alike: exit 0, the worker closed."""
     import os
     import re
     import signal
@@ -58,7 +62,7 @@ def test_the_command_serves_until_ctrl_c_then_stops_cleanly(served_dirs):
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "specmlx", "serve", "--target", str(served_dirs["target"]), "--drafter",
-         str(served_dirs["drafter"]), "--port", "0", "--api-key", "k"],
+         str(served_dirs["drafter"]), "--port", "0", "--api-key", "k", "--slots", "3"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     try:
         lines = []
@@ -67,13 +71,34 @@ def test_the_command_serves_until_ctrl_c_then_stops_cleanly(served_dirs):
             assert line, "".join(lines)
             lines.append(line)
         assert lines[0].startswith("specmlx serve: target (") and "drafters: drafter (default), ngram, none" in lines[0]
-        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1 \(API key required\)", lines[1]).group(1)
+        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1 \(API key required\); 3 kept conversations",
+                        lines[1]).group(1)
         reply = httpx.post(url + "/v1/chat/completions", headers={"Authorization": "Bearer k"}, timeout=60,
                            json={"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
         assert reply.json()["usage"]["completion_tokens"] == 5
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, stop))
         assert proc.wait(timeout=30) == 0
         assert proc.stderr.read().strip().endswith("specmlx serve: stopped")
     finally:
         proc.kill()
         proc.stderr.close()
+
+
+def test_an_empty_key_in_the_environment_is_no_key_and_says_so():
+    assert api_keys([], {"SPECMLX_API_KEY": ""}) == ((), "SPECMLX_API_KEY is set but empty: no API key is required")
+    assert api_keys([], {"SPECMLX_API_KEY": "  "})[0] == ()
+    assert api_keys([], {"SPECMLX_API_KEY": "s3cret"}) == (("s3cret",), None)
+    assert api_keys([" a\n"], {}) == (("a",), None)  # as the header's key is stripped
+    assert api_keys(["a", "b"], {"SPECMLX_API_KEY": "s3cret"}) == (("a", "b"), None)  # the flag wins
+    assert api_keys([], {}) == ((), None)
+    with pytest.raises(SpecmlxError, match="--api-key must not be empty"):
+        api_keys([""], {})
+
+
+def test_any_origin_without_a_key_is_refused_before_loading(capsys, tmp_path):
+    """With CORS open to every origin and no key, any web page the user opens could use the server."""
+    assert main(["--cors-origin", "*", "--port", "0", "--target", str(tmp_path / "not-loaded")]) == 2
+    assert "--cors-origin * lets every web page" in capsys.readouterr().err
+    allowed = access(build_parser().parse_args(["--cors-origin", "*"]), ("k",))
+    assert allowed.cors_origins == ("*",) and allowed.loopback
+    assert not access(build_parser().parse_args(["--host", "0.0.0.0"]), ()).loopback

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -28,7 +30,13 @@ CASES = [
     ("tools", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "unsupported_parameter",
      "tools"),
     ("a penalty", CHAT, chat(presence_penalty=0.5), 400, "unsupported_parameter", "presence_penalty"),
-    ("five stop strings", CHAT, chat(stop=list("abcde")), 400, "unsupported_parameter", "stop"),
+    ("65 stop strings", CHAT, chat(stop=[f"<{i}>" for i in range(65)]), 400, "unsupported_parameter", "stop"),
+    ("a seed past 2^64 - 1", CHAT, chat(seed=2 ** 64), 400, "invalid_value", "seed"),
+    ("a seed below -1", CHAT, chat(seed=-2), 400, "invalid_value", "seed"),
+    ("a temperature as a string", CHAT, chat(temperature="0.5"), 400, "invalid_value", "temperature"),
+    ("a temperature as a boolean", CHAT, chat(temperature=True), 400, "invalid_value", "temperature"),
+    ("a top_p as a string", CHAT, chat(top_p="1"), 400, "invalid_value", "top_p"),
+    ("a body that is not UTF-8", CHAT, b'{"model": "\xff\xfe"}', 400, "invalid_json", None),
     ("an image", CHAT, chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
      400, "invalid_value", "messages.0.content"),
     ("a tool message", CHAT, chat(messages=[{"role": "tool", "content": "x"}]), 400, "invalid_value",
@@ -60,6 +68,37 @@ def test_bad_input_gets_its_status_and_openais_error_shape(server, name, path, b
     assert error["code"] == code and error["param"] == param
     assert error["message"] and "Traceback" not in error["message"]
     assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+
+
+def test_a_json_body_without_its_content_type_is_told_what_to_send(server):
+    """curl -d sends a form's Content-Type: the answer says which one to send."""
+    url, _ = server
+    for headers in ({"Content-Type": "application/x-www-form-urlencoded"}, {}):
+        r = httpx.post(url + CHAT, content=json.dumps(chat()).encode(), headers=headers, timeout=30)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "invalid_content_type"
+        assert "send Content-Type: application/json" in error["message"]
+
+
+def test_many_stop_strings_are_accepted_as_editors_send_them(server):
+    """Continue's Qwen-coder FIM template sends 9 stop strings to any host but OpenAI's."""
+    url, _ = server
+    stops = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+             "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>"] + [f"<stop{i}>" for i in range(23)]
+    r = httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "def", "max_tokens": 4, "stop": stops},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.parametrize("seed", [-1, 0, 2 ** 64 - 1])
+def test_seeds_from_minus_one_to_2_to_the_64_are_accepted(server, seed):
+    url, _ = server
+    for stream in (False, True):
+        r = httpx.post(url + CHAT, json=chat(seed=seed, temperature=0.8, stream=stream), timeout=30)
+        assert r.status_code == 200, r.text
+        assert "error" not in r.text
 
 
 def test_a_body_streamed_without_its_length_is_capped_too(server):

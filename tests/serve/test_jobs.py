@@ -7,7 +7,7 @@ import pytest
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.serve.errors import APIError
-from specmlx.serve.jobs import Defaults, make_job
+from specmlx.serve.jobs import HEAD_CHARS_PER_TOKEN, Defaults, make_job, refuse_past_window
 from specmlx.serve.schemas import ChatRequest
 
 DEFAULTS = Defaults("m", "small", DraftPolicy(num_draft=5), SamplingParams(0.3, 0.9), max_tokens=100)
@@ -48,3 +48,33 @@ def test_a_request_past_the_window_is_refused_before_it_queues():
     assert "1003" in err.value.message
     with pytest.raises(APIError):
         job(room=0)
+
+
+class Counting:
+    """A tokenizer stand-in: one token per character, recording what it was asked to encode."""
+
+    def __init__(self) -> None:
+        self.encoded: list[int] = []
+
+    def encode(self, text: str) -> list[int]:
+        self.encoded.append(len(text))
+        return [1] * len(text)
+
+
+def test_text_past_the_window_is_refused_from_a_head_of_it():
+    tokenizer = Counting()
+    with pytest.raises(APIError) as refused:
+        refuse_past_window(tokenizer, "x" * 10_000_000, 1000, "prompt")
+    assert refused.value.code == "context_length_exceeded" and refused.value.param == "prompt"
+    assert tokenizer.encoded == [HEAD_CHARS_PER_TOKEN * 1000]  # not ten million characters
+
+
+def test_long_text_that_may_fit_is_not_refused():
+    tokenizer = Counting()
+    refuse_past_window(tokenizer, "x" * 999, 1000, "prompt")  # short: not even looked at
+    assert tokenizer.encoded == []
+    # Long in characters, few tokens: a head of it is within the window (and the slack a cut adds).
+    few = Counting()
+    few.encode = lambda text: few.encoded.append(len(text)) or [1] * (len(text) // HEAD_CHARS_PER_TOKEN)
+    refuse_past_window(few, "x" * 50_000, 1000, "prompt")
+    assert few.encoded == [HEAD_CHARS_PER_TOKEN * 1000]

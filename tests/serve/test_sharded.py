@@ -4,7 +4,9 @@ Ctrl+C ends both, and a lost rank stops the server with one line."""
 
 from __future__ import annotations
 
+import json
 import signal
+import threading
 import time
 
 import httpx
@@ -15,6 +17,9 @@ from ..distributed.conftest import single
 
 PROMPT = "def add(a, b):"
 TOKENS = 16
+LOST_WITHIN = 20  # seconds rank 0 may take to stop once rank 1 is gone (about one here)
+LOST = "specmlx serve: error: rank 0 of 2: lost the other ranks ({}); stopping"
+GONE, RING = "rank 1 stopped", "[ring] connection to a peer was lost"  # seen by the liveness connection, by MLX
 
 
 def wait_healthy(url: str, procs, within: float = ranks.TIMEOUT) -> None:
@@ -95,15 +100,51 @@ def test_slots_rank_0_empties_are_emptied_on_every_rank(model_dirs, served):
     assert all(p.poll() is None for p in procs)
 
 
-def test_a_lost_rank_fails_the_request_and_stops_the_server_in_one_line(served):
+def after_banner(err: str) -> list[str]:
+    """Rank 0's stderr after its startup lines (the last one is the `try: curl ...` line)."""
+    lines = err.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("try: ")]
+    assert starts, err[-1500:]
+    return lines[starts[0] + 1:]
+
+
+def stopped(procs) -> str:
+    """Rank 0's stderr once it has stopped, as it must, within LOST_WITHIN of losing rank 1."""
+    err = ranks.ended(procs[0], LOST_WITHIN, "rank 1 died")
+    assert procs[0].returncode == 2, err[-1500:]
+    return err
+
+
+def test_a_rank_lost_between_requests_stops_the_server_at_once_in_one_line(served):
     url, procs = served
     procs[1].kill()
     procs[1].wait()
-    reply = httpx.post(f"{url}/v1/chat/completions", timeout=60,
-                       json={"model": "target", "messages": [{"role": "user", "content": PROMPT}]})
-    assert reply.status_code == 503 and reply.json()["error"]["code"] == "server_shutdown"
-    procs[0].wait(timeout=30)
-    err = procs[0].err.read_text()
-    assert procs[0].returncode == 2, err[-800:]
-    assert [line for line in err.splitlines() if line.startswith("specmlx")][-1:] == [
-        "specmlx serve: error: rank 0 of 2: lost the other ranks ([ring] connection to a peer was lost); stopping"]
+    err = stopped(procs)
+    assert after_banner(err) == [LOST.format(GONE)], err  # no collective was pending: the liveness connection
+
+
+def test_a_rank_lost_under_a_request_fails_it_and_stops_the_server_in_one_line(served):
+    """Rank 1 dies while an answer streams and another request waits: the stream ends with the
+    error event, the waiting request gets 503, and rank 0's stderr shows one line, no traceback
+    and none of the backend's own lines."""
+    url, procs = served
+    body = {"model": "target", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 4000}
+    waiting: dict = {}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=60) as stream:
+        events = stream.iter_lines()
+        next(line for line in events if '"content"' in line)  # the answer is streaming
+        queued = threading.Thread(target=lambda: waiting.update(
+            reply=httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)))
+        queued.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/health", timeout=5).json()["waiting"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        procs[1].kill()
+        rest = [line for line in events if line.startswith("data: {")]
+    queued.join(60)
+    assert json.loads(rest[-1].removeprefix("data: "))["error"]["code"] == "server_shutdown", rest[-2:]
+    reply = waiting["reply"]
+    assert reply.status_code == 503 and reply.json()["error"]["code"] == "server_shutdown", reply.text
+    err = stopped(procs)
+    # The pending collective failed first, or the liveness connection showed rank 1 gone first.
+    assert after_banner(err) in ([LOST.format(GONE)], [LOST.format(RING)]), err

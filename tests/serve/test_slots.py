@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from specmlx.engine import GenerationConfig
-from specmlx.serve.slots import Slots
+from specmlx.serve.slots import (LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count,
+                                 kv_bytes_per_token)
 
 
 def run(mlx, slot, prompt: list[int], tokens: int = 6) -> None:
@@ -52,3 +53,94 @@ def test_slots_over_the_memory_cap_are_emptied_oldest_first(loaded):
     assert slots.contexts()[slots._slots.index(two)] > 0
     assert sorted(slots.contexts())[0] == 0
     assert one not in slots._slots
+
+
+def test_one_off_requests_take_turns_beside_a_live_conversation(loaded):
+    """A web UI's title, tags and follow-up requests after a turn continue nothing: they must not
+    push the chat out of its slot, as plain least-recently-used would with two slots."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    chat = list(range(40, 70))
+    first = mlx.call(slots.take, chat, "ngram")
+    run(mlx, first, chat)
+    chat = first.engine.context + [5, 6]
+    assert mlx.call(slots.take, chat, "ngram") is first  # the second turn: a conversation now
+    run(mlx, first, chat)
+    for start in (100, 200, 300):  # title, tags, follow-ups
+        one_off = mlx.call(slots.take, list(range(start, start + 40)), "ngram")
+        assert one_off is not first
+        run(mlx, one_off, list(range(start, start + 40)))
+    chat = first.engine.context + [7, 8]
+    assert mlx.call(slots.take, chat, "ngram") is first
+    assert first.engine.reusable(chat) == len(chat) - 3
+
+
+def test_short_one_off_requests_do_not_push_out_a_longer_first_turn(loaded):
+    """A chat's first turn is not yet known to be a conversation; still, requests that continue
+    nothing and are shorter than it (a title, tags) take turns in the other slot."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    chat = list(range(40, 140))  # a pasted file and a question
+    first = mlx.call(slots.take, chat, "ngram")
+    run(mlx, first, chat)
+    for start in (300, 400, 500):
+        one_off = mlx.call(slots.take, list(range(start, start + 40)), "ngram")
+        assert one_off is not first
+        run(mlx, one_off, list(range(start, start + 40)))
+    chat = first.engine.context + [7, 8]
+    assert mlx.call(slots.take, chat, "ngram") is first
+
+
+def test_a_long_new_request_may_take_a_first_turns_slot(loaded):
+    """Only a short request leaves a first turn alone: a new chat as long takes the least recently used."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    taken = []
+    for start in (0, 200, 400):
+        taken.append(mlx.call(slots.take, list(range(start, start + 100)), "ngram"))
+        run(mlx, taken[-1], list(range(start, start + 100)))
+    assert taken[2] is taken[0]
+
+
+def test_a_conversation_gone_quiet_makes_room(loaded):
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    chat = list(range(40, 70))
+    first = mlx.call(slots.take, chat, "ngram")
+    run(mlx, first, chat)
+    mlx.call(slots.take, first.engine.context + [5], "ngram")
+    taken = []
+    for start in range(100, 100 + 50 * (LIVE_FOR * 2 + 1), 50):  # requests about as long as the chat
+        taken.append(mlx.call(slots.take, list(range(start, start + 30)), "ngram"))
+        run(mlx, taken[-1], list(range(start, start + 30)))
+    assert first not in taken[:LIVE_FOR * 2 - 1] and first is taken[-1]
+
+
+def test_a_request_reuses_only_its_own_owners_caches(loaded):
+    """What a cache holds shows in cached_tokens and prefill time: another owner's is never reused,
+    not even a shared start, and a slot that changes hands is emptied (on every rank)."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    secret = list(range(40, 80))
+    mine = mlx.call(slots.take, secret, "ngram", 0)
+    assert slots.emptied() == []  # an empty slot is simply taken: nothing to drop on other ranks
+    run(mlx, mine, secret)
+    probe = secret[:30] + [1, 2]
+    theirs = mlx.call(slots.take, probe, "ngram", 1)
+    assert theirs is not mine and theirs.engine.reusable(probe) == 0
+    run(mlx, theirs, probe)
+    slots.emptied()
+    again = mlx.call(slots.take, probe + [3], "ngram", 2)  # a third owner: the least recently used slot...
+    assert again.owner == 2 and again.engine.reusable(probe + [3]) == 0  # ...emptied
+    assert slots.emptied() == [slots.index(again)]
+    assert mlx.call(slots.take, secret + [9], "ngram", 2).engine.reusable(secret + [9]) == 0
+
+
+def test_the_default_count_keeps_a_few_thousand_tokens_a_slot_in_the_memory_cap(loaded):
+    mlx, target, drafters = loaded
+    args = target.model.args
+    per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * (args.hidden_size // args.num_attention_heads) * 4
+    assert mlx.call(kv_bytes_per_token, target.model) == per_token  # float32 keys and values
+    assert mlx.call(default_count, [target.model], per_token * TOKENS_PER_SLOT * 5) == 5
+    assert mlx.call(default_count, [target.model, target.model], per_token * TOKENS_PER_SLOT * 5) == MIN_SLOTS
+    assert mlx.call(default_count, [target.model], 1 << 40) == MAX_SLOTS

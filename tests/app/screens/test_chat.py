@@ -10,14 +10,18 @@ from app.app import SpecApp
 from app.screens.chat import ChatScreen
 from app.screens.loading import LoadingScreen
 from app.screens.missing import MissingModelScreen
+from app.session import Session
 from app.settings import ChatSettings
 from app.store import Store
 from app.widgets.answer import AnswerView
+from app.widgets.drafter_list import ChosenButton
 from app.widgets.messages import Note, UserMessage
-from app.widgets.stats import StatsPanel
+from app.widgets.stats import StatsPanel, accepted, speedup
 from specmlx.drafters import NoDrafter, PromptLookupDrafter
+from specmlx.events import Source
 
-from ..helpers import answered, chat_ready, run, send, wait_until
+from ..fakes import FakeDrafter
+from ..helpers import answered, chat_ready, drafter_button, reopen_newest, run, send, wait_until
 
 SIZE = (110, 34)
 
@@ -145,9 +149,9 @@ def test_settings_change_the_next_answers_parameters(fake_engine):
             assert isinstance(second.drafter, NoDrafter)
 
             await pilot.press("ctrl+s")
-            await wait_until(pilot, lambda: app.screen.query("#ngram"), what="the settings screen")
+            await wait_until(pilot, lambda: app.screen.query("#drafter"), what="the settings screen")
             await pilot.click("#speculation")  # on again, with prompt lookup
-            await pilot.click("#ngram")
+            await pilot.click(drafter_button(app.screen, "ngram"))
             app.screen.query_one("#num_draft").value = "auto"
             await pilot.click("#save")
             await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), what="back to the chat")
@@ -196,10 +200,7 @@ def test_history_survives_a_restart(fake_engine, data_dir, wrapped):
         app = chat_app(lambda: second)
         async with app.run_test(size=SIZE) as pilot:
             await chat_ready(pilot)
-            await pilot.press("ctrl+o")
-            await wait_until(pilot, lambda: app.screen.query("#conversations"), what="the history")
-            await pilot.press("enter")
-            await wait_until(pilot, lambda: app.screen.query(AnswerView), what="the reopened chat")
+            await reopen_newest(pilot)
             assert [u.text for u in app.screen.query(UserMessage)] == ["remember me"]
             view = app.screen.query_one(AnswerView)
             assert view.events == first.calls[0].generation.emitted and view.finished
@@ -231,7 +232,7 @@ def test_closing_while_generating_exits_cleanly(fake_engine, data_dir):
     assert len(answer.events) >= 3
 
 
-def test_plain_decoding_is_measured_for_the_speedup(fake_engine):
+def test_plain_decoding_is_measured_for_the_speedup_of_the_answer_on_the_same_prompt(fake_engine):
     engine = fake_engine(tps=42.0)
 
     async def scenario():
@@ -250,6 +251,11 @@ def test_plain_decoding_is_measured_for_the_speedup(fake_engine):
             assert isinstance(baseline.drafter, NoDrafter) and baseline.config.policy.num_draft == 0
             assert baseline.prompt == engine.calls[0].prompt
             assert panel.figures.baseline_tps == 42.0
+            assert speedup(panel.figures).endswith("vs plain 42.0 tok/s\non the same prompt")
+            await send(pilot, "a longer conversation now")
+            await answered(pilot, 2)
+            assert panel.figures.baseline_tps is None  # the first prompt's speed says nothing of this one
+            assert speedup(panel.figures) == "n/a — press ctrl+b\nto measure"
     run(scenario)
 
 
@@ -312,7 +318,6 @@ def test_an_mtp_drafted_answer_then_plain_decoding_shows_a_measured_speedup(targ
     from specmlx.engine import Engine
 
     from ... import tiny
-    from app.widgets.stats import speedup
 
     notes = []
 
@@ -336,6 +341,13 @@ def test_an_mtp_drafted_answer_then_plain_decoding_shows_a_measured_speedup(targ
     assert not [n for n in notes if n[1] in ("warning", "error")], notes
 
 
+def assert_note_just_above_the_last_answer(chat: ChatScreen) -> None:
+    """The context-window note is about what the answer sees: it comes before it."""
+    shown = list(chat.query_one("#transcript").children)
+    note = next(w for w in shown if isinstance(w, Note) and "context window" in str(w.render()))
+    assert shown[shown.index(note) + 1] is list(chat.query(AnswerView))[-1], shown
+
+
 def test_old_turns_that_no_longer_fit_the_context_window_are_dropped_with_a_note(fake_engine):
     engine = fake_engine()
 
@@ -350,7 +362,8 @@ def test_old_turns_that_no_longer_fit_the_context_window_are_dropped_with_a_note
             await send(pilot, "second")
             await answered(pilot)
             notes = [str(n.render()) for n in app.screen.query(Note)]
-            assert any("the 2 oldest messages no longer fit the model's context window" in n for n in notes), notes
+            assert any("the answer below does not see the 2 oldest messages" in n for n in notes), notes
+            assert_note_just_above_the_last_answer(app.screen)
             call = engine.calls[-1]
             assert len(call.prompt) + call.config.max_tokens - 1 <= engine.context_window
             assert "first question" not in engine.tokenizer.decode(call.prompt)
@@ -370,5 +383,176 @@ def test_an_answer_shortened_to_fit_the_context_window_says_so(fake_engine):
             room = engine.calls[-1].config.max_tokens
             assert room < 40
             notes = [str(n.render()) for n in app.screen.query(Note)]
-            assert f"the context window of 60 tokens leaves room for an answer at most {room} tokens long" in notes
+            expected = f"in the model's context window of 60 tokens, the answer below can be at most {room} tokens long"
+            assert expected in notes
+            assert_note_just_above_the_last_answer(app.screen)
     run(scenario)
+
+
+def test_a_chat_with_unanswered_messages_goes_on_once_reopened(fake_engine, turn_checking, data_dir):
+    """On a template that checks turn order (Gemma's), a refused message and one
+    left by closing the app before its answer began must not break the chat.
+    The history's rows are those any earlier version wrote, so old chats open too."""
+    first, second = fake_engine(), fake_engine()
+    first.tokenizer = second.tokenizer = turn_checking
+
+    async def before():
+        app = chat_app(lambda: first)
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            first.context_window = 30
+            await send(pilot, "word " * 40)
+            await wait_until(pilot, lambda: app.screen.query(".error"), what="the refusal")
+            first.context_window = None
+            await send(pilot, "short")
+            await answered(pilot)
+            assert "too long" in str(app.screen.query_one(".error").render())
+            app.store.add_message(app.screen.conversation, "user", "closed before its answer began")
+
+    async def after():
+        app = chat_app(lambda: second)
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            await reopen_newest(pilot)
+            assert len(app.screen.query(UserMessage)) == 3  # nothing typed is lost
+            notes = [str(n.render()) for n in app.screen.query(Note)]
+            assert notes.count("not answered: the model does not see this message") == 2
+            await send(pilot, "next")
+            await answered(pilot, 2)
+            assert not app.screen.query(".error")
+            prompt = turn_checking.decode(second.calls[0].prompt)
+            assert "short" in prompt and "word" not in prompt and "closed before" not in prompt
+    run(before)
+    run(after)
+
+
+def app_loading_until(engine) -> tuple[SpecApp, threading.Event]:
+    """An app whose models are ready once the returned event is set."""
+    loaded = threading.Event()
+
+    def factory():
+        loaded.wait(timeout=30)
+        return engine
+    return chat_app(factory), loaded
+
+
+def test_a_message_typed_while_loading_is_sent_once_the_models_are_ready(fake_engine, wrapped):
+    engine = fake_engine()
+    app, loaded = app_loading_until(engine)
+
+    async def scenario():
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, LoadingScreen), what="the loading screen")
+            await pilot.press(*"is 7 prime?", "enter")
+            assert "sent as soon as the models are ready" in str(app.screen.query_one("#waiting").render()).lower()
+            loaded.set()
+            await chat_ready(pilot)
+            await answered(pilot)
+            assert [u.text for u in app.screen.query(UserMessage)] == ["is 7 prime?"]
+            assert "is 7 prime?" in wrapped.decode(engine.calls[0].prompt)
+            assert app.screen.query_one("#prompt").value == ""
+    run(scenario)
+
+
+def test_a_message_typed_while_loading_but_not_sent_stays_in_the_prompt(fake_engine):
+    engine = fake_engine()
+    app, loaded = app_loading_until(engine)
+
+    async def scenario():
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, LoadingScreen), what="the loading screen")
+            await pilot.press(*"half a thou")
+            loaded.set()
+            await chat_ready(pilot)
+            assert app.screen.query_one("#prompt").value == "half a thou" and not engine.calls
+    run(scenario)
+
+
+def test_the_drafter_list_starts_on_the_chosen_drafter_and_marks_it_without_colour(fake_engine):
+    async def scenario():
+        app = chat_app(lambda: fake_engine(), settings=ChatSettings(drafter="ngram"))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            chat = app.screen
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: app.screen.query("#drafter"), what="the settings screen")
+            marks = {b.name: b.render().plain[:3] for b in app.screen.query(ChosenButton)}
+            assert marks == {"fake-0.5b": "▐ ▌", "ngram": "▐●▌", "none": "▐ ▌"}  # the choice, in plain text
+            app.screen.query_one("#drafter").focus()
+            await pilot.press("space")  # on the chosen entry: the choice stays
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
+            assert chat.settings.drafter == "ngram"
+    run(scenario)
+
+
+def test_every_drafter_of_the_preset_is_offered_and_loads_on_first_use(fake_engine):
+    engine, loads = fake_engine(drafter=FakeDrafter("qwen-0.5b")), []
+
+    def load_mtp():
+        loads.append("mtp")
+        return FakeDrafter("mtp")
+
+    async def scenario():
+        app = chat_app(lambda: Session(engine, later={"mtp": load_mtp}))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: app.screen.query("#drafter"), what="the settings screen")
+            labels = [str(b.label) for b in app.screen.query(ChosenButton)]
+            assert labels == ["qwen-0.5b", "mtp (loads when first used)", "prompt lookup", "none (plain decoding)"]
+            await pilot.click(drafter_button(app.screen, "mtp"))
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), what="back to the chat")
+            assert not loads
+            for question in ("one", "two"):
+                await send(pilot, question)
+                await answered(pilot, 1 + (question == "two"))
+            assert loads == ["mtp"] and [c.drafter.name for c in engine.calls] == ["mtp", "mtp"]
+            notes = [str(n.render()) for n in app.screen.query(Note)]
+            assert notes.count("loading drafter mtp for its first use…") == 1
+            assert app.screen.query_one(StatsPanel).figures.drafter == "mtp"
+    run(scenario)
+
+
+def test_an_answer_without_drafts_says_so_instead_of_an_ellipsis(fake_engine):
+    async def scenario():
+        plain = [(word, Source.TARGET) for word in ("Hello", " there", ".")]  # no token was drafted
+        app = chat_app(lambda: fake_engine(plain), settings=ChatSettings(speculation=False))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            await send(pilot, "hi")
+            await answered(pilot)
+            assert accepted(app.screen.query_one(StatsPanel).figures) == "no drafts"
+    run(scenario)
+
+
+def test_a_reopened_chat_keeps_its_settings(fake_engine, data_dir):
+    first, second = fake_engine(), fake_engine()
+    chosen = ChatSettings(temp=0.7, top_p=0.9, num_draft=None, max_tokens=50, drafter="ngram", system="Be brief.")
+
+    async def before():
+        app = chat_app(lambda: first)
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            await send(pilot, "one")
+            await answered(pilot)
+            app.screen._apply_settings(chosen)  # as the settings screen dismisses with them
+            await send(pilot, "two")
+            await answered(pilot, 2)
+
+    async def after():
+        app = chat_app(lambda: second)
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            assert app.screen.settings == ChatSettings(drafter="fake-0.5b")  # a new chat: the defaults
+            await reopen_newest(pilot)
+            assert app.screen.settings == chosen
+            assert app.screen.sub_title.endswith("drafter prompt lookup")
+            await send(pilot, "three")
+            await answered(pilot, 3)
+            call = second.calls[-1]
+            assert (call.config.sampling.temp, call.config.max_tokens, call.config.policy.auto) == (0.7, 50, True)
+            assert isinstance(call.drafter, PromptLookupDrafter)
+    run(before)
+    run(after)

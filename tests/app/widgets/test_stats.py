@@ -1,6 +1,6 @@
 """The stats panel's figures: sparkline on a fixed scale, speedup only when measured."""
 
-from app.widgets.stats import Figures, sparkline, speedup
+from app.widgets.stats import Figures, accepted, sparkline, speedup
 
 
 def test_sparkline_scale_is_zero_to_num_draft():
@@ -13,3 +13,11 @@ def test_speedup_is_not_assumed():
     assert speedup(Figures(tps=30.0)) == "n/a — press ctrl+b\nto measure"
     assert speedup(Figures(tps=30.0, measuring=True)) == "measuring…"
     assert speedup(Figures(tps=30.0, baseline_tps=20.0)).startswith("1.50×")
+
+
+def test_acceptance_says_when_nothing_was_drafted():
+    assert accepted(Figures()) == "…"  # no answer yet
+    assert accepted(Figures(tokens=5, draft="4")) == "…"  # streaming: known at the end
+    assert accepted(Figures(tokens=5, draft="off")) == "no drafts"  # plain decoding
+    assert accepted(Figures(tokens=5, draft="4", finished=True)) == "no drafts"  # prompt lookup found nothing
+    assert accepted(Figures(tokens=5, acceptance=0.5, finished=True)) == "50%"
