@@ -306,9 +306,9 @@ class Engine:
     def _decode(self, prompt: list[int], config: GenerationConfig, out: "Generation") -> Iterator[TokenEvent]:
         policy = config.policy
         schedule = self._schedule(policy)
-        drafts = not isinstance(self.drafter, NoDrafter) or policy.lookup  # with neither, no round proposes
-        rec = StatsRecorder(drafter=self.drafter.name, num_draft=policy.start if drafts else 0,
-                            auto=isinstance(schedule, AutoDraft))
+        # A fixed length says what it drafts (0 for no drafter and no lookup, as `_schedule` chose).
+        planned = schedule.start if isinstance(schedule, DraftLength) else policy.start
+        rec = StatsRecorder(drafter=self.drafter.name, num_draft=planned, auto=isinstance(schedule, AutoDraft))
         seed = config.seed if config.seed not in (None, RANDOM_SEED) else random.SystemRandom().getrandbits(63)
         key = mx.random.key(seed)
         text = TextStream(self.tokenizer, config.stop)

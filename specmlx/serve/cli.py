@@ -140,7 +140,8 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
     named = {d.name: d for d in drafters}
     cache_bytes = int(args.cache_gb * GB)
-    models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]  # each slot has each
+    # Every slot keeps a cache for each model drafter as well as the target's.
+    models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
     count = args.slots or mlx.call(default_count, models, cache_bytes)
     slots = mlx.call(Slots, target.model, target.tokenizer, named, count, cache_bytes, lockstep)
     worker = Worker(slots, args.max_queue, mlx)

@@ -7,6 +7,7 @@ and a status, never a traceback, and no bad request stops the server.
 from __future__ import annotations
 
 import json
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse

@@ -12,8 +12,9 @@ that is neither a live conversation (continued at least once and used within
 the last `LIVE_FOR` × `count` requests: room for its next turn and a few
 one-offs between turns) nor holds over `LONGER` times the request's prompt;
 failing that, the least recently used that is not live; failing that, the
-least recently used. So one-off requests take turns in the other slots, a short one
-does not push out a longer chat, and a conversation gone quiet makes room.
+least recently used. So one-off requests take turns in the other slots, a
+short one does not push out a longer chat, and a conversation gone quiet
+makes room.
 
 Slots belong to an owner (an API key): a request only continues, and so only
 reuses the cache of, what its own owner sent. What a cache holds shows in
@@ -92,9 +93,9 @@ class Slots:
         """The slot for `owner`'s `prompt`, drafting with `drafter`: the one of its own whose
         conversation it continues, else an empty one, else the one cheapest to lose (see above)."""
         own = [s for s in self._slots if s.owner == owner and s.engine.context]
-        shared = {id(s): common_prefix_len(s.engine.context, prompt) for s in own}
-        best = max(own, key=lambda s: (shared[id(s)], s.used), default=None)
-        if best is not None and shared[id(best)] and shared[id(best)] >= CONTINUES * len(best.engine.context):
+        best = max(own, key=lambda s: (common_prefix_len(s.engine.context, prompt), s.used), default=None)
+        shared = common_prefix_len(best.engine.context, prompt) if best is not None else 0
+        if shared and shared >= CONTINUES * len(best.engine.context):
             best.turns += 1
         else:
             empty = [s for s in self._slots if not s.engine.context]

@@ -17,7 +17,7 @@ from ..distributed.conftest import single
 
 PROMPT = "def add(a, b):"
 TOKENS = 16
-LOST_WITHIN = 20  # seconds rank 0 may take to stop once rank 1 is gone (about one here)
+LOST_WITHIN = 100  # a bound on the wait for rank 0 to stop (about a second here); its line says what noticed it
 LOST = "specmlx serve: error: rank 0 of 2: lost the other ranks ({}); stopping"
 GONE, RING = "rank 1 stopped", "[ring] connection to a peer was lost"  # seen by the liveness connection, by MLX
 
