@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from jinja2 import TemplateError
 
 from specmlx.drafters import NONE
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
-from specmlx.events import Source, TokenEvent
+from specmlx.events import TokenEvent
 from specmlx.policy import DraftPolicy
 from specmlx.stats import GenerationStats
 
@@ -76,34 +76,6 @@ class Baseline:
 
     tps: float
     tokens: int
-
-
-def batched(events: Iterable[TokenEvent], stop: Callable[[], bool],
-            draft_lengths: Sequence[int] = ()) -> Iterator[Streamed]:
-    """Group events by engine round: a batch ends with the target's own token.
-
-    A round's tokens are computed together and the next pull starts the next
-    round, so a batch never waits on the model: the screen and the history
-    are never behind. `stop()` is asked after every token, so a stop takes
-    effect before the next round starts. `draft_lengths` grows by each
-    round's chosen length before the round's tokens arrive (`Generation.draft_lengths`).
-    """
-    def streamed(pending: list[TokenEvent], elapsed: float) -> Streamed:
-        return Streamed(tuple(pending), elapsed, draft_lengths[-1] if draft_lengths else 0)
-
-    pending: list[TokenEvent] = []
-    first = None
-    for event in events:
-        now = perf_counter()
-        first = now if first is None else first
-        pending.append(event)
-        if event.source is not Source.DRAFT or stop():
-            yield streamed(pending, now - first)
-            pending = []
-        if stop():
-            break
-    if pending:  # a round cut before its target token (EOS, stop string, max tokens)
-        yield streamed(pending, perf_counter() - first)
 
 
 class Session:
@@ -198,9 +170,14 @@ class Session:
         yield Started(len(prompt), reused, choice, config, dropped)
         emitted: list[str] = []
         try:
-            for update in batched(generation, stop, generation.draft_lengths):
-                emitted.extend(e.text for e in update.events)
-                yield update
+            first = None
+            for event in generation:  # a round at a time: its tokens were computed together
+                now = perf_counter()
+                first = now if first is None else first
+                emitted.append(event.text)
+                yield Streamed(event.tokens, now - first, event.num_draft)
+                if stop():
+                    break
         finally:
             generation.close()  # the caches keep what was emitted
             # Even after a failure: the history keeps what was shown, as the stored chat does.

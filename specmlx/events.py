@@ -1,4 +1,4 @@
-"""What the engine streams: one event per emitted token."""
+"""What the engine streams: one event per round, holding its emitted tokens."""
 
 from __future__ import annotations
 
@@ -23,3 +23,26 @@ class TokenEvent:
     token: int
     text: str
     source: Source
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One round: the tokens it emitted, with their text and sources, and what it did.
+
+    `num_draft` is the draft length planned for it; it proposed `drafted`
+    tokens (looked up in the context when `looked_up`) and the target accepted
+    `accepted` of them. `probe` is, for a plain round that probed the drafter,
+    the chance the target would have accepted the probe's token. `tokens` can
+    hold fewer than accepted + 1 when the generation ended inside the round
+    (end of sequence, a stop string, max tokens), or none."""
+
+    tokens: tuple[TokenEvent, ...]
+    num_draft: int
+    drafted: int
+    accepted: int
+    looked_up: bool = False
+    probe: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens)

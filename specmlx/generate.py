@@ -13,12 +13,14 @@ import mlx.core as mx
 from .blas import describe
 from .distributed import Lockstep
 from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from .distributed.follower import follow
 from .distributed.load import load_pair_sharded
 from .engine import Engine, GenerationConfig
 from .policy import START_DRAFT, DraftPolicy
 from .errors import SpecmlxError, run_cli
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
+from .peers import ALONE
 from .sampling import SamplingParams
 from .schedule import AutoEstimate
 from .stats import GenerationStats
@@ -169,20 +171,18 @@ def generate(args: argparse.Namespace) -> int:
         prompt = encode(target.tokenizer, text, args.chat, args.system) if leads(group) else None
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
-        engine = Engine(target.model, drafter, target.tokenizer, lockstep=lockstep)
-        run = engine.generate(prompt, config)
+        engine = Engine(target.model, drafter, target.tokenizer, peers=ALONE if lockstep is None else lockstep)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
-            for _ in run:
-                pass
+            follow(engine, prompt, config, lockstep)
             return 0
-        return report(args, run, lockstep)
+        return report(args, engine.generate(prompt, config), lockstep)
 
 
 def report(args: argparse.Namespace, run, lockstep: Lockstep | None) -> int:
     """Stream the answer to stdout (accepted drafts in green), then the stats."""
     color = sys.stdout.isatty() and not args.json
     events = []
-    for event in run:
+    for event in run.token_events():
         events.append(event)
         if not args.json:
             styled = color and event.source is Source.DRAFT and event.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
 
-from .rounds import Round
+from .plan import Round
 from .schedule import AutoEstimate
 
 

@@ -42,7 +42,7 @@ def run(engine: Engine, prompt: list[int], **settings):
     policy = DraftPolicy(**{k: v for k, v in settings.items() if k in POLICY})
     config = GenerationConfig(policy=policy, **{k: v for k, v in settings.items() if k not in POLICY})
     generation = engine.generate(prompt, config)
-    events = list(generation)
+    events = list(generation.token_events())
     return events, generation.stats
 
 
@@ -87,11 +87,12 @@ def test_greedy_output_with_the_automatic_length_equals_the_targets_own(
     for text in PROMPTS * 2:  # the controller keeps what it learned from one answer to the next
         prompt = tokenizer.encode(text)
         generation = engine.generate(prompt, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=None)))
-        assert [e.token for e in generation] == reference_greedy(target, prompt, 40)
+        rounds = list(generation)
+        assert [t.token for r in rounds for t in r.tokens] == reference_greedy(target, prompt, 40)
         stats = generation.stats
         assert stats.host_syncs == stats.rounds + stats.timed_rounds
-        assert sum(stats.draft_histogram) == stats.rounds == len(generation.draft_lengths)
-        lengths += generation.draft_lengths
+        assert sum(stats.draft_histogram) == stats.rounds == len(rounds)
+        lengths += [r.num_draft for r in rounds]
     if drafter_name == "none":
         assert set(lengths) == {0}
     else:
@@ -192,7 +193,7 @@ def test_caches_hold_exactly_the_committed_tokens_after_a_rejection(tokenizer, v
     engine = Engine(target, drafter, eos_token_ids=[])
     prompt = tokenizer.encode(PROMPTS[1])
     generation = engine.generate(prompt, GenerationConfig(max_tokens=200, policy=DraftPolicy(num_draft=4)))
-    for event in generation:
+    for event in generation.token_events():
         if event.source is Source.CORRECTED:
             break  # stop right after a round that rejected a draft
     generation.close()
@@ -259,7 +260,7 @@ def test_stop_string_ends_generation_and_is_not_emitted(tokenizer, vocab, target
     assert stop and full.index(stop) == 17
     engine = Engine(target, ModelDrafter(target, vocab), tokenizer=tokenizer_wrapper(tokenizer), eos_token_ids=[])
     generation = engine.generate(prompt, GenerationConfig(max_tokens=40, stop=(stop,), policy=DraftPolicy(num_draft=5)))
-    text = "".join(e.text for e in generation) + generation.tail
+    text = "".join(e.text for e in generation.token_events()) + generation.tail
     assert text == full[:17]
     assert generation.stats.finish_reason == "stop"
 
@@ -268,7 +269,7 @@ def test_event_text_streams_the_decoded_output(tokenizer, vocab, target, noisy_d
     prompt = tokenizer.encode("naïve café 東京")
     engine = Engine(target, ModelDrafter(noisy_drafter, vocab), tokenizer=tokenizer_wrapper(tokenizer), eos_token_ids=[])
     generation = engine.generate(prompt, GenerationConfig(max_tokens=30))
-    events = list(generation)
+    events = list(generation.token_events())
     assert "".join(e.text for e in events) + generation.tail == tokenizer.decode([e.token for e in events])
 
 
@@ -321,7 +322,7 @@ def test_a_prompt_and_max_tokens_past_the_context_window_are_refused(tokenizer, 
     with pytest.raises(SpecmlxError, match=r"the prompt \(40 tokens\) and max tokens \(10\) do not fit the "
                                            r"target's context window of 48 tokens; at most 9 new tokens fit"):
         engine.generate(prompt, GenerationConfig(max_tokens=10))
-    assert len(list(engine.generate(prompt, GenerationConfig(max_tokens=9)))) == 9
+    assert len(list(engine.generate(prompt, GenerationConfig(max_tokens=9)).token_events())) == 9
     assert cache_length(engine.cache) <= 48
 
 

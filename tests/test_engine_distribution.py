@@ -59,7 +59,7 @@ def sample_sequences(engine: Engine, sampling: SamplingParams, length: int = LEN
     seqs, rounds = [], 0
     for seed in range(RUNS):
         generation = engine.generate(PROMPT, config(sampling, seed, length, **policy))
-        seqs.append(tuple(e.token for e in generation))
+        seqs.append(tuple(e.token for e in generation.token_events()))
         rounds += generation.stats.rounds
     return seqs, rounds / RUNS
 
@@ -202,8 +202,9 @@ def test_the_automatic_length_keeps_the_target_distribution(pair, name):
     samples, lengths, probes = [], [], 0
     for seed in range(RUNS):
         generation = engine.generate(PROMPT, config(sampling, seed, length, num_draft=None))
-        samples.append(tuple(e.token for e in generation))
-        lengths.append(generation.draft_lengths)
+        rounds = list(generation)
+        samples.append(tuple(t.token for r in rounds for t in r.tokens))
+        lengths.append([r.num_draft for r in rounds])
         probes += generation.stats.probes
     assert 1 < sum(map(len, lengths)) / RUNS < length
     assert sum(len(set(run)) > 1 for run in lengths) > RUNS // 20  # the length varies within runs

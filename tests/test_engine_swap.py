@@ -74,7 +74,7 @@ def test_every_swap_in_every_order_keeps_greedy_output_exact(g4_target, drafters
         # The next turn extends the context, as a chat does: the caches are reused.
         prompt = context + tokenizer.encode(f"\n# turn {step}\n")
         generation = engine.generate(prompt, CONFIG)
-        tokens = [e.token for e in generation]
+        tokens = [e.token for e in generation.token_events()]
         assert tokens == target_greedy(g4_target, prompt, CONFIG.max_tokens), f"step {step}: {kind}"
         drafted[kind] += generation.stats.drafted
         context = prompt + tokens
@@ -92,7 +92,7 @@ def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenize
     mtp = drafters["mtp"]
     engine = Engine(g4_target, mtp, eos_token_ids=[])
     prompt = tokenizer.encode("x = 1\ny = 2\n")
-    first = [e.token for e in engine.generate(prompt, CONFIG)]
+    first = [e.token for e in engine.generate(prompt, CONFIG).token_events()]
     held = (list(engine.context), cache_length(engine.cache), mtp.history.length)
     engine.use(mtp)
     assert (engine.context, cache_length(engine.cache), mtp.history.length) == held
@@ -123,12 +123,12 @@ def test_a_drafter_back_after_the_context_diverged_drafts_as_a_fresh_one(kind, o
     list(engine.generate(first, CONFIG))
     engine.use(others[other])
     elsewhere = first[:5] + tokenizer.encode("something else entirely, x = 3\n")
-    answer = [e.token for e in engine.generate(elsewhere, CONFIG)]
+    answer = [e.token for e in engine.generate(elsewhere, CONFIG).token_events()]
     engine.use(drafter)
     prompt = elsewhere + answer + tokenizer.encode("\n# more\n")
-    got = [(e.token, e.source) for e in engine.generate(prompt, CONFIG)]
+    got = [(e.token, e.source) for e in engine.generate(prompt, CONFIG).token_events()]
     fresh = Engine(g4_target, make(kind), eos_token_ids=[])
-    assert got == [(e.token, e.source) for e in fresh.generate(prompt, CONFIG)]
+    assert got == [(e.token, e.source) for e in fresh.generate(prompt, CONFIG).token_events()]
     assert kind != "model" or sum(source.value == "draft" for _, source in got) > 0
 
 
@@ -138,10 +138,10 @@ def test_a_drafter_that_cannot_read_this_target_is_refused_and_changes_nothing(g
 
     engine = Engine(g4_target, drafters["model"], eos_token_ids=[])
     prompt = tokenizer.encode("a = [1, 2, 3]\n")
-    first = [e.token for e in engine.generate(prompt, CONFIG)]
+    first = [e.token for e in engine.generate(prompt, CONFIG).token_events()]
     wrong = MTPDrafter(tiny.mtp(tiny.qwen2_args(vocab, hidden=32), seed=4), vocab)  # hidden size 32, not 64
     with pytest.raises(SpecmlxError, match="hidden states of width 32"):
         engine.use(wrong)
     assert engine.drafter is drafters["model"] and not engine.reads_hidden
     follow = prompt + first + tokenizer.encode("\n")
-    assert [e.token for e in engine.generate(follow, CONFIG)] == target_greedy(g4_target, follow, CONFIG.max_tokens)
+    assert [e.token for e in engine.generate(follow, CONFIG).token_events()] == target_greedy(g4_target, follow, CONFIG.max_tokens)

@@ -71,7 +71,7 @@ def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
     for row in rows:
         prompt = chat(target.tokenizer, row["prompt"])
         generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=4)))
-        tokens = [e.token for e in generation]
+        tokens = [e.token for e in generation.token_events()]
         assert tokens == target_greedy(target.model, prompt, set(target.tokenizer.eos_token_ids)), row["id"]
         assert generation.stats.host_syncs == generation.stats.rounds
         if row["kind"] == "code":
@@ -101,7 +101,7 @@ def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
     for row in bench_prompts("code")[4:6]:
         prompt = chat(target.tokenizer, row["prompt"])
         generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=4)))
-        assert [e.token for e in generation] == target_greedy(target.model, prompt, eos), row["id"]
+        assert [e.token for e in generation.token_events()] == target_greedy(target.model, prompt, eos), row["id"]
         tokens += generation.stats.generation_tokens
         rounds += generation.stats.rounds
     assert tokens / rounds >= 1.1  # the head's drafts are accepted, not just checked
@@ -136,7 +136,7 @@ def test_the_automatic_length_is_exact_and_drops_only_the_drafter_that_does_not_
     for row in rows:
         prompt = chat(target.tokenizer, row["prompt"])
         generation = engine.generate(prompt, auto)
-        assert [e.token for e in generation] == target_greedy(target.model, prompt, eos), row["id"]
+        assert [e.token for e in generation.token_events()] == target_greedy(target.model, prompt, eos), row["id"]
         assert generation.stats.auto
         rounds += generation.stats.rounds
         plain += generation.stats.plain_rounds
@@ -166,7 +166,7 @@ def test_the_small_presets_head_drafts_the_05b_exactly_and_well(pair):
             if int(token) in eos:
                 break
             alone.append(int(token))
-        assert [e.token for e in generation] == alone, row["id"]
+        assert [e.token for e in generation.token_events()] == alone, row["id"]
         tokens += generation.stats.generation_tokens
         rounds += generation.stats.rounds
     print(f"small preset head: {tokens / rounds:.2f} tokens per round")

@@ -21,6 +21,8 @@ from mlx_lm.sample_utils import make_sampler
 
 from ..cache import make_cache, prefill
 from ..distributed import Lockstep
+from ..distributed.follower import follow
+from ..peers import ALONE
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
 from ..policy import DraftPolicy
@@ -165,13 +167,16 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
     when a prompt extends its context, which would skip work the others do,
     and an automatic draft length starts from nothing measured, as in a new
     `specmlx generate`."""
-    engine = Engine(model, drafter, tokenizer, lockstep=lockstep)
+    engine = Engine(model, drafter, tokenizer, peers=ALONE if lockstep is None else lockstep)
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
                               profile=profile, policy=policy)
-    generation = engine.generate(list(prompt), config)
-    tokens = tuple(event.token for event in generation)
-    stats = generation.stats
+    if lockstep is not None and not lockstep.leads:  # this rank runs rank 0's rounds with it
+        tokens, stats = follow(engine, prompt, config, lockstep)
+    else:
+        generation = engine.generate(list(prompt), config)
+        tokens = tuple(event.token for event in generation.token_events())
+        stats = generation.stats
     split = TimeSplit(stats.rounds, stats.draft_s, stats.verify_s, stats.other_s) if profile else None
     return Measurement(
         mode=SPECMLX, drafter=name, temp=temp, num_draft=num_draft, prompt_id=prompt_id,

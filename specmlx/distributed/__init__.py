@@ -7,8 +7,8 @@ target. specmlx adds what speculation needs on top: the lockstep of rounds
 stand-in drafter of the ranks that do not draft (`follower.py`).
 """
 
-from .follower import Follower
+from .follower import Follower, follow
 from .group import Group, join
 from .lockstep import Control, Lockstep
 
-__all__ = ["Control", "Follower", "Group", "Lockstep", "join"]
+__all__ = ["Control", "Follower", "Group", "Lockstep", "follow", "join"]

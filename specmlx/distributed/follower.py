@@ -1,4 +1,10 @@
-"""The drafter of a rank that does not draft: rank 0's draft reaches it through the lockstep."""
+"""A rank that does not lead: rank 0's rounds, scored with this rank's shard.
+
+Such a rank never drafts or decides. Each round it learns from rank 0 how
+many tokens are proposed, takes them through the lockstep, runs the same
+target forward (its collectives pair with rank 0's), and commits rank 0's
+verdict, so its caches hold exactly rank 0's tokens.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,22 @@ from typing import Sequence
 import mlx.core as mx
 
 from ..drafters import Draft
+from ..engine import Engine, GenerationConfig
+from ..generation import emit
+from ..plan import Round
+from ..round import score
 from ..sampling import SamplingParams
+from ..stats import GenerationStats, StatsRecorder
+from ..text import TextStream
+from .lockstep import Control, Lockstep
 
 
 class Follower:
-    """Holds no weights and proposes nothing itself; named after rank 0's
-    drafter so that every rank's stats say what drafted. Not a `NoDrafter`:
-    code that plans by drafter kind (the bench's runs) must plan the same on
-    every rank, and rank 0's drafter does draft."""
+    """The drafter of a rank that does not draft: holds no weights and proposes
+    nothing itself; named after rank 0's drafter so that every rank's stats say
+    what drafted. Not a `NoDrafter`: code that plans by drafter kind (the
+    bench's runs) must plan the same on every rank, and rank 0's drafter does draft."""
+    drafts = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -31,3 +45,37 @@ class Follower:
 
     def rewind(self, length: int) -> None:
         pass
+
+
+def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
+           lockstep: Lockstep) -> tuple[tuple[int, ...], GenerationStats]:
+    """One generation of rank 0's, on this rank: from `prompt` until rank 0
+    says it is over (not before: rank 0 may be cancelled). Tokens are committed
+    by the stop rules rank 0 applies, so both ranks' contexts end alike.
+    Returns the tokens emitted and this rank's stats."""
+    rec = StatsRecorder(drafter=engine.drafter.name, num_draft=config.policy.start)
+    engine.prefill(list(prompt))
+    tokens, text, emitted, finish = engine.context, TextStream(engine.tokenizer, config.stop), [], ""
+    rec.resume()
+    while (control := lockstep.follow()) is not None:
+        done = follow_round(engine, tokens, control, lockstep, rec)
+        rec.record_round(control.size, done)
+        if not finish:
+            events, finish = emit(done, tokens, text, engine.eos_token_ids, config.max_tokens - len(emitted))
+            emitted += [e.token for e in events]
+    rec.generation_tokens = len(emitted)
+    engine.rewind(len(tokens))
+    return tuple(emitted), rec.freeze(config.profile, finish or "cancelled")
+
+
+def follow_round(engine: Engine, tokens: list[int], control: Control, lockstep: Lockstep,
+                 rec: StatsRecorder) -> Round:
+    """Score rank 0's proposal with this rank's shard, then rewind by rank 0's verdict."""
+    draft = lockstep.share(mx.zeros((control.size,), dtype=mx.uint32))
+    hidden, logits = score(engine, tokens, draft)
+    # A rank holding part of the head computes its logits whenever rank 0 does; otherwise they stay unevaluated.
+    scored = logits if lockstep.vocab else hidden
+    accepted, following = lockstep.decide(mx.array(0), mx.array(0), after=scored)
+    proposal, accepted, following = engine.sync(rec, draft, accepted, following, keep=(scored,))
+    engine.rewind(len(tokens) + accepted)
+    return Round(tuple(proposal[:accepted]) + (following,), control.size, control.looked_up)

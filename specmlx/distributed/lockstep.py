@@ -44,7 +44,10 @@ class Control:
 
 
 class Lockstep:
-    """`pipeline`: the target is split by layers (mlx-lm's `pipeline()`), whose
+    """The engine's `Peers` on a sharded target (rank 0's; the other ranks
+    follow with `follower.follow`).
+
+    `pipeline`: the target is split by layers (mlx-lm's `pipeline()`), whose
     receive does not wait on its input; the shared draft is then evaluated on
     its own, one more host sync a round, or rank 0 could block in that receive
     while the rank it waits for blocks in `share`. `vocab`: the output head is
@@ -122,6 +125,11 @@ class Lockstep:
         self.in_round = True  # if the announcement fails, the others are somewhere inside it
         self._round_message([STOP, 0] if control is None else [control.size, int(control.looked_up)])
         self.in_round = control is not None
+
+    def propose(self, tokens: mx.array, looked_up: bool) -> mx.array:
+        """Rank 0, as the engine's peers: announce the round's shape, then share its draft."""
+        self.announce(Control(tokens.shape[0], looked_up))
+        return self.share(tokens)
 
     def end_round(self) -> None:
         """Rank 0: the round announced last has synced; the others are between rounds again."""

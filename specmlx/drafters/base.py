@@ -42,6 +42,7 @@ class Drafter(Protocol):
     """
 
     name: str
+    drafts: bool  # whether it ever proposes anything: `none` does not, and rounds then plan no drafts
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Absorb a new prompt before the first round (state kept as a prefix)."""

@@ -49,6 +49,8 @@ HF_POSITION_LAG = 0
 
 
 class Gemma4AssistantDrafter:
+    drafts = True
+
     def __init__(
         self, model: Gemma4AssistantModel, vocab_size: int, name: str = "gemma4-assistant",
         position_lag: int = HF_POSITION_LAG,

@@ -20,6 +20,7 @@ class ModelDrafter:
     `vocab_size` is the target's logit width: drafter logits are cut or padded
     to it so that q and p range over the same ids.
     """
+    drafts = True
 
     def __init__(self, model: nn.Module, vocab_size: int, name: str = "model") -> None:
         self.model = model

@@ -26,6 +26,8 @@ from ..models.mtp import MTPModel
 
 
 class MTPDrafter:
+    drafts = True
+
     def __init__(self, model: MTPModel, vocab_size: int, name: str = MTP) -> None:
         self.model = model
         self.vocab_size = vocab_size

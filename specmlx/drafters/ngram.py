@@ -32,8 +32,8 @@ def lookup(tokens: Sequence[int], num_draft: int, max_ngram: int, min_ngram: int
 
 class PromptLookupDrafter:
     """Deterministic drafter: its q is one-hot, so verification stays exact."""
-
     name = NGRAM
+    drafts = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram

@@ -17,6 +17,7 @@ from .labels import NONE
 
 class NoDrafter:
     name = NONE
+    drafts = False
 
     def fresh(self) -> "NoDrafter":
         return NoDrafter()

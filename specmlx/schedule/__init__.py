@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..rounds import Plan, Round
+from ..plan import Plan, Round
 from .adaptive import DraftLength
-from .auto import AutoDraft, AutoEstimate
+from .auto import AutoDraft, AutoDrafts, AutoEstimate
 from .costs import CostEstimate
 
 
@@ -27,4 +27,4 @@ class Schedule(Protocol):
         """What it measured, for the stats; None for a length that measures nothing."""
 
 
-__all__ = ["AutoDraft", "AutoEstimate", "CostEstimate", "DraftLength", "Schedule"]
+__all__ = ["AutoDraft", "AutoDrafts", "AutoEstimate", "CostEstimate", "DraftLength", "Schedule"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..rounds import Plan, Round
+from ..plan import Plan, Round
 
 
 @dataclass

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..rounds import Plan, Round
+from ..plan import Plan, Round
 from .acceptance import Acceptance, expected_tokens
 from .costs import CostEstimate, Costs
 
@@ -123,3 +123,19 @@ class AutoDraft:
 
 def _argmax(rates: list[float], costs: Costs, cap: int) -> int:
     return max(range(cap + 1), key=lambda k: expected_tokens(rates, k) / costs.relative(k))
+
+
+class AutoDrafts:
+    """Each drafter's automatic draft length, by drafter name, kept across
+    generations: what it measured (costs, acceptance) is the machine's and the
+    drafter's, so every conversation on this machine can start from it."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, AutoDraft] = {}
+
+    def of(self, name: str, limit: int, start: int) -> AutoDraft:
+        """`name`'s automatic length; made with `limit` and `start` on first use."""
+        auto = self._by_name.get(name)
+        if auto is None:
+            auto = self._by_name[name] = AutoDraft(limit, start)
+        return auto

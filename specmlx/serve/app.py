@@ -19,7 +19,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ..events import TokenEvent
+from ..events import RoundEvent, TokenEvent
 from ..vocab import vocab_size
 from .errors import APIError, install, sse_error
 from .jobs import Defaults, chat_prompt, completion_prompt, make_job
@@ -190,9 +190,9 @@ async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool
 
 
 def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
-    """A batch from the worker: its tokens, and the end if it came."""
-    return ([i for i in items if isinstance(i, TokenEvent)],
-            next((i for i in items if not isinstance(i, TokenEvent)), None))
+    """A batch from the worker: its rounds' tokens, and the end if it came."""
+    return ([t for i in items if isinstance(i, RoundEvent) for t in i.tokens],
+            next((i for i in items if not isinstance(i, RoundEvent)), None))
 
 
 async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool):

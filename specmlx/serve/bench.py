@@ -90,8 +90,9 @@ def load_clients(url: str, model: str, texts: list[str], clients: int, requests:
 def direct(engine: Engine, prompt: list[int], max_tokens: int) -> dict:
     began, first, tokens = time.perf_counter(), None, 0
     for event in engine.generate(prompt, GenerationConfig(max_tokens=max_tokens)):
-        tokens += 1
-        first = first or time.perf_counter()
+        tokens += len(event.tokens)
+        if event.tokens:
+            first = first or time.perf_counter()
     return {"tokens": tokens, "wall_s": time.perf_counter() - began, "first_s": (first or began) - began}
 
 

@@ -15,6 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..distributed import Follower, Lockstep
+from ..distributed.follower import follow as follow_generation
 from ..engine import Engine, GenerationConfig
 
 
@@ -37,9 +38,8 @@ def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str) 
         if job["emptied"]:
             mx.clear_cache()
         if slot not in engines:
-            engines[slot] = Engine(target, Follower(drafter), tokenizer, lockstep=lockstep)
+            engines[slot] = Engine(target, Follower(drafter), tokenizer, peers=lockstep)
         engines[slot].forget(job["keep"])
         config = GenerationConfig(max_tokens=job["max_tokens"], stop=tuple(job["stop"]))
-        for _ in engines[slot].generate(job["prompt"], config):
-            pass
+        follow_generation(engines[slot], job["prompt"], config, lockstep)
     return 0

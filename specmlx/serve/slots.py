@@ -35,6 +35,7 @@ from ..cache import make_cache
 from ..distributed import Lockstep
 from ..drafters import Drafter
 from ..engine import Engine
+from ..peers import ALONE
 
 # A request continues a slot's conversation when it shares at least this share of
 # what the slot holds; below it (a common system prompt only) it takes another slot.
@@ -87,7 +88,8 @@ class Slots:
     def _new(self) -> Slot:
         # Every slot gets fresh instances: the loaded ones stay empty templates, so emptying a slot frees its caches.
         own = {name: d.fresh() for name, d in self.drafters.items()}
-        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, lockstep=self.lockstep), own)
+        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer,
+                           peers=ALONE if self.lockstep is None else self.lockstep), own)
 
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
         """The slot for `owner`'s `prompt`, drafting with `drafter`: the one of its own whose

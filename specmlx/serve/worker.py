@@ -3,8 +3,8 @@
 Requests wait in a FIFO queue of bounded length; a full queue is refused with
 429 and a `Retry-After`, never a hang. A ticket's output reaches its request
 through a callback (`Sink`) the request hands in, called on the MLX thread
-for each token and once at the end. A cancelled ticket (its client left, or
-the server is stopping) stops at its next token, within one round, and the
+for each round and once at the end. A cancelled ticket (its client left, or
+the server is stopping) stops after the round running, and the
 caches keep only committed tokens (`Generation.close`).
 """
 
@@ -21,7 +21,7 @@ from ..engine import GenerationConfig
 from ..distributed.group import lost_link
 from ..errors import SpecmlxError, first_line
 from ..log import user_error
-from ..events import TokenEvent
+from ..events import RoundEvent
 from ..mlx_thread import MLXThread
 from ..stats import GenerationStats
 from .errors import APIError
@@ -59,7 +59,7 @@ class Failed:
     error: APIError
 
 
-Item = Union[TokenEvent, Done, Failed]
+Item = Union[RoundEvent, Done, Failed]
 Sink = Callable[[Item], None]
 
 
@@ -188,7 +188,7 @@ class Worker:
             lockstep.publish(job_message(self.slots.index(slot), cached, job.prompt, job.config, self.slots.emptied()))
             self._published = True
         try:
-            for event in run:
+            for event in run:  # a round at a time: its tokens were computed together
                 ticket.sink(event)
                 if ticket.cancelled:
                     break

@@ -113,7 +113,7 @@ def test_speculative_turns_after_swaps_still_equal_plain_greedy_decoding(tiny_en
     answer(session, "jumps over", ChatSettings(max_tokens=24, drafter="ngram"))
     last = answer(session, "the lazy dog")
     plain = Engine(target, NoDrafter(), wrapped)
-    expected = [e.token for e in plain.generate(session._last[0], GenerationConfig(max_tokens=24))]
+    expected = [e.token for e in plain.generate(session._last[0], GenerationConfig(max_tokens=24)).token_events()]
     assert [e.token for e in session.engine.reported[-1]] == expected
     assert isinstance(last[-1], Finished)
 

@@ -233,9 +233,9 @@ def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, g4_target, ass
     lengths = []
     for text in PROMPTS[:2] * 2:
         prompt = tokenizer.encode(text)
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=20, policy=DraftPolicy(num_draft=None)))
-        assert [e.token for e in generation] == reference_greedy(g4_target, prompt, 20)
-        lengths += generation.draft_lengths
+        rounds = list(engine.generate(prompt, GenerationConfig(max_tokens=20, policy=DraftPolicy(num_draft=None))))
+        assert [t.token for r in rounds for t in r.tokens] == reference_greedy(g4_target, prompt, 20)
+        lengths += [r.num_draft for r in rounds]
     assert 0 in lengths and max(lengths) > 0
 
 
@@ -304,7 +304,7 @@ def test_sampled_output_follows_the_target_distribution():
     rounds = 0
     for seed in range(RUNS):
         generation = engine.generate(PROMPT, GenerationConfig(max_tokens=LENGTH, sampling=SAMPLED, seed=seed, policy=DraftPolicy(num_draft=2)))
-        seq = tuple(e.token for e in generation)
+        seq = tuple(e.token for e in generation.token_events())
         counts[seq] = counts.get(seq, 0) + 1
         rounds += generation.stats.rounds
     assert 1 < rounds / RUNS < LENGTH  # accepts and rejections both happen

@@ -43,9 +43,9 @@ def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, target, mtp_mo
     lengths = []
     for text in PROMPTS * 2:
         prompt = tokenizer.encode(text)
-        generation = engine.generate(prompt, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=None)))
-        assert [e.token for e in generation] == reference_greedy(target, prompt, 30)
-        lengths += generation.draft_lengths
+        rounds = list(engine.generate(prompt, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=None))))
+        assert [t.token for r in rounds for t in r.tokens] == reference_greedy(target, prompt, 30)
+        lengths += [r.num_draft for r in rounds]
     assert 0 in lengths and max(lengths) > 0
 
 

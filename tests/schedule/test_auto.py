@@ -15,7 +15,7 @@ from typing import Callable
 
 import pytest
 
-from specmlx.rounds import Plan, Round
+from specmlx.plan import Plan, Round
 from specmlx.schedule import AutoDraft
 from specmlx.schedule.acceptance import expected_tokens
 from specmlx.schedule.auto import PROBE_MAX, TIMED_EVERY

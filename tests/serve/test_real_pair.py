@@ -51,7 +51,7 @@ def test_a_greedy_chat_through_the_openai_client_equals_specmlx_generate(real):
     def direct(drafter: str) -> list[int]:  # what `specmlx generate --chat` runs
         prompt = encode(target.tokenizer, PROMPT, chat=True, system=None)
         engine = Engine(target.model, drafters[drafter].fresh(), target.tokenizer)
-        return [e.token for e in engine.generate(prompt, GenerationConfig(max_tokens=TOKENS))]
+        return [e.token for e in engine.generate(prompt, GenerationConfig(max_tokens=TOKENS)).token_events()]
 
     background, worker = start(real, max_tokens=TOKENS)
     with background as url, OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600) as client:

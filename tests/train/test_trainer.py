@@ -124,7 +124,7 @@ def test_training_raises_agreement_and_resumes(features, target, target_args, tm
     drafter = MTPDrafter(load_mtp(tmp_path / "checkpoint"), vocab)
     prompt = tokenizer.encode(CORPUS[0])
     run = Engine(target, drafter, eos_token_ids=[]).generate(prompt, GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=3)))
-    tokens = [e.token for e in run]
+    tokens = [e.token for e in run.token_events()]
     from ..test_engine import reference_greedy
     assert tokens == reference_greedy(target, prompt, 16)
     assert run.stats.accepted > 0

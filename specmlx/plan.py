@@ -1,4 +1,4 @@
-"""What one round of the engine is to do, what it committed, and what it took."""
+"""What one round of the engine is to do (`Plan`) and what it committed (`Round`): the records the round, the schedules and the stats share."""
 
 from __future__ import annotations
 

@@ -1,0 +1,112 @@
+"""One speculative round: propose, score, verify, one host sync, commit.
+
+Small functions over an engine's target, caches and drafter, each lazy until
+the round's one sync. `run_round` reads on one screen; a rank that follows
+rank 0 (`specmlx.distributed.follower`) reuses `score` and the engine's
+`sync` and `rewind`. Exactness lives in `verify.py`: whatever is proposed,
+and however much, what is committed follows the target's distribution.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import TYPE_CHECKING, Sequence
+
+import mlx.core as mx
+
+from .drafters import Draft, Drafter
+from .drafters.ngram import lookup
+from .hidden import decoder, head
+from .plan import Plan, Round
+from .policy import LOOKUP_NGRAM, DraftPolicy
+from .sampling import SamplingParams, warp
+from .stats import StatsRecorder
+from .verify import acceptance_chance, verify_greedy, verify_sampled
+
+if TYPE_CHECKING:  # the engine calls the round; the round only reads the engine's parts
+    from .engine import Engine
+
+
+def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy: DraftPolicy,
+              sampling: SamplingParams, key: mx.array, rec: StatsRecorder, timed: bool = False) -> Round:
+    """One round as `plan` says: drafting at most `plan.num_draft` tokens
+    (`room` if looked up), timing drafting apart with one more sync when
+    `plan.timed` or `timed`, and in a round that drafts nothing, probing the
+    drafter (`probe_chance`)."""
+    timed = plan.timed or timed
+    draft_key, verify_key = mx.random.split(key)
+    start = perf_counter()
+    # 1. propose: lazy for model drafters (step by step with a p-min), host-side for prompt lookup
+    draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, draft_key)
+    probe = engine.drafter.draft(tokens, 1, sampling, draft_key) if plan.probe and not draft.size else None
+    if timed:
+        engine.sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
+        rec.timed_rounds += 1
+    draft = Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs)
+    draft_done = perf_counter()
+    # 2. score [last, d1..dk] in one target forward (still lazy)
+    hidden, logits = score(engine, tokens, draft.tokens)
+    # 3. verify (still lazy)
+    p = None if sampling.greedy else mx.exp(warp(logits, sampling))
+    n_accepted, following = verify(logits, p, draft, verify_key)
+    chance = probe_chance(probe, logits, p)
+    n_accepted, following = engine.peers.decide(n_accepted, following, after=hidden)
+    # 4. the round's one blocking host sync
+    proposal, accepted, following, *probed = engine.sync(
+        rec, draft.tokens, n_accepted, following, *([chance] if chance is not None else []),
+        keep=(hidden,) if engine.reads_hidden else ())
+    engine.peers.end_round()
+    # 5. commit: both caches drop the rejected tail, an O(1) offset move
+    engine.rewind(len(tokens) + accepted)
+    rec.draft_s += draft_done - start
+    rec.verify_s += perf_counter() - draft_done
+    return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up,
+                 draft_done - start if timed else None, probed[0] if probed else None)
+
+
+def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
+            sampling: SamplingParams, key: mx.array) -> tuple[Draft, bool]:
+    """The round's draft, and whether it was looked up rather than drafted.
+
+    Whether to look up depends only on the committed tokens, and a copied
+    draft is deterministic (q one-hot), so every round still proposes from
+    a known q and verification stays exact at every temperature.
+    """
+    if num_draft == 0:
+        return Draft.empty(), False
+    if policy.lookup:
+        found = lookup(tokens, min(policy.lookup_draft, room), LOOKUP_NGRAM, policy.lookup)
+        if found:
+            return Draft(mx.array(found, dtype=mx.uint32)), True
+    return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
+
+
+def score(engine: "Engine", tokens: list[int], draft: mx.array) -> tuple[mx.array, mx.array]:
+    """The target's forward over the tokens it has not seen and the draft (lazy):
+    hidden states of every scored position, and logits of the rows verification
+    reads ([last, d1..dk]). A drafter that reads hidden states is shown them all;
+    rejected rows are cut by the rewind."""
+    scored = engine.cache_length()
+    pending = mx.array(tokens[scored:], dtype=mx.uint32)
+    hidden = decoder(engine.target, mx.concatenate([pending, draft])[None], engine.cache)[0]
+    logits = head(engine.target, hidden[-(draft.shape[0] + 1) :])
+    if engine.reads_hidden:
+        engine.drafter.observe(scored, hidden)
+    return hidden, logits
+
+
+def verify(logits: mx.array, p: mx.array | None, draft: Draft, key: mx.array) -> tuple[mx.array, mx.array]:
+    """Accepted drafts and the next token (lazy): greedy without `p`, else rejection sampling."""
+    if p is None:
+        return verify_greedy(logits, draft.tokens)
+    return verify_sampled(p, draft.probs, draft.tokens, key)
+
+
+def probe_chance(probe: Draft | None, logits: mx.array, p: mx.array | None) -> mx.array | None:
+    """The chance the target would have accepted the probe's one token, had
+    it been proposed (lazy). A probe costs a drafter step and no verify
+    width; it is never proposed, so output cannot depend on it."""
+    if probe is None or not probe.size:
+        return None
+    q = None if probe.probs is None else probe.probs[0]
+    return acceptance_chance(None if p is None else p[0], logits[0], q, probe.tokens[0])
