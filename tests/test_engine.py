@@ -193,10 +193,16 @@ def test_caches_hold_exactly_the_committed_tokens_after_a_rejection(tokenizer, v
     engine = Engine(target, drafter, eos_token_ids=[])
     prompt = tokenizer.encode(PROMPTS[1])
     generation = engine.generate(prompt, GenerationConfig(max_tokens=200, policy=DraftPolicy(num_draft=4)))
+    rejected = False
     for event in generation.token_events():
         if event.source is Source.CORRECTED:
+            rejected = True
             break  # stop right after a round that rejected a draft
     generation.close()
+    # The premise: a round did reject (accepted fewer than it drafted), and it was the last.
+    assert rejected
+    stats = generation.stats
+    assert stats.accepted < stats.drafted
     committed = engine.context
     assert cache_length(engine.cache) == len(committed) - 1
     for model, cache in [(target, engine.cache), (noisy_drafter, drafter.cache)]:
@@ -208,14 +214,33 @@ def test_caches_hold_exactly_the_committed_tokens_after_a_rejection(tokenizer, v
         assert mx.allclose(model(tail, cache=cache), model(tail, cache=fresh), atol=1e-4).item()
 
 
-def test_next_generation_reuses_the_cached_prefix(tokenizer, vocab, target, noisy_drafter):
+def test_next_generation_reuses_the_cached_prefix(tokenizer, vocab, target, noisy_drafter, monkeypatch):
     engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
     first = tokenizer.encode(PROMPTS[0])
     events, _ = run(engine, first, max_tokens=12)
     follow_up = first + [e.token for e in events] + tokenizer.encode("\nprint(add(1, 2))")
+    # The caches hold the first prompt and answer but its last token (never fed back).
+    reused = engine.reusable(follow_up)
+    assert reused == len(first) + len(events) - 1
+    # Spy on the target's decoder, whoever calls it: the tokens of every target
+    # forward in the follow-up, prefill chunks and rounds.
+    fed, inner = [], target.model
+    forward = type(inner).__call__
+
+    def counting(self, inputs, *args, **kwargs):
+        if self is inner:
+            fed.append(inputs.shape[1])
+        return forward(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(type(inner), "__call__", counting)
     events, stats = run(engine, follow_up, max_tokens=16)
+    monkeypatch.undo()
     assert [e.token for e in events] == reference_greedy(target, follow_up, 16)
     assert stats.prompt_tokens == len(follow_up)
+    # Each round feeds the last token and its draft; prefill fed only the
+    # prompt past the reused prefix, and not its last token.
+    prefilled = sum(fed) - stats.rounds - stats.drafted
+    assert prefilled == len(follow_up) - 1 - reused
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temp=0.7), SamplingParams(temp=1.0, top_p=0.9, top_k=50)])

@@ -54,13 +54,16 @@ def config(sampling: SamplingParams, seed: int, length: int, **policy) -> Genera
                             policy=DraftPolicy(**{"num_draft": 2, **policy}))
 
 
-def sample_sequences(engine: Engine, sampling: SamplingParams, length: int = LENGTH,
+def sample_sequences(engine: Engine, sampling: SamplingParams, length: int = LENGTH, stats: list | None = None,
                      **policy) -> tuple[list[tuple[int, ...]], float]:
+    """The sampled sequences and rounds per run; each run's stats are appended to `stats` if given."""
     seqs, rounds = [], 0
     for seed in range(RUNS):
         generation = engine.generate(PROMPT, config(sampling, seed, length, **policy))
         seqs.append(tuple(e.token for e in generation.token_events()))
         rounds += generation.stats.rounds
+        if stats is not None:
+            stats.append(generation.stats)
     return seqs, rounds / RUNS
 
 
@@ -149,7 +152,13 @@ def test_prompt_lookup_reproduces_the_target_distribution(pair):
     target, _ = pair
     sampling = SamplingParams(temp=1.0)
     engine = Engine(target, PromptLookupDrafter(), eos_token_ids=[])
-    samples, _ = sample_sequences(engine, sampling)
+    stats = []
+    samples, _ = sample_sequences(engine, sampling, stats=stats)
+    # Lookup proposed, in every run: PROMPT ends in [1, 2], seen before it, so
+    # the first round copies [3, 0]; and some copies were accepted, some rejected.
+    assert all(s.drafted >= 2 and s.rounds > s.plain_rounds for s in stats)
+    drafted, accepted = sum(s.drafted for s in stats), sum(s.accepted for s in stats)
+    assert 0 < accepted < drafted
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
 
 

@@ -88,9 +88,26 @@ def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine)
     answer(session, "def add(a, b):")
     seen = list(session.engine.context)
     answer(session, "again", ChatSettings(max_tokens=16, drafter="none"))
-    session.reset()  # a new chat: the context now diverges early
-    session._select("noisy")
+    held = cache_length(model.cache)  # what "noisy" computed before it was swapped out
+    # A new chat answered without "noisy": the engine's context now diverges
+    # from what "noisy" holds early, right after the chat template's opening.
+    session.reset()
+    answer(session, "for i in range(10):", ChatSettings(max_tokens=16, drafter="none"))
+    shared = common_prefix_len(seen, session.engine.context)
+    assert 0 < shared < held  # the premise: "noisy" holds more than the context shares with it
+    assert cache_length(model.cache) == held  # swapped out, it was left alone
+    session._select("noisy")  # the engine's swap-back
+    assert session.engine.drafter is model
     assert cache_length(model.cache) <= common_prefix_len(seen, session.engine.context)
+    # Rewound to the shared prefix, no further: what it still holds is reused.
+    assert cache_length(model.cache) == min(shared, held)
+    # And it drafts on from there: the next answer is the target's own greedy one.
+    last = answer(session, "and then?", ChatSettings(max_tokens=16))[-1]
+    prompt = session._last[0]
+    plain = Engine(session.engine.target, NoDrafter(), session.engine.tokenizer)
+    expected = [e.token for e in plain.generate(prompt, GenerationConfig(max_tokens=16))]
+    assert [e.token for e in session.engine.reported[-1]] == expected
+    assert last.stats.drafter == "noisy" and last.stats.drafted > 0
 
 
 def test_baseline_needs_an_answer_then_decodes_the_same_prompt_plainly(tiny_engine):

@@ -68,11 +68,32 @@ def test_sharded_output_equals_one_process(capsys, dirs, plain, sharding):
 
 @pytest.mark.parametrize("flags", [("--num-draft", "auto"), ("--draft-p-min", "0.5"), ("--lookup", "2")],
                          ids=["auto", "p-min", "lookup"])
-def test_rank_0_alone_decides_how_much_to_draft(dirs, tmp_path, plain, flags):
+def test_rank_0_alone_decides_how_much_to_draft(capsys, dirs, tmp_path, plain, flags):
     """Draft lengths that rank 0 decides from its wall clock (auto) or its drafter's
     confidence (p-min), and lookups, reach the other rank with each round's announcement."""
     out = sharded(dirs, tmp_path, "drafter", "tensor", *flags)
     assert out["tokens"] == plain["tensor"]
+    # ... and the flag was obeyed, not ignored.
+    stats = out["stats"]
+    if flags[0] == "--num-draft":
+        # Chosen from wall times, so compared with no other run: the automatic
+        # length ran (a fresh one drafts twice, the second round timed apart,
+        # then one round plainly) and measured its costs.
+        assert stats["auto"] and stats["estimate"] is not None
+        assert stats["estimate"]["costs"] is not None
+        assert stats["timed_rounds"] >= 1 and stats["draft_histogram"][0] >= 1
+        return
+    # Greedy, with the drafter's own deterministic drafts: rounds repeat exactly
+    # in one process with the flag, and differ from drafting 4 every round.
+    rounds = ("rounds", "drafted", "accepted", "accepted_histogram", "draft_histogram", "plain_rounds")
+    args = ("--target", dirs["target"], "--drafter", dirs["drafter"], "--prompt", PROMPT, "--max-tokens", TOKENS)
+    alone = single(capsys, *args, *flags)["stats"]
+    fixed = single(capsys, *args)["stats"]
+    assert {k: stats[k] for k in rounds} == {k: alone[k] for k in rounds}
+    assert {k: stats[k] for k in rounds} != {k: fixed[k] for k in rounds}
+    assert not stats["auto"]
+    if flags[0] == "--draft-p-min":  # some drafts stopped short of the length chosen for them
+        assert stats["drafted"] < sum(k * n for k, n in enumerate(stats["draft_histogram"]))
 
 
 def test_a_seeded_sampled_run_repeats_exactly(capsys, dirs, tmp_path):
