@@ -34,7 +34,8 @@ def test_json_output_end_to_end(model_dirs, tokenizer, target):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) == {"text", "tokens", "sources", "stats"}
-    prompt = tokenizer.encode(PROMPT)
+    saved = load_tokenizer("target", model_dirs["target"])
+    prompt = saved.encode(PROMPT)  # the saved tokenizer splits PROMPT's spaces unlike the in-memory one, as the CLI did
     expected = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=24)]
     assert data["tokens"] == expected[: len(data["tokens"])]
     assert data["text"] == tokenizer.decode(data["tokens"])
@@ -44,6 +45,18 @@ def test_json_output_end_to_end(model_dirs, tokenizer, target):
     assert stats["generation_tokens"] == len(data["tokens"])
     assert stats["accepted"] == data["sources"].count("draft")
     assert not stats["auto"] and stats["host_syncs"] == stats["rounds"]  # one sync a round
+    # Something was generated, and as much as the stats say: all 24 tokens, or
+    # fewer only where the target's own next token is an end token.
+    n = len(data["tokens"])
+    assert n > 0 and data["text"] != ""
+    assert stats["prompt_tokens"] == len(prompt)
+    if stats["finish_reason"] == "length":
+        assert n == 24
+    else:
+        assert stats["finish_reason"] == "eos"
+        assert expected[n] in saved.eos_token_ids
+    # Every round commits its accepted drafts and one token of the target's, the last round perhaps cut.
+    assert 0 < stats["rounds"] <= n and n <= stats["accepted"] + stats["rounds"]
 
 
 def test_draft_p_min_stays_exact(capsys, model_dirs, tokenizer, target):

@@ -107,6 +107,14 @@ def test_sampled_runs_are_reproducible_by_seed(wrapped, target):
     ours = [run_specmlx(target, wrapped, PromptLookupDrafter(), "ngram", num_draft=2, seed=3, **args)
             for _ in range(2)]
     assert ours[0].tokens == ours[1].tokens
+    # ... and by the seed, not in spite of it: other seeds sample other tokens.
+    # (Each output is a function of its seed; among four seeds, some two differ.)
+    seeds = (3, 4, 5, 6)
+    alone = {run_target(target, wrapped, seed=seed, **args).tokens for seed in seeds}
+    assert len(alone) > 1
+    ours = {run_specmlx(target, wrapped, PromptLookupDrafter(), "ngram", num_draft=2, seed=seed, **args).tokens
+            for seed in seeds}
+    assert len(ours) > 1
 
 
 def test_profiled_specmlx_splits_its_decode_time(wrapped, target, noisy_drafter, vocab):

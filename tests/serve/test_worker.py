@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from specmlx.events import TokenEvent
+
 from .conftest import MODEL, start
 
 CHAT = "/v1/chat/completions"
@@ -86,10 +88,36 @@ def test_retry_after_is_the_queues_wait_not_one_run():
     assert worker._retry_after() == 12  # and the three waiting, 3 s each
 
 
-def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server):
+def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server, monkeypatch):
+    """The stream's end cancels the ticket; the worker checks it after each token
+    it hands on. Measured in tokens: from the count the ticket had been handed when
+    the disconnect was seen to the count the generation ended with."""
     url, worker = server
     before = len(worker.records)
-    with httpx.stream("POST", url + CHAT, json=body(1, max_tokens=4000, stream=True), timeout=60) as r:
+    num_draft = 3  # a round commits at most num_draft + 1 tokens
+    handed_at_cancel: list[int] = []
+    submit = worker.submit
+
+    def spying(job, sink):
+        handed = [0]
+
+        def counting(item):
+            handed[0] += isinstance(item, TokenEvent)
+            sink(item)
+
+        ticket = submit(job, counting)
+        cancel = ticket.cancel
+
+        def cancelled(why=None):
+            handed_at_cancel.append(handed[0])
+            cancel(why)
+
+        ticket.cancel = cancelled
+        return ticket
+
+    monkeypatch.setattr(worker, "submit", spying)
+    payload = body(1, max_tokens=4000, stream=True, speculative={"num_draft": num_draft})
+    with httpx.stream("POST", url + CHAT, json=payload, timeout=60) as r:
         lines = r.iter_lines()
         for _ in range(6):
             next(lines)
@@ -97,9 +125,14 @@ def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server)
     deadline = time.monotonic() + 20
     while len(worker.records) == before and time.monotonic() < deadline:
         time.sleep(0.01)
+    monkeypatch.undo()
     dropped = worker.records[before]
     assert dropped.finish_reason == "cancelled"
     assert dropped.generation_tokens < 4000
+    # Within a round of the disconnect being seen (the first cancel: the stream's end).
+    seen = handed_at_cancel[0]
+    assert 0 < seen < 4000
+    assert seen <= dropped.generation_tokens <= seen + num_draft + 1
     assert worker.waiting == 0  # nothing was still running or queued in front of the next request
     reply = httpx.post(url + CHAT, json=body(2), timeout=60).json()
     assert reply["usage"]["completion_tokens"] == 12

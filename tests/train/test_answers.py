@@ -31,11 +31,24 @@ def test_batched_answers_are_each_requests_greedy_answer(target, tokenizer):
 
 def test_an_answer_ends_before_its_end_token(target, tokenizer):
     first, other = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops=STOPS)
+    # Both ran the full 6 tokens (the last, never fed, is left out): each has tokens to end on.
+    mine, theirs = first.tokens[first.answer_start :], other.tokens[other.answer_start :]
+    assert len(mine) == len(theirs) == 5
     # Make the first answer's third token an end token: that answer stops before it, the other goes on.
     stop = first.tokens[first.answer_start + 2]
+    assert stop not in mine[:2]  # its first place: the answer ends on it, after two tokens
     short, same = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops={stop})
     assert short.tokens == first.tokens[: first.answer_start + 2]
+    assert short.hidden.shape[0] == len(short.tokens)
     assert stop in other.tokens[other.answer_start :] or same.tokens == other.tokens
+    if stop in theirs:  # then the other ends on it too
+        assert same.tokens == other.tokens[: other.answer_start + theirs.index(stop)]
+    # Each row ends on its own end token, at its own step: the first after two tokens, the other after three.
+    assert theirs[3] not in theirs[:3] + mine[:2] and stop not in theirs[:3]
+    a, b = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops={stop, theirs[3]})
+    assert a.tokens == first.tokens[: first.answer_start + 2]
+    assert b.tokens == other.tokens[: other.answer_start + 3]
+    assert b.hidden.shape[0] == len(b.tokens)
 
 
 def test_answer_windows_mark_request_answer_and_padding(target, tokenizer):
