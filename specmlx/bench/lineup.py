@@ -28,7 +28,7 @@ from ..distributed.load import AUTO, load_drafters_sharded
 from ..loading import LoadedModel, Progress, display_name, load_drafters, resolve_drafter
 
 
-AUTO = "+auto"
+AUTO_SUFFIX = "+auto"  # not AUTO: that is the sharding default imported above
 FIXED = "+k="
 ADAPTIVE = "+adaptive"
 P_MIN = "+pmin="
@@ -87,7 +87,7 @@ def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
     specs = [part.strip() for value in requested for part in value.split(",") if part.strip()]
     if not specs:
         default = resolve_drafter(None, target).source
-        specs = [default, default + AUTO, NGRAM, NGRAM + AUTO]
+        specs = [default, default + AUTO_SUFFIX, NGRAM, NGRAM + AUTO_SUFFIX]
     resolved = [resolve_drafter(base, target).source + suffix for base, suffix, _ in map(split_variant, specs)]
     return list(dict.fromkeys(resolved))  # dedupe, keep order
 
@@ -98,10 +98,10 @@ def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
     suffix = _SUFFIXES.search(spec).group(1)
     num_draft, adaptive, p_min, lookup = START_DRAFT, False, 0.0, 0
     parts = [part for part in suffix.split("+") if part]
-    if AUTO[1:] in parts and (ADAPTIVE[1:] in parts or any(p.startswith(FIXED[1:]) for p in parts)):
+    if AUTO_SUFFIX[1:] in parts and (ADAPTIVE[1:] in parts or any(p.startswith(FIXED[1:]) for p in parts)):
         raise SpecmlxError(f"--drafter {spec}: +auto chooses the draft length itself; drop +k or +adaptive")
     for part in parts:
-        if part == AUTO[1:]:
+        if part == AUTO_SUFFIX[1:]:
             num_draft = None
             continue
         if part == ADAPTIVE[1:]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -37,6 +38,23 @@ def test_load_every_kind_once(model_dirs):
     assert isinstance(model.drafter, ModelDrafter) and model.model is model.drafter.model
     assert isinstance(ngram.drafter, PromptLookupDrafter) and ngram.model is None and ngram.drafts
     assert isinstance(none.drafter, NoDrafter) and not none.drafts
+
+
+def test_a_sharded_lineup_loads_with_the_default_sharding(model_dirs):
+    """Without `sharding`, a sharded lineup takes the sharding the target supports, as `--sharding auto`
+    does; the `+auto` drafter suffix is another thing and still chooses the draft length."""
+    import mlx.core as mx
+
+    from specmlx.distributed import Group
+    from specmlx.distributed.load import AUTO
+
+    assert inspect.signature(load_lineup).parameters["sharding"].default == AUTO
+    one = mx.distributed.init()  # no launcher: a group of this process alone, enough for the sharded path
+    lineup = load_lineup(str(model_dirs["target"]), [str(model_dirs["drafter"]), "ngram+auto"],
+                         group=Group(one, one.rank(), one.size()))
+    assert [e.name for e in lineup.entrants] == ["drafter", "ngram+auto"]
+    assert lineup.entrants[1].policy.auto and not lineup.entrants[0].policy.auto
+    assert lineup.lockstep is not None
 
 
 def test_a_missing_drafter_fails_before_loading(model_dirs, tmp_path):
