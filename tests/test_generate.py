@@ -34,8 +34,9 @@ def test_json_output_end_to_end(model_dirs, tokenizer, target):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) == {"text", "tokens", "sources", "stats"}
+    # Encoded as the CLI did: the saved tokenizer splits PROMPT's spaces unlike the in-memory one.
     saved = load_tokenizer("target", model_dirs["target"])
-    prompt = saved.encode(PROMPT)  # the saved tokenizer splits PROMPT's spaces unlike the in-memory one, as the CLI did
+    prompt = saved.encode(PROMPT)
     expected = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=24)]
     assert data["tokens"] == expected[: len(data["tokens"])]
     assert data["text"] == tokenizer.decode(data["tokens"])

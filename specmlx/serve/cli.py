@@ -14,7 +14,7 @@ from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import load_drafters_sharded
 from ..distributed.output import end
-from ..drafters import NGRAM, NONE, ModelDrafter
+from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError, run_cli
 from ..generate import AUTO, draft_length
@@ -27,7 +27,7 @@ from .app import Access, build_app
 from .jobs import Defaults
 from .run import Server, bind
 from .sharded import follow
-from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count
+from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, slots_for
 from .worker import Worker
 
 API_KEY_ENV = "SPECMLX_API_KEY"
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slots", type=int, default=None, help="conversations whose KV caches are kept between "
                    f"requests (default: as many as --cache-gb holds at {TOKENS_PER_SLOT} tokens each, "
                    f"{MIN_SLOTS} to {MAX_SLOTS})")
-    p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold (default 4)")
+    p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold: KV caches, "
+                   "and the target's hidden states an MTP-style drafter keeps (default 4)")
     p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say "
                    "(default 512)")
     p.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body accepted (default 4)")
@@ -140,9 +141,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
     named = {d.name: d for d in drafters}
     cache_bytes = int(args.cache_gb * GB)
-    # Every slot keeps a cache for each model drafter as well as the target's.
-    models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
-    count = args.slots or mlx.call(default_count, models, cache_bytes)
+    count = args.slots or mlx.call(slots_for, target.model, drafters, cache_bytes)
     slots = mlx.call(Slots, target.model, target.tokenizer, named, count, cache_bytes, lockstep)
     worker = Worker(slots, args.max_queue, mlx)
     defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)

@@ -25,7 +25,7 @@ a client read another's prompt a token at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -33,8 +33,11 @@ from mlx_lm.utils import common_prefix_len
 
 from ..cache import make_cache
 from ..distributed import Lockstep
-from ..drafters import Drafter
+from ..drafters import Drafter, HiddenDrafter, ModelDrafter
+from ..drafters.history import HiddenHistory
+from ..drafters.mtp import MTPDrafter
 from ..engine import Engine
+from ..hidden import decoder, embed
 from ..peers import ALONE
 
 # A request continues a slot's conversation when it shares at least this share of
@@ -56,9 +59,13 @@ class Slot:
     owner: Hashable = None  # whose requests it serves (an API key's id; None without keys)
 
     def held_bytes(self) -> int:
+        """The target's KV cache, each drafter's own, and the target's hidden states that a
+        drafter reading them (MTP-style) keeps, a row a position (`HiddenHistory`)."""
         caches = [self.engine.cache] + [getattr(d, "cache", None) or [] for d in self.drafters.values()]
-        return sum(layer.nbytes for cache in caches for layer in cache
-                   if getattr(layer, "keys", None) is not None)
+        kv = sum(layer.nbytes for cache in caches for layer in cache if getattr(layer, "keys", None) is not None)
+        histories = [getattr(d, "history", None) for d in self.drafters.values()]
+        rows = sum(r.nbytes for h in histories if isinstance(h, HiddenHistory) for _, r in h.chunks)
+        return kv + rows
 
 
 @dataclass
@@ -153,11 +160,43 @@ def kv_bytes_per_token(model: nn.Module) -> int:
     lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
     cache = make_cache(model)
     model(mx.array([[0]], dtype=mx.uint32), cache=cache)
+    return _per_token(cache)
+
+
+def hidden_bytes_per_token(drafter: HiddenDrafter, target: nn.Module) -> int:
+    """What a drafter that reads the target's hidden states keeps per token: the target's
+    final hidden state at every position (hidden size × the target's activation dtype:
+    about 6 KB in float32, 3 KB in bfloat16, for a 1.5B target), and an MTP head's own KV
+    cache besides (a Gemma 4 assistant reads the target's). From shapes alone, lazily,
+    as `kv_bytes_per_token`."""
+    one = mx.array([[0]], dtype=mx.uint32)
+    hidden = decoder(target, one, make_cache(target))  # (1, 1, H): the row `observe` keeps a position
+    per_token = hidden.nbytes
+    if isinstance(drafter, MTPDrafter):  # its cache entry j holds (embed(token j+1), hidden j)
+        cache = drafter.model.make_cache()
+        drafter.model(embed(target, one), hidden, cache)
+        per_token += _per_token(cache)
+    return per_token
+
+
+def _per_token(cache: list) -> int:
     layers = [c for c in cache if getattr(c, "keys", None) is not None]
     return sum((c.keys.nbytes + c.values.nbytes) // c.keys.shape[2] for c in layers)
 
 
-def default_count(models: Sequence[nn.Module], max_bytes: int) -> int:
-    """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each, for the target and a model drafter."""
+def default_count(models: Sequence[nn.Module], max_bytes: int, heads: Sequence[HiddenDrafter] = ()) -> int:
+    """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each: `models` are the
+    target, first, and the model drafters (a KV cache each), `heads` the drafters that read
+    the target's hidden states (every slot keeps each one's rows, `hidden_bytes_per_token`)."""
     per_token = sum(kv_bytes_per_token(m) for m in models)
+    per_token += sum(hidden_bytes_per_token(h, models[0]) for h in heads)
     return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_token * TOKENS_PER_SLOT)))
+
+
+def slots_for(target: nn.Module, drafters: Iterable[Drafter], max_bytes: int) -> int:
+    """`default_count` for a target and the drafters every slot gets its own instance of:
+    a KV cache for each model drafter, the hidden states (and an MTP head's KV cache) for
+    each drafter that reads them; prompt lookup and none keep nothing."""
+    drafters = list(drafters)
+    models = [target, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
+    return default_count(models, max_bytes, [d for d in drafters if isinstance(d, HiddenDrafter)])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import GenerationConfig
 from specmlx.serve.slots import (LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count,
-                                 kv_bytes_per_token)
+                                 hidden_bytes_per_token, kv_bytes_per_token, slots_for)
+
+from .. import tiny
 
 
 def run(mlx, slot, prompt: list[int], tokens: int = 6) -> None:
@@ -144,3 +147,44 @@ def test_the_default_count_keeps_a_few_thousand_tokens_a_slot_in_the_memory_cap(
     assert mlx.call(default_count, [target.model], per_token * TOKENS_PER_SLOT * 5) == 5
     assert mlx.call(default_count, [target.model, target.model], per_token * TOKENS_PER_SLOT * 5) == MIN_SLOTS
     assert mlx.call(default_count, [target.model], 1 << 40) == MAX_SLOTS
+
+
+def test_the_default_count_counts_the_hidden_states_an_mtp_head_keeps(loaded):
+    """An MTP head keeps the target's final hidden state at every position (and its own KV
+    cache): about 6 KB a token in float32 for a 1.5B target, more than the target's KV cache."""
+    mlx, target, drafters = loaded
+    head = drafters["mtp"]
+    args, config = target.model.args, head.model.config
+    kv = mlx.call(kv_bytes_per_token, target.model)
+    row = args.hidden_size * 4  # one float32 hidden state a position
+    own = 2 * config.num_layers * config.num_key_value_heads * (config.hidden_size // config.num_attention_heads) * 4
+    assert mlx.call(hidden_bytes_per_token, head, target.model) == row + own
+    budget = (kv + row + own) * TOKENS_PER_SLOT * 5
+    assert mlx.call(default_count, [target.model], budget, [head]) == 5
+    assert mlx.call(default_count, [target.model], budget) > 5  # what leaving them out would give
+    # What `serve` counts for its drafters: the noisy copy's KV cache (as large as the
+    # target's), the head's rows and cache; ngram and none keep nothing.
+    per_slot = (2 * kv + row + own) * TOKENS_PER_SLOT
+    assert mlx.call(slots_for, target.model, drafters.values(), per_slot * 3) == 3
+    assert mlx.call(slots_for, target.model, [drafters["drafter"]], per_slot * 3) > 3
+
+
+def test_a_gemma4_assistant_keeps_hidden_states_only():
+    """It reads the target's KV cache in place: what it adds a token is the target's hidden state."""
+    args = tiny.gemma4_args(vocab_size=64)
+    target = tiny.gemma4_target(args, seed=1)
+    assistant = Gemma4AssistantDrafter(tiny.gemma4_assistant(args, seed=2), 64)
+    assert hidden_bytes_per_token(assistant, target) == args.hidden_size * 4
+
+
+def test_the_memory_cap_counts_an_mtp_heads_hidden_states(loaded):
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    prompt = list(range(50, 80))
+    slot = mlx.call(slots.take, prompt, "mtp")
+    run(mlx, slot, prompt)
+    head = slot.drafters["mtp"]
+    assert head.history.length > len(prompt)  # a row for every position the target scored and kept
+    caches = [slot.engine.cache, head.cache, slot.drafters["drafter"].cache]
+    kv = sum(layer.nbytes for cache in caches for layer in cache if layer.keys is not None)
+    assert slot.held_bytes() == kv + head.history.length * target.model.args.hidden_size * 4
