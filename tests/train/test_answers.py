@@ -43,11 +43,14 @@ def test_an_answer_ends_before_its_end_token(target, tokenizer):
     assert stop in other.tokens[other.answer_start :] or same.tokens == other.tokens
     if stop in theirs:  # then the other ends on it too
         assert same.tokens == other.tokens[: other.answer_start + theirs.index(stop)]
-    # Each row ends on its own end token, at its own step: the first after two tokens, the other after three.
-    assert theirs[3] not in theirs[:3] + mine[:2] and stop not in theirs[:3]
-    a, b = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops={stop, theirs[3]})
+    # A second end token, the other answer's first token not among the first one's two: now
+    # each row ends on an end token, the first after two tokens, the other where it meets one.
+    j = next(j for j in range(1, 5) if theirs[j] not in theirs[:j] + mine[:2])
+    ends = {stop, theirs[j]}
+    at = next(i for i, token in enumerate(theirs) if token in ends)
+    a, b = answer_batch(target, tokenizer, REQUESTS[:2], max_tokens=6, max_prompt=64, stops=ends)
     assert a.tokens == first.tokens[: first.answer_start + 2]
-    assert b.tokens == other.tokens[: other.answer_start + 3]
+    assert b.tokens == other.tokens[: other.answer_start + at]
     assert b.hidden.shape[0] == len(b.tokens)
 
 
