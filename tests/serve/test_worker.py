@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from specmlx.events import TokenEvent
+from specmlx.events import RoundEvent
 
 from .conftest import MODEL, start
 
@@ -89,7 +89,7 @@ def test_retry_after_is_the_queues_wait_not_one_run():
 
 
 def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server, monkeypatch):
-    """The stream's end cancels the ticket; the worker checks it after each token
+    """The stream's end cancels the ticket; the worker checks it after each round
     it hands on. Measured in tokens: from the count the ticket had been handed when
     the disconnect was seen to the count the generation ended with."""
     url, worker = server
@@ -102,7 +102,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server,
         handed = [0]
 
         def counting(item):
-            handed[0] += isinstance(item, TokenEvent)
+            handed[0] += len(item.tokens) if isinstance(item, RoundEvent) else 0
             sink(item)
 
         ticket = submit(job, counting)
@@ -121,7 +121,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server,
         lines = r.iter_lines()
         for _ in range(6):
             next(lines)
-    # The connection is closed: the generation stops at its next token.
+    # The connection is closed: the generation stops after the round running.
     deadline = time.monotonic() + 20
     while len(worker.records) == before and time.monotonic() < deadline:
         time.sleep(0.01)
