@@ -102,11 +102,11 @@ def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine)
     # Rewound to the shared prefix, no further: what it still holds is reused.
     assert cache_length(model.cache) == min(shared, held)
     # And it drafts on from there: the next answer is the target's own greedy one.
-    last = answer(session, "and then?", ChatSettings(max_tokens=16))[-1]
-    prompt = session._last[0]
+    updates = answer(session, "and then?", ChatSettings(max_tokens=16))
+    prompt, last = session._last[0], updates[-1]
     plain = Engine(session.engine.target, NoDrafter(), session.engine.tokenizer)
-    expected = [e.token for e in plain.generate(prompt, GenerationConfig(max_tokens=16))]
-    assert [e.token for e in session.engine.reported[-1]] == expected
+    expected = [e.token for e in plain.generate(prompt, GenerationConfig(max_tokens=16)).token_events()]
+    assert [e.token for u in updates if isinstance(u, Streamed) for e in u.events] == expected
     assert last.stats.drafter == "noisy" and last.stats.drafted > 0
 
 
