@@ -25,7 +25,7 @@ from ..policy import LOOKUP_NGRAM, START_DRAFT, DraftPolicy
 from ..errors import SpecmlxError
 from ..distributed import Group, Lockstep
 from ..distributed.load import AUTO, load_drafters_sharded
-from ..loading import LoadedModel, Progress, display_name, load_drafters, resolve_drafter
+from ..loading import LoadedModel, Progress, load_drafters, resolve_drafter
 
 
 AUTO_SUFFIX = "+auto"  # not AUTO: that is the sharding default imported above
