@@ -11,12 +11,13 @@ from typing import Sequence
 import mlx.core as mx
 
 from .blas import describe
+from .cli import run_cli
 from .distributed import Lockstep
 from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from .distributed.load import load_pair_sharded
 from .engine import Engine, GenerationConfig
 from .policy import START_DRAFT, DraftPolicy
-from .errors import SpecmlxError, run_cli
+from .errors import SpecmlxError
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
 from .sampling import SamplingParams

@@ -12,11 +12,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..cli import run_cli
 from ..distributed import Group
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
-from ..errors import SpecmlxError, run_cli
+from ..errors import SpecmlxError
 from ..loading import MODEL_DRAFTERS
 from ..presets import default_preset_name, get_preset
 from ..sampling import SamplingParams

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Sequence
 
 from ..bench.prompts import default_prompts_path, read_prompts
+from ..cli import run_cli
 from ..drafters import NGRAM, NONE
 from ..engine import Engine, GenerationConfig
-from ..errors import run_cli
 from ..generate import encode
 from ..loading import load_drafters
 from ..mlx_thread import MLXThread

@@ -19,8 +19,9 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from ..blas import describe
+from ..cli import run_cli
 from ..models.mtp import MTPConfig, MTPModel, save_mtp
-from ..errors import SpecmlxError, run_cli
+from ..errors import SpecmlxError
 from ..loading import display_name
 from ..bench.prompts import PromptRow
 from ..presets import default_preset_name

@@ -80,7 +80,7 @@ MATH = (
 
 def bench_prompt_files() -> list[Path]:
     """The bench's prompt sets: the package's and, in a checkout, the shared one beside it."""
-    from ..presets import checkout_root
+    from ..paths import checkout_root
 
     files = [Path(__file__).resolve().parents[1] / "bench" / "prompts.jsonl"]
     root = checkout_root()
