@@ -1,7 +1,7 @@
 """specmlx's modules import each other without a cycle.
 
 A cycle makes import order matter, and hides which module is the leaf that
-others may build on (errors.py, paths.py). The graph is read
+others may build on (errors.py, paths.py, prompting.py). The graph is read
 from the source with `ast`: absolute and relative imports, at any depth
 (inside functions too, since they run as soon as the function does).
 """
@@ -94,10 +94,19 @@ def test_the_package_imports_without_a_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_the_leaves_import_nothing_of_specmlx():
+def test_the_leaves_import_nothing_of_specmlx_but_errors():
     edges = graph()
     assert edges["specmlx.errors"] == set()
     assert edges["specmlx.paths"] == set()
+    assert edges["specmlx.prompting"] <= {"specmlx.errors"}
+
+
+def test_train_imports_nothing_from_the_bench():
+    edges = graph()
+    assert any(m.startswith("specmlx.train.") for m in edges)
+    from_bench = {m: sorted(d for d in deps if d.split(".")[:2] == ["specmlx", "bench"])
+                  for m, deps in edges.items() if m.split(".")[:2] == ["specmlx", "train"]}
+    assert {m: deps for m, deps in from_bench.items() if deps} == {}
 
 
 def test_a_cycle_is_found_through_relative_imports_and_function_bodies(tmp_path):

@@ -23,14 +23,13 @@ from ..cli import run_cli
 from ..models.mtp import MTPConfig, MTPModel, save_mtp
 from ..errors import SpecmlxError
 from ..loading import display_name
-from ..bench.prompts import PromptRow
 from ..presets import default_preset_name
+from ..prompting import PromptRow, read_prompts, write_prompts
 from .answers import answer_windows
 from .curve import Point, load_points, measure, plot, save_points
 from .corpus import default_sources, documents, find_files, token_counts, windows
 from .features import ANSWER, Features, Window, collect
-from .prompts import (HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out, read_prompts,
-                      write_prompts)
+from .prompts import HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out
 from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_rms, start_from_last_layer,
                       start_near_the_target)
 

@@ -10,14 +10,13 @@ docstrings of Python's own standard library, in a seeded order. Every
 from __future__ import annotations
 
 import ast
-import json
 import random
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bench.prompts import PromptRow
 from ..errors import SpecmlxError
+from ..prompting import PromptRow
 
 HELD_OUT_EVERY = 20
 # Topics, tasks and numbers that would repeat one of the bench's prompts are left out of the lists below.
@@ -89,39 +88,8 @@ def bench_prompt_files() -> list[Path]:
     return [f for f in files if f.exists()]
 
 
-def write_prompts(requests: list[PromptRow], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(".partial")
-    temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}) + "\n" for r in requests),
-                    encoding="utf-8")
-    temp.replace(path)
-
-
 def held_out(index: int) -> bool:
     return index % HELD_OUT_EVERY == 0
-
-
-def read_prompts(path: Path) -> list[PromptRow]:
-    """A JSONL prompt file: {"prompt": ...} rows (`id` and `kind` optional), as the bench's."""
-    requests = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise SpecmlxError(f"{path}: {err.strerror or err}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            prompt = row["prompt"]
-        except (ValueError, KeyError, TypeError):
-            raise SpecmlxError(f"{path}:{number}: not a JSON object with a \"prompt\" string") from None
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise SpecmlxError(f"{path}:{number}: \"prompt\" must be a non-empty string")
-        requests.append(PromptRow(str(row.get("id", f"p{number}")), str(row.get("kind", "")), prompt))
-    if not requests:
-        raise SpecmlxError(f"{path}: no prompts")
-    return requests
 
 
 def generate_prompts(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[PromptRow]:

@@ -1,12 +1,7 @@
-"""Requests for the target to answer: generated, read from JSONL, split for holding out."""
+"""Requests for the target to answer: generated, split for holding out (files: tests/test_prompting.py)."""
 
-import json
-
-import pytest
-
-from specmlx.errors import SpecmlxError
-from specmlx.train.prompts import (HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out,
-                                   read_prompts)
+from specmlx.prompting import read_prompts
+from specmlx.train.prompts import HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out
 
 
 def test_generated_requests_are_seeded_distinct_and_varied():
@@ -32,17 +27,3 @@ def test_generated_requests_never_repeat_the_bench_prompts():
 def test_every_nth_request_is_held_out():
     flags = [held_out(i) for i in range(HELD_OUT_EVERY * 3)]
     assert sum(flags) == 3 and flags[0]
-
-
-def test_prompt_files_read_like_the_bench_and_refuse_bad_rows(tmp_path):
-    good = tmp_path / "p.jsonl"
-    good.write_text(json.dumps({"id": "a", "kind": "code", "prompt": "Write x."}) + "\n\n"
-                    + json.dumps({"prompt": "Say y."}) + "\n")
-    rows = read_prompts(good)
-    assert [(r.id, r.kind, r.prompt) for r in rows] == [("a", "code", "Write x."), ("p3", "", "Say y.")]
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"text": "no prompt"}) + "\n")
-    with pytest.raises(SpecmlxError, match=r"bad.jsonl:1: not a JSON object with a \"prompt\""):
-        read_prompts(bad)
-    with pytest.raises(SpecmlxError, match="missing.jsonl"):
-        read_prompts(tmp_path / "missing.jsonl")
