@@ -29,7 +29,7 @@ from .answers import answer_windows
 from .curve import Point, load_points, measure, plot, save_points
 from .corpus import default_sources, documents, find_files, token_counts, windows
 from .features import ANSWER, Features, Window, collect
-from .prompts import HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out
+from .prompts import HELD_OUT_EVERY, generate_prompts, held_out, left_out
 from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_rms, start_from_last_layer,
                       start_near_the_target)
 
@@ -115,8 +115,7 @@ def requests_of(args: argparse.Namespace) -> list[PromptRow]:
         requests = read_prompts(args.prompts)
     else:
         # The bench's prompts are never trained on, even where a template would repeat one.
-        bench = {r.prompt for path in bench_prompt_files() for r in read_prompts(path)}
-        requests = generate_prompts(GENERATED_REQUESTS, seed=args.seed, exclude=bench)
+        requests = generate_prompts(GENERATED_REQUESTS, seed=args.seed, exclude=left_out())
     write_prompts(requests, saved)
     return requests
 

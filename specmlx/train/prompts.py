@@ -5,6 +5,8 @@ fixes, explanations and prose. With no corpus of instructions on every
 machine, requests are built from templates and the names, signatures and
 docstrings of Python's own standard library, in a seeded order. Every
 `HELD_OUT_EVERY`-th request is held out: never trained on, it measures the head.
+What they leave out is `left_out()`: the packaged prompt set, the same in a
+checkout and a wheel, so a seed gives the same requests wherever it runs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecmlxError
-from ..prompting import PromptRow
+from ..prompting import PromptRow, packaged_prompts_path, read_prompts
 
 HELD_OUT_EVERY = 20
 # Topics, tasks and numbers that would repeat one of the bench's prompts are left out of the lists below.
@@ -77,23 +79,23 @@ MATH = (
 )
 
 
-def bench_prompt_files() -> list[Path]:
-    """The bench's prompt sets: the package's and, in a checkout, the shared one beside it."""
-    from ..paths import checkout_root
+def left_out() -> frozenset[str]:
+    """The prompts generated requests never repeat: the packaged prompt set, the bench's default.
 
-    files = [Path(__file__).resolve().parents[1] / "bench" / "prompts.jsonl"]
-    root = checkout_root()
-    if root is not None:
-        files.append(root.parent / "shared" / "prompts" / "bench.jsonl")
-    return [f for f in files if f.exists()]
+    Only the package's own files count, never one found beside a checkout (the
+    shared bench set, say): the requests for a seed must not depend on where
+    specmlx is installed. The templates above already avoid that set's topics.
+    """
+    return frozenset(r.prompt for r in read_prompts(packaged_prompts_path()))
 
 
 def held_out(index: int) -> bool:
     return index % HELD_OUT_EVERY == 0
 
 
-def generate_prompts(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[PromptRow]:
-    """`count` distinct requests, the same for the same seed, none of them in `exclude`."""
+def generate_prompts(count: int, seed: int = 0, exclude: frozenset[str] | set[str] = frozenset()) -> list[PromptRow]:
+    """`count` distinct requests, the same for the same seed, none of them in `exclude`
+    (`specmlx train` passes `left_out()`)."""
     rng = random.Random(seed)
     functions = _stdlib_functions(rng)
     if not functions:
