@@ -2,7 +2,8 @@
 
 Each command keeps its own module and parser (`python -m specmlx.bench` and
 the like still work); this only picks the module, so `specmlx bench --help`
-is the bench's own help.
+is the bench's own help. Every command's `main` reports its errors through
+`run_cli`: one line on stderr, the traceback of a bug in the log file.
 """
 
 from __future__ import annotations
