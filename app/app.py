@@ -10,7 +10,7 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from specmlx.engine import Engine
-from specmlx.log import data_dir
+from specmlx.paths import data_dir
 
 from .loader import LoadFailure, ModelChoice, load_session
 from specmlx.mlx_thread import MLXThread

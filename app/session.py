@@ -20,6 +20,7 @@ from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.events import TokenEvent
 from specmlx.policy import DraftPolicy
+from specmlx.prompting import encode_chat, encode_text, has_chat_template
 from specmlx.stats import GenerationStats
 
 from .drafters import DrafterSet, Loader
@@ -104,7 +105,7 @@ class Session:
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(getattr(self.engine.tokenizer, "has_chat_template", False))
+        return has_chat_template(self.engine.tokenizer)
 
     def reset(self, history: Sequence[ChatMessage] = ()) -> None:
         """Start over (a new chat) or continue a stored one, of which only the
@@ -117,11 +118,11 @@ class Session:
         """The conversation but its `skip` oldest messages, ready for the assistant's next answer."""
         tokenizer, history = self.engine.tokenizer, self.history[skip:]
         if not self.has_chat_template:
-            return list(tokenizer.encode(plain_transcript(history, system)))
+            return encode_text(tokenizer, plain_transcript(history, system))
         messages = [{"role": "system", "content": system}] if system else []
         messages += [{"role": m.role, "content": m.content} for m in history]
         try:
-            return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+            return encode_chat(tokenizer, messages)
         except TemplateError as err:  # the conversation, not the code: say what the template said
             raise SpecmlxError(f"the model's chat template refuses this conversation: {err}") from None
 

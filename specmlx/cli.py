@@ -2,14 +2,18 @@
 
 Each command keeps its own module and parser (`python -m specmlx.bench` and
 the like still work); this only picks the module, so `specmlx bench --help`
-is the bench's own help.
+is the bench's own help. Every command's `main` reports its errors through
+`run_cli`: one line on stderr, the traceback of a bug in the log file.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
+
+from .errors import SpecmlxError
+from .log import user_error
 
 # command -> (module with a `main(argv)`, one line for `specmlx --help`)
 COMMANDS = {
@@ -39,8 +43,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specmlx: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     from .blas import ensure_fast_blas
-    from .errors import run_cli
 
     ensure_fast_blas()  # before MLX is imported (Linux CPU): may re-execute this process
     # The command's own main reports its errors; this catches a broken installation's import error.
     return run_cli(f"specmlx {name}", lambda: importlib.import_module(COMMANDS[name][0]).main(rest))
+
+
+def run_cli(prog: str, body: Callable[[], int]) -> int:
+    """Run a command's body: errors become one line on stderr, never a traceback.
+
+    Exit codes: 2 for SpecmlxError and system errors (disk full, permission
+    denied, whose own message says enough), 1 for anything else (a bug: its
+    traceback goes to the log file the line names), 130 for Ctrl-C.
+    """
+    try:
+        return body()
+    except (SpecmlxError, OSError) as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the user gets a sentence, the log the traceback
+        print(f"{prog}: error: {user_error(err, prog.removeprefix('specmlx ') + ' failed')}", file=sys.stderr)
+        return 1

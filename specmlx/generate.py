@@ -11,16 +11,18 @@ from typing import Sequence
 import mlx.core as mx
 
 from .blas import describe
+from .cli import run_cli
 from .distributed import Lockstep
 from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from .distributed.follower import follow
 from .distributed.load import load_pair_sharded
 from .engine import Engine, GenerationConfig
 from .policy import START_DRAFT, DraftPolicy
-from .errors import SpecmlxError, run_cli
+from .errors import SpecmlxError
 from .events import Source
 from .loading import MODEL_DRAFTERS, load_pair
 from .peers import ALONE
+from .prompting import encode_chat, encode_text, has_chat_template
 from .sampling import SamplingParams
 from .schedule import AutoEstimate
 from .stats import GenerationStats
@@ -110,13 +112,13 @@ def encode(tokenizer, text: str, chat: bool, system: str | None) -> list[int]:
     if not chat:
         if system is not None:
             raise SpecmlxError("--system needs --chat")
-        return list(tokenizer.encode(text))
-    if not tokenizer.has_chat_template:
+        return encode_text(tokenizer, text)
+    if not has_chat_template(tokenizer):
         raise SpecmlxError("this tokenizer has no chat template; drop --chat")
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": text}
     ]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    return encode_chat(tokenizer, messages)
 
 
 def format_stats(stats: GenerationStats) -> str:

@@ -25,7 +25,8 @@ from .hub import download, is_repo_id
 from .memory import check_fits
 from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .models.mtp import is_mtp_dir, load_mtp
-from .presets import default_preset_name, fetched_path, get_preset, is_preset, models_dir
+from .paths import models_dir
+from .presets import default_preset_name, fetched_path, get_preset, is_preset
 from .vocab import vocab_size
 
 MODEL_DRAFTERS = "a preset name, model directory or repo id, 'ngram' or 'none'"

@@ -7,27 +7,10 @@ the traceback, which helps whoever fixes the bug, is appended to the log.
 from __future__ import annotations
 
 import logging
-import os
 from logging.handlers import RotatingFileHandler
-from pathlib import Path
-
-import platformdirs
 
 from .errors import SpecmlxError
-
-LOG_NAME = "specmlx.log"
-
-
-def data_dir() -> Path:
-    """$SPECMLX_DATA_DIR, else the platform's user data directory
-    (~/Library/Application Support/specmlx, $XDG_DATA_HOME/specmlx)."""
-    if os.environ.get("SPECMLX_DATA_DIR"):
-        return Path(os.environ["SPECMLX_DATA_DIR"]).expanduser()
-    return Path(platformdirs.user_data_dir("specmlx", appauthor=False))
-
-
-def log_path() -> Path:
-    return data_dir() / LOG_NAME
+from .paths import log_path
 
 
 def _logger() -> logging.Logger:

@@ -1,4 +1,4 @@
-"""The `specmlx COMMAND ...` dispatcher (specmlx/cli.py): help, errors, dispatch."""
+"""The `specmlx COMMAND ...` dispatcher (specmlx/cli.py): help, errors, dispatch; run_cli's one-line errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from specmlx import presets
-from specmlx.cli import COMMANDS, main
+from specmlx.cli import COMMANDS, main, run_cli
+from specmlx.errors import SpecmlxError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,3 +111,28 @@ def test_help_loads_no_model_library(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "[]"
+
+
+def raising(err: BaseException):
+    def body() -> int:
+        raise err
+    return body
+
+
+@pytest.mark.parametrize("err, code, line", [
+    (SpecmlxError("no such prompt file"), 2, "specmlx generate: error: no such prompt file\n"),
+    (PermissionError(13, "Permission denied", "/x"), 2, "specmlx generate: error: [Errno 13] Permission denied: '/x'\n"),
+    (KeyboardInterrupt(), 130, "\nspecmlx generate: interrupted\n"),
+])
+def test_a_command_error_is_one_line_with_its_exit_code(capsys, err, code, line):
+    assert run_cli("specmlx generate", raising(err)) == code
+    assert capsys.readouterr().err == line
+
+
+def test_a_command_line_bug_is_one_line_and_exit_1(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECMLX_DATA_DIR", str(tmp_path / "data"))
+    assert run_cli("specmlx generate", raising(KeyError("internal_detail_xyz"))) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specmlx generate: error: generate failed: an internal error")
+    assert "Traceback" not in err and "internal_detail_xyz" not in err
+    assert "Traceback" in (tmp_path / "data" / "specmlx.log").read_text()

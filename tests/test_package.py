@@ -166,7 +166,7 @@ def test_the_wheel_declares_both_console_scripts(wheel, wheel_names):
 # The installed copy, run from outside the checkout.
 
 def test_the_new_environment_imports_the_installed_copy(env_dir, sandbox):
-    code = ("import json, app, specmlx, specmlx.presets as p; "
+    code = ("import json, app, specmlx, specmlx.paths as p; "
             "print(json.dumps([specmlx.__file__, app.__file__, str(p.checkout_root()), str(p.models_dir())]))")
     result = run([env_dir / "bin" / "python", "-c", code], cwd=sandbox["cwd"], env=sandbox["env"])
     assert result.returncode == 0, result.stderr

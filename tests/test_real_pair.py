@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from specmlx import presets
+from specmlx import paths, presets
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
@@ -21,7 +21,7 @@ from .costs import FixedCosts
 pytestmark = pytest.mark.slow
 
 # Prompts kept outside the project, so nothing here was tuned on them.
-BENCH = presets.checkout_root().parent / "shared" / "prompts" / "bench.jsonl"
+BENCH = paths.checkout_root().parent / "shared" / "prompts" / "bench.jsonl"
 NEW_TOKENS = 64
 # The small preset's head measured 1.73 tokens per round on these prompts (1.78 on all
 # 16 in the bench, 2.39 on held-out generated requests); a head trained 160 steps

@@ -12,13 +12,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..cli import run_cli
 from ..distributed import Group
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
-from ..errors import SpecmlxError, run_cli
+from ..errors import SpecmlxError
 from ..loading import MODEL_DRAFTERS
 from ..presets import default_preset_name, get_preset
+from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packaged_prompts_path,
+                         read_prompts)
 from ..sampling import SamplingParams
 from . import plot
 from .calibrate import calibrate
@@ -26,7 +29,6 @@ from .driver import RunSettings, run_all
 from .lineup import Lineup, drafter_specs, load_lineup
 from .machine import describe_machine
 from .plan import MODES, plan_runs
-from .prompts import BenchPrompt, default_prompts_path, encode_prompts, read_prompts
 from .report import document, render, write_json
 from .runs import Measurement
 from .sharded import render_sharded, sharded_figures, sharded_options
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"drafter, repeatable or comma-separated: {MODEL_DRAFTERS}; variants by "
                         "suffix: +auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N "
                         "(default: the target's drafter and ngram, each also +auto)")
-    parser.add_argument("--prompts", type=Path, default=default_prompts_path(), metavar="FILE",
+    parser.add_argument("--prompts", type=Path, default=packaged_prompts_path(), metavar="FILE",
                         help="JSONL file of {id, kind, prompt} (default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per generation (default 128)")
@@ -193,12 +195,12 @@ def bench_on(options: Options, group: Group | None) -> int:
         rows = read_prompts(options.prompts, options.limit)
     specs = drafter_specs(options.target, options.drafters)
     lineup = load_lineup(options.target, specs, progress=say, group=group, sharding=options.sharding)
-    chat = bool(lineup.target.tokenizer.has_chat_template)
+    chat = has_chat_template(lineup.target.tokenizer)
     if not chat:
         say("the target's tokenizer has no chat template: prompts are used as plain text")
     prompts = encode_prompts(rows, lineup.target.tokenizer, chat) if leads(group) else None
     if lineup.lockstep is not None:
-        prompts = [BenchPrompt(p["id"], p["kind"], tuple(p["tokens"]))
+        prompts = [EncodedPrompt(p["id"], p["kind"], tuple(p["tokens"]))
                    for p in lineup.lockstep.shared(None if prompts is None else [asdict(p) for p in prompts])]
     machine = describe_machine()
     calibration = None
@@ -243,7 +245,7 @@ def bench_on(options: Options, group: Group | None) -> int:
     return 0
 
 
-def describe_config(options: Options, lineup: Lineup, prompts: list[BenchPrompt], chat: bool) -> dict:
+def describe_config(options: Options, lineup: Lineup, prompts: list[EncodedPrompt], chat: bool) -> dict:
     """What was run, for the report and the JSON file."""
     return {
         "target": options.target, "target_path": str(lineup.target.path),

@@ -8,9 +8,9 @@ from typing import Callable, Sequence
 
 from tqdm import tqdm
 
+from ..prompting import EncodedPrompt
 from .lineup import Lineup
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET, RunSpec
-from .prompts import BenchPrompt
 from .runs import Measurement, run_mlx_lm_spec, run_specmlx, run_target
 
 
@@ -22,7 +22,7 @@ class RunSettings:
     warmup_tokens: int = 0  # untimed runs of the whole plan first; 0 skips them
 
 
-def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSettings, seed: int) -> Measurement:
+def run_one(lineup: Lineup, prompt: EncodedPrompt, spec: RunSpec, settings: RunSettings, seed: int) -> Measurement:
     target = lineup.target
     common = dict(prompt_id=prompt.id, prompt=prompt.tokens, temp=spec.temp,
                   max_tokens=settings.max_tokens, seed=seed)
@@ -45,7 +45,7 @@ def run_one(lineup: Lineup, prompt: BenchPrompt, spec: RunSpec, settings: RunSet
     raise ValueError(f"unknown mode {spec.mode!r}")
 
 
-def run_all(lineup: Lineup, prompts: Sequence[BenchPrompt], plan: Sequence[RunSpec],
+def run_all(lineup: Lineup, prompts: Sequence[EncodedPrompt], plan: Sequence[RunSpec],
             settings: RunSettings,
             prompt_done: Callable[[list[Measurement]], None] | None = None,
             show: bool = True) -> list[Measurement]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specmlx.cli import run_cli
 from specmlx.convert.api import convert
 from specmlx.convert.options import DTYPES
-from specmlx.errors import run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:

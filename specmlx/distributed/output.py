@@ -13,7 +13,7 @@ import sys
 import time
 from typing import NoReturn
 
-from ..log import log_path
+from ..paths import log_path
 
 
 def end(line: str, prog: str = "specmlx") -> NoReturn:

@@ -1,22 +1,20 @@
 """Named target/drafter pairs, read from the packaged presets.toml.
 
-A preset's models live in `models_dir()/NAME/ROLE/` once fetched (`specmlx
+A preset's models live in `paths.models_dir()/NAME/ROLE/` once fetched (`specmlx
 models fetch NAME`). Wherever the engine takes a model path, it also takes a
 preset name.
 """
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import platformdirs
-
 from ..drafters.labels import NGRAM
 from ..errors import SpecmlxError
+from ..paths import models_dir
 
 # The catalog and the bundled drafters ship inside the package, so a wheel has them too.
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -43,24 +41,6 @@ class Preset:
     @property
     def sources(self) -> tuple[ModelSource, ...]:
         return (self.target, *self.drafters)
-
-
-def checkout_root() -> Path | None:
-    """The source checkout this package runs from, if any (not in a wheel install)."""
-    root = PACKAGE_DIR.parents[1]
-    return root if (root / "pyproject.toml").is_file() and (root / ".git").exists() else None
-
-
-def models_dir() -> Path:
-    """Where fetched models live: $SPECMLX_MODELS; else a checkout's models/;
-    else the platform's user cache (~/Library/Caches/specmlx on macOS,
-    $XDG_CACHE_HOME/specmlx on Linux)."""
-    if os.environ.get("SPECMLX_MODELS"):
-        return Path(os.environ["SPECMLX_MODELS"]).expanduser()
-    root = checkout_root()
-    if root is not None:
-        return root / "models"
-    return Path(platformdirs.user_cache_dir("specmlx", appauthor=False))
 
 
 def catalog_path() -> Path:

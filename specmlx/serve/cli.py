@@ -10,13 +10,14 @@ import signal
 import sys
 from typing import Sequence
 
+from ..cli import run_cli
 from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import load_drafters_sharded
 from ..distributed.output import end
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
-from ..errors import SpecmlxError, run_cli
+from ..errors import SpecmlxError
 from ..generate import AUTO, draft_length
 from ..loading import MODEL_DRAFTERS, load_drafters
 from ..memory import GB

@@ -15,6 +15,7 @@ from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
 from ..policy import DraftPolicy
+from ..prompting import encode_chat, encode_text, has_chat_template
 from ..sampling import SamplingParams
 from .errors import APIError
 from .schemas import ChatRequest, CompletionRequest, Sampling
@@ -53,14 +54,14 @@ def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str
 
 
 def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
-    if not getattr(tokenizer, "has_chat_template", False):
+    if not has_chat_template(tokenizer):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
     refuse_past_window(tokenizer, "".join(m.text() for m in request.messages), window, "messages")
     # OpenAI's newer `developer` role is the system message of older templates.
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                 for m in request.messages]
     try:
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return encode_chat(tokenizer, messages)
     except Exception as err:  # noqa: BLE001 - templates raise their own errors (e.g. roles out of order)
         raise APIError(400, f"the chat template refused these messages: {err}", "invalid_messages",
                        "messages") from None
@@ -76,7 +77,7 @@ def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, wi
         return list(prompt)
     text = prompt if isinstance(prompt, str) else "".join(prompt)
     refuse_past_window(tokenizer, text, window, "prompt")
-    return list(tokenizer.encode(text))
+    return encode_text(tokenizer, text)
 
 
 def policy(spec, defaults: Defaults) -> DraftPolicy:

@@ -19,8 +19,8 @@ from mlx_lm.models.cache import BatchKVCache
 
 from ..errors import SpecmlxError
 from ..hidden import decoder, head, text_model
+from ..prompting import PromptRow, encode_prompts, has_chat_template
 from .features import ANSWER, CONTEXT, PAD, Window
-from ..bench.prompts import PromptRow, encode_prompts
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class Answer:
 
 
 def prompt_tokens(tokenizer: Any, request: PromptRow) -> list[int]:
-    """The request as the bench encodes it, so the head trains on the prompts it is measured on."""
-    return list(encode_prompts([request], tokenizer, bool(getattr(tokenizer, "has_chat_template", False)))[0].tokens)
+    """The request as every front end encodes it (the bench's too), so the head trains on the ids it drafts for."""
+    return list(encode_prompts([request], tokenizer, has_chat_template(tokenizer))[0].tokens)
 
 
 def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[PromptRow], max_tokens: int,

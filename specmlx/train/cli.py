@@ -19,17 +19,17 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from ..blas import describe
+from ..cli import run_cli
 from ..models.mtp import MTPConfig, MTPModel, save_mtp
-from ..errors import SpecmlxError, run_cli
+from ..errors import SpecmlxError
 from ..loading import display_name
-from ..bench.prompts import PromptRow
 from ..presets import default_preset_name
+from ..prompting import PromptRow, read_prompts, write_prompts
 from .answers import answer_windows
 from .curve import Point, load_points, measure, plot, save_points
 from .corpus import default_sources, documents, find_files, token_counts, windows
 from .features import ANSWER, Features, Window, collect
-from .prompts import (HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out, read_prompts,
-                      write_prompts)
+from .prompts import HELD_OUT_EVERY, generate_prompts, held_out, left_out
 from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_rms, start_from_last_layer,
                       start_near_the_target)
 
@@ -115,8 +115,7 @@ def requests_of(args: argparse.Namespace) -> list[PromptRow]:
         requests = read_prompts(args.prompts)
     else:
         # The bench's prompts are never trained on, even where a template would repeat one.
-        bench = {r.prompt for path in bench_prompt_files() for r in read_prompts(path)}
-        requests = generate_prompts(GENERATED_REQUESTS, seed=args.seed, exclude=bench)
+        requests = generate_prompts(GENERATED_REQUESTS, seed=args.seed, exclude=left_out())
     write_prompts(requests, saved)
     return requests
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import SpecmlxError
+from ..prompting import encode_chat, encode_text, has_chat_template
 
 TEXT_SUFFIXES = {".py": "python", ".md": "", ".rst": "", ".txt": ""}
 PIECE_CHARS = 2400  # about one screen of code: the length of a typical answer
@@ -103,9 +104,9 @@ def chat_tokens(tokenizer: Any, doc: Document) -> list[int]:
     """One document as a user turn and the assistant's answer, in the chat template."""
     answer = f"```{doc.language}\n{doc.text.rstrip()}\n```" if doc.language is not None else doc.text
     messages = [{"role": "user", "content": doc.prompt}, {"role": "assistant", "content": answer}]
-    if getattr(tokenizer, "chat_template", None):
-        return list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
-    return list(tokenizer.encode(doc.prompt + "\n\n" + answer))
+    if has_chat_template(tokenizer):
+        return encode_chat(tokenizer, messages, add_generation_prompt=False)
+    return encode_text(tokenizer, doc.prompt + "\n\n" + answer)
 
 
 def token_counts(tokenizer: Any, docs: Iterator[Document], limit: int) -> Counter[int]:

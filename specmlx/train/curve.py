@@ -20,9 +20,9 @@ from ..engine import Engine, GenerationConfig
 from ..loading import LoadedModel
 from ..models.mtp import load_mtp
 from ..policy import DraftPolicy
+from ..prompting import PromptRow
 from ..vocab import vocab_size
 from .answers import prompt_tokens
-from ..bench.prompts import PromptRow
 
 
 @dataclass(frozen=True)

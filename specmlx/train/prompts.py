@@ -5,19 +5,20 @@ fixes, explanations and prose. With no corpus of instructions on every
 machine, requests are built from templates and the names, signatures and
 docstrings of Python's own standard library, in a seeded order. Every
 `HELD_OUT_EVERY`-th request is held out: never trained on, it measures the head.
+What they leave out is `left_out()`: the packaged prompt set, the same in a
+checkout and a wheel, so a seed gives the same requests wherever it runs.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import random
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..bench.prompts import PromptRow
 from ..errors import SpecmlxError
+from ..prompting import PromptRow, packaged_prompts_path, read_prompts
 
 HELD_OUT_EVERY = 20
 # Topics, tasks and numbers that would repeat one of the bench's prompts are left out of the lists below.
@@ -78,54 +79,23 @@ MATH = (
 )
 
 
-def bench_prompt_files() -> list[Path]:
-    """The bench's prompt sets: the package's and, in a checkout, the shared one beside it."""
-    from ..presets import checkout_root
+def left_out() -> frozenset[str]:
+    """The prompts generated requests never repeat: the packaged prompt set, the bench's default.
 
-    files = [Path(__file__).resolve().parents[1] / "bench" / "prompts.jsonl"]
-    root = checkout_root()
-    if root is not None:
-        files.append(root.parent / "shared" / "prompts" / "bench.jsonl")
-    return [f for f in files if f.exists()]
-
-
-def write_prompts(requests: list[PromptRow], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(".partial")
-    temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}) + "\n" for r in requests),
-                    encoding="utf-8")
-    temp.replace(path)
+    Only the package's own files count, never one found beside a checkout (the
+    shared bench set, say): the requests for a seed must not depend on where
+    specmlx is installed. The templates above already avoid that set's topics.
+    """
+    return frozenset(r.prompt for r in read_prompts(packaged_prompts_path()))
 
 
 def held_out(index: int) -> bool:
     return index % HELD_OUT_EVERY == 0
 
 
-def read_prompts(path: Path) -> list[PromptRow]:
-    """A JSONL prompt file: {"prompt": ...} rows (`id` and `kind` optional), as the bench's."""
-    requests = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise SpecmlxError(f"{path}: {err.strerror or err}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            prompt = row["prompt"]
-        except (ValueError, KeyError, TypeError):
-            raise SpecmlxError(f"{path}:{number}: not a JSON object with a \"prompt\" string") from None
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise SpecmlxError(f"{path}:{number}: \"prompt\" must be a non-empty string")
-        requests.append(PromptRow(str(row.get("id", f"p{number}")), str(row.get("kind", "")), prompt))
-    if not requests:
-        raise SpecmlxError(f"{path}: no prompts")
-    return requests
-
-
-def generate_prompts(count: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[PromptRow]:
-    """`count` distinct requests, the same for the same seed, none of them in `exclude`."""
+def generate_prompts(count: int, seed: int = 0, exclude: frozenset[str] | set[str] = frozenset()) -> list[PromptRow]:
+    """`count` distinct requests, the same for the same seed, none of them in `exclude`
+    (`specmlx train` passes `left_out()`)."""
     rng = random.Random(seed)
     functions = _stdlib_functions(rng)
     if not functions:

@@ -95,7 +95,7 @@ import os, signal, sys, time
 from argparse import Namespace
 import mlx.core as mx
 from specmlx.distributed.cli import joined
-from specmlx.errors import run_cli
+from specmlx.cli import run_cli
 
 def body():
     with joined(Namespace(distributed=True, peer_timeout=float(sys.argv[2]))) as group:

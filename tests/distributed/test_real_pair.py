@@ -13,14 +13,14 @@ import sys
 
 import pytest
 
-from specmlx import presets
+from specmlx import paths, presets
 from specmlx.presets.fetch import fetch_preset
 
 from . import ranks
 
 pytestmark = pytest.mark.slow
 
-BENCH = presets.checkout_root().parent / "shared" / "prompts" / "bench.jsonl"
+BENCH = paths.checkout_root().parent / "shared" / "prompts" / "bench.jsonl"
 TOKENS = 32
 LOAD_AND_RUN = 900  # seconds for two ranks to load their shards and generate 32 tokens here
 

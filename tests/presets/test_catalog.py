@@ -2,8 +2,6 @@
 
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,6 +9,8 @@ from specmlx import presets
 from specmlx.generate import main
 from specmlx.errors import SpecmlxError
 from specmlx.loading import DrafterSource, resolve_drafter
+
+from ..test_paths import installed_elsewhere
 
 
 def test_catalog_has_the_default_qwen_pair():
@@ -90,84 +90,10 @@ def test_a_drafter_role_names_that_presets_drafter(models_root, model_dirs):
     assert resolve_drafter("mtp", "/some/dir").source == "mtp"
 
 
-# Where fetched models live: $SPECMLX_MODELS, a checkout's models/, or the user cache.
-
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def no_models_env(monkeypatch, tmp_path):
-    """No $SPECMLX_MODELS, and a home and cache of this test's own."""
-    monkeypatch.delenv("SPECMLX_MODELS", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path
-
-
-def installed_elsewhere(monkeypatch, tmp_path) -> Path:
-    """Make the package look as if it were installed in a site-packages, not a checkout."""
-    package = tmp_path / "venv" / "lib" / "site-packages" / "specmlx" / "presets"
-    package.mkdir(parents=True)
-    monkeypatch.setattr(presets, "PACKAGE_DIR", package)
-    return package
-
-
-def test_models_dir_honours_specmlx_models(monkeypatch, tmp_path):
+def test_a_presets_models_live_under_the_models_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path / "mine"))
-    assert presets.models_dir() == tmp_path / "mine"
     preset = presets.get_preset(presets.default_preset_name())
     assert presets.model_path(preset, "mtp") == tmp_path / "mine" / preset.name / "mtp"
-
-
-def test_models_dir_expands_a_tilde_in_specmlx_models(monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("SPECMLX_MODELS", "~/specmlx-models")
-    assert presets.models_dir() == tmp_path / "specmlx-models"
-
-
-def test_an_empty_specmlx_models_counts_as_unset(monkeypatch, no_models_env):
-    monkeypatch.setenv("SPECMLX_MODELS", "")
-    assert presets.models_dir() == CHECKOUT / "models"
-
-
-def test_in_a_checkout_models_go_to_its_models_dir(no_models_env):
-    assert presets.checkout_root() == CHECKOUT
-    assert presets.models_dir() == CHECKOUT / "models"
-
-
-def test_checkout_root_needs_both_pyproject_and_git(monkeypatch, tmp_path):
-    package = installed_elsewhere(monkeypatch, tmp_path)
-    root = package.parents[1]  # .../lib/site-packages
-    assert presets.checkout_root() is None
-    (root / "pyproject.toml").write_text("")
-    assert presets.checkout_root() is None  # an sdist unpacked, say: not a checkout
-    (root / ".git").write_text("gitdir: elsewhere\n")  # a worktree's .git is a file
-    assert presets.checkout_root() == root
-    (root / "pyproject.toml").unlink()
-    assert presets.checkout_root() is None
-
-
-def test_installed_models_go_to_the_user_cache(monkeypatch, no_models_env):
-    installed_elsewhere(monkeypatch, no_models_env)
-    if sys.platform == "darwin":
-        expected = no_models_env / "home" / "Library" / "Caches" / "specmlx"
-    else:
-        expected = no_models_env / "cache" / "specmlx"  # $XDG_CACHE_HOME/specmlx
-    assert presets.models_dir() == expected
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="XDG is the Linux convention")
-def test_installed_models_go_to_dot_cache_without_xdg_cache_home(monkeypatch, no_models_env):
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setattr(presets, "checkout_root", lambda: None)
-    assert presets.models_dir() == no_models_env / "home" / ".cache" / "specmlx"
-
-
-def test_specmlx_models_wins_over_checkout_and_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path / "mine"))
-    assert presets.models_dir() == tmp_path / "mine"  # in this checkout
-    installed_elsewhere(monkeypatch, tmp_path)
-    assert presets.models_dir() == tmp_path / "mine"  # installed
 
 
 def test_offline_install_hint_fits_a_checkout_or_an_install(monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ import mlx.core as mx
 from specmlx.hidden import decoder
 from specmlx.train.answers import answer_batch, answer_windows, prompt_tokens
 from specmlx.train.features import ANSWER, CONTEXT, PAD
-from specmlx.bench.prompts import PromptRow
+from specmlx.prompting import PromptRow
 
 from ..test_engine import reference_greedy
 

@@ -1,6 +1,7 @@
 """`specmlx train` end to end on a tiny target: answers, a head, a learning curve; bad input is one line."""
 
 import json
+import os
 
 import pytest
 
@@ -82,3 +83,37 @@ def test_the_request_list_is_fixed_by_the_first_run(model_dirs, prompts, tmp_pat
     prompts.write_text(json.dumps({"prompt": "Something else."}) + "\n")  # the file changes afterwards
     assert main(args(model_dirs, prompts, out, "--collect-only", "--tokens", "900")) == 0
     assert (out / "features" / "requests.jsonl").read_text() == saved
+
+
+def test_a_seed_gives_the_same_requests_in_a_checkout_and_an_install(monkeypatch, tmp_path):
+    # What generated requests leave out ships with the package: nothing beside a checkout counts.
+    import shutil
+    import subprocess
+    import sys
+    from argparse import Namespace
+    from pathlib import Path
+
+    from specmlx import paths
+    from specmlx.prompting import packaged_prompts_path, read_prompts
+    from specmlx.train import cli, prompts
+
+    monkeypatch.setattr(cli, "GENERATED_REQUESTS", 200)
+    read = []
+    monkeypatch.setattr(prompts, "read_prompts", lambda path: read.append(path) or read_prompts(path))
+    in_checkout = cli.requests_of(Namespace(out=tmp_path / "checkout", prompts=None, seed=5))
+    assert paths.checkout_root() is not None and len(in_checkout) == 200
+    assert read == [packaged_prompts_path()]  # the one prompt file that decides what is left out
+
+    # The package alone, as a wheel installs it (package data included), run from elsewhere.
+    site = tmp_path / "site-packages"
+    shutil.copytree(Path(paths.__file__).parent, site / "specmlx", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "elsewhere").mkdir()
+    code = ("import json, sys; from argparse import Namespace; from pathlib import Path; "
+            "from specmlx import paths; from specmlx.train import cli; cli.GENERATED_REQUESTS = 200; "
+            "rows = cli.requests_of(Namespace(out=Path('installed'), prompts=None, seed=5)); "
+            "print(json.dumps([paths.checkout_root() is None, [[r.id, r.kind, r.prompt] for r in rows]]))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(site)}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    installed, rows = json.loads(result.stdout)
+    assert installed and rows == [[r.id, r.kind, r.prompt] for r in in_checkout]

@@ -1,12 +1,10 @@
-"""Requests for the target to answer: generated, read from JSONL, split for holding out."""
-
-import json
+"""Requests for the target to answer: generated, split for holding out, never a bench prompt."""
 
 import pytest
 
-from specmlx.errors import SpecmlxError
-from specmlx.train.prompts import (HELD_OUT_EVERY, bench_prompt_files, generate_prompts, held_out,
-                                   read_prompts)
+from specmlx import paths
+from specmlx.prompting import packaged_prompts_path, read_prompts
+from specmlx.train.prompts import HELD_OUT_EVERY, generate_prompts, held_out, left_out
 
 
 def test_generated_requests_are_seeded_distinct_and_varied():
@@ -19,30 +17,29 @@ def test_generated_requests_are_seeded_distinct_and_varied():
     assert any("```python\ndef " in r.prompt for r in first)  # real standard-library code is quoted
 
 
+def test_what_is_left_out_is_the_packaged_prompt_set():
+    assert left_out() == {r.prompt for r in read_prompts(packaged_prompts_path())}
+    assert len(left_out()) >= 16
+
+
 def test_generated_requests_never_repeat_the_bench_prompts():
-    bench = {r.prompt for path in bench_prompt_files() for r in read_prompts(path)}
-    assert len(bench) >= 16
-    requests = generate_prompts(3000, seed=0, exclude=bench)
-    assert not bench & {r.prompt for r in requests}
+    requests = generate_prompts(3000, seed=0, exclude=left_out())
+    assert not left_out() & {r.prompt for r in requests}
     # The exclusion is what keeps them out: asked to, the generator avoids any prompt it would make.
     again = generate_prompts(50, seed=0, exclude={r.prompt for r in requests[:10]})
     assert not {r.prompt for r in requests[:10]} & {r.prompt for r in again}
 
 
+SHARED = (paths.checkout_root() or paths.PACKAGE_ROOT).parent / "shared" / "prompts" / "bench.jsonl"
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="the shared bench set lives beside a checkout only")
+def test_the_templates_alone_keep_out_the_shared_bench_set():
+    # Not left out by name (a wheel has no such file), so the templates must never make one of its prompts.
+    shared = {r.prompt for r in read_prompts(SHARED)}
+    assert not shared & {r.prompt for r in generate_prompts(3000, seed=0, exclude=left_out())}
+
+
 def test_every_nth_request_is_held_out():
     flags = [held_out(i) for i in range(HELD_OUT_EVERY * 3)]
     assert sum(flags) == 3 and flags[0]
-
-
-def test_prompt_files_read_like_the_bench_and_refuse_bad_rows(tmp_path):
-    good = tmp_path / "p.jsonl"
-    good.write_text(json.dumps({"id": "a", "kind": "code", "prompt": "Write x."}) + "\n\n"
-                    + json.dumps({"prompt": "Say y."}) + "\n")
-    rows = read_prompts(good)
-    assert [(r.id, r.kind, r.prompt) for r in rows] == [("a", "code", "Write x."), ("p3", "", "Say y.")]
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"text": "no prompt"}) + "\n")
-    with pytest.raises(SpecmlxError, match=r"bad.jsonl:1: not a JSON object with a \"prompt\""):
-        read_prompts(bad)
-    with pytest.raises(SpecmlxError, match="missing.jsonl"):
-        read_prompts(tmp_path / "missing.jsonl")

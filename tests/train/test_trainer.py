@@ -17,7 +17,7 @@ from specmlx.errors import SpecmlxError
 from specmlx.train.answers import answer_windows
 from specmlx.train.corpus import Document, windows
 from specmlx.train.features import ANSWER, Features, Window, collect, load_shard, shard_count, token_count
-from specmlx.bench.prompts import PromptRow
+from specmlx.prompting import PromptRow
 from specmlx.train.trainer import (TrainConfig, Trainer, draft_vocabulary, hidden_rms, start_from_last_layer,
                                    start_near_the_target)
 
