@@ -12,15 +12,13 @@ import mlx.core as mx
 
 from .blas import describe
 from .distributed import Lockstep
-from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from .distributed.follower import follow
-from .distributed.load import load_pair_sharded
 from .engine import Engine, GenerationConfig
 from .policy import START_DRAFT, DraftPolicy
 from .errors import SpecmlxError, run_cli
 from .events import Source
-from .loading import MODEL_DRAFTERS, load_pair
-from .peers import ALONE
+from .loading import MODEL_DRAFTERS, load_models
 from .sampling import SamplingParams
 from .schedule import AutoEstimate
 from .stats import GenerationStats
@@ -163,15 +161,13 @@ def generate(args: argparse.Namespace) -> int:
         text = read_prompt(args) if leads(group) else None  # the others take rank 0's prompt, as tokens
         # Loading takes seconds to minutes: say what is happening, on a terminal only.
         progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else None
-        if group is None:
-            target, drafter = load_pair(args.target, args.drafter, progress)
-        else:
-            target, drafter = load_pair_sharded(args.target, args.drafter, group, args.sharding, progress)
-        lockstep = None if group is None else Lockstep.of(group, target.model)
+        loaded = load_models(args.target, [args.drafter], progress, placement(args, group))
+        target = loaded.target
+        lockstep = loaded.peers if isinstance(loaded.peers, Lockstep) else None
         prompt = encode(target.tokenizer, text, args.chat, args.system) if leads(group) else None
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
-        engine = Engine(target.model, drafter, target.tokenizer, peers=ALONE if lockstep is None else lockstep)
+        engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
             follow(engine, prompt, config, lockstep)
             return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..distributed import Group
-from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
 from ..errors import SpecmlxError, run_cli
@@ -192,7 +192,7 @@ def bench_on(options: Options, group: Group | None) -> int:
         check_writable(options.plot, "--plot")
         rows = read_prompts(options.prompts, options.limit)
     specs = drafter_specs(options.target, options.drafters)
-    lineup = load_lineup(options.target, specs, progress=say, group=group, sharding=options.sharding)
+    lineup = load_lineup(options.target, specs, say, placement(options, group))
     chat = bool(lineup.target.tokenizer.has_chat_template)
     if not chat:
         say("the target's tokenizer has no chat template: prompts are used as plain text")

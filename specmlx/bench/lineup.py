@@ -1,6 +1,6 @@
 """The target and the drafters it is benchmarked with, loaded once.
 
-Every drafter is a spec string loaded by `specmlx.loading.load_drafters`, so a
+Every drafter is a spec string loaded by `specmlx.loading.load_models`, so a
 new drafter kind needs no change here: it is one more `--drafter` value.
 Suffixes make variants of a drafter, sharing its weights: `+auto` chooses
 each round's draft length from measured costs (one run per temperature, not
@@ -23,9 +23,8 @@ import mlx.nn as nn
 from ..drafters import NGRAM, Drafter, ModelDrafter, NoDrafter
 from ..policy import LOOKUP_NGRAM, START_DRAFT, DraftPolicy
 from ..errors import SpecmlxError
-from ..distributed import Group, Lockstep
-from ..distributed.load import AUTO, load_drafters_sharded
-from ..loading import LoadedModel, Progress, display_name, load_drafters, resolve_drafter
+from ..distributed import Lockstep
+from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models, resolve_drafter
 
 
 AUTO = "+auto"
@@ -136,21 +135,17 @@ def _lookup_length(spec: str, value: str) -> int:
     return int(value)
 
 
-def load_lineup(target: str, specs: list[str], progress: Progress | None = None, group: Group | None = None,
-                sharding: str = AUTO) -> Lineup:
+def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
+                placement: Placement = ONE_PROCESS) -> Lineup:
     """Check every pair before any weights load, then load the target once, and
-    each drafter once (its variants share it); with `group`, this rank's shard
-    of the target and, on rank 0 only, the drafters."""
+    each drafter once (its variants share it); placed by `placement` (with ranks:
+    this rank's shard of the target and, on rank 0 only, the drafters)."""
     split = [split_variant(spec) for spec in specs]
-    bases = [base for base, _, _ in split]
-    if group is None:
-        loaded, drafters = load_drafters(target, bases, progress)
-    else:
-        loaded, drafters = load_drafters_sharded(target, bases, group, sharding, progress)
-    names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(drafters, split)]
+    loaded = load_models(target, [base for base, _, _ in split], progress, placement)
+    names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(loaded.drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
         Entrant(name, spec, drafter, policy, pinned=FIXED in suffix)
-        for name, spec, drafter, (_, suffix, policy) in zip(names, specs, drafters, split)
+        for name, spec, drafter, (_, suffix, policy) in zip(names, specs, loaded.drafters, split)
     )
-    return Lineup(loaded, entrants, None if group is None else Lockstep.of(group, loaded.model))
+    return Lineup(loaded.target, entrants, loaded.peers if isinstance(loaded.peers, Lockstep) else None)

@@ -11,14 +11,13 @@ import sys
 from typing import Sequence
 
 from ..distributed import Lockstep
-from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
-from ..distributed.load import load_drafters_sharded
+from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
 from ..drafters import NGRAM, NONE, ModelDrafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError, run_cli
 from ..generate import AUTO, draft_length
-from ..loading import MODEL_DRAFTERS, load_drafters
+from ..loading import MODEL_DRAFTERS, load_models
 from ..memory import GB
 from ..mlx_thread import MLXThread
 from ..policy import START_DRAFT, DraftPolicy
@@ -121,18 +120,14 @@ def serve(args: argparse.Namespace) -> int:
         say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
             lambda step: None)
         specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
-        if group is None:
-            mlx = MLXThread()
-            target, drafters = mlx.call(load_drafters, args.preset or args.target, specs, say)
-            return listen(args, allowed, sock, mlx, target, drafters, defaults_policy, sampling, None)
-        if not group.leads:  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
-            target, drafters = load_drafters_sharded(args.preset or args.target, specs, group, args.sharding)
-            return follow(Lockstep.of(group, target.model), target.model, target.tokenizer, drafters[0].name)
-        mlx = MLXThread()  # every collective of rank 0 runs on this one thread, in order
-        target, drafters = mlx.call(load_drafters_sharded, args.preset or args.target, specs, group,
-                                    args.sharding, say)
-        return listen(args, allowed, sock, mlx, target, drafters, defaults_policy, sampling,
-                      Lockstep.of(group, target.model))
+        where = placement(args, group)
+        if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
+            loaded = load_models(args.preset or args.target, specs, placement=where)
+            return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name)
+        mlx = MLXThread()  # with ranks, every collective of rank 0 runs on this one thread, in order
+        loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
+        return listen(args, allowed, sock, mlx, loaded.target, loaded.drafters, defaults_policy, sampling,
+                      loaded.peers if isinstance(loaded.peers, Lockstep) else None)
 
 
 def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,

@@ -148,7 +148,7 @@ def collect_features(args: argparse.Namespace, target, files: list[Path]) -> Fea
 
 def run(args: argparse.Namespace) -> int:
     from ..hidden import check_exposes_hidden
-    from ..loading import load
+    from ..loading import load_models
 
     if args.steps < 1 or args.tokens < args.seq_len or args.batch < 1 or args.answer_tokens >= args.seq_len:
         raise SpecmlxError("need --steps >= 1, --batch >= 1, --tokens >= --seq-len and --answer-tokens < --seq-len")
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             raise SpecmlxError("--plot needs matplotlib (pip install -e \".[bench]\")") from None
     files = find_files(args.data or default_sources()) if args.source != "answers" or args.data else []
-    target = load(args.target or default_preset_name())
+    target = load_models(args.target, []).target
     check_exposes_hidden(target.model)
     print(f"backend: {mx.default_device()}, BLAS: {describe()}; source: {args.source}")
     folders = collect_features(args, target, files)
