@@ -17,7 +17,7 @@ from ..distributed.cli import add_arguments as add_distributed_arguments, joined
 from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
 from ..errors import SpecmlxError, run_cli
-from ..loading import MODEL_DRAFTERS
+from ..options import Parser, add_model_arguments
 from ..presets import default_preset_name, get_preset
 from ..sampling import SamplingParams
 from . import plot
@@ -35,23 +35,12 @@ from .summary import summarize
 PROG = "specmlx bench"
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, like every other error here."""
-
-    def error(self, message: str):
-        raise SpecmlxError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--preset", metavar="NAME", help="a preset: its target, its drafter and ngram "
-                       "(default: the default preset)")
-    which.add_argument("--target", metavar="MODEL", help="target: a preset name, model directory or Hugging Face repo id")
-    parser.add_argument("--drafter", action="append", default=[], metavar="SPEC",
-                        help=f"drafter, repeatable or comma-separated: {MODEL_DRAFTERS}; variants by "
-                        "suffix: +auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N "
-                        "(default: the target's drafter and ngram, each also +auto)")
+    add_model_arguments(parser, preset="a preset: its target, its drafter and ngram (default: the default preset)",
+                        repeat=True, drafter="repeatable or comma-separated; variants by a draft policy suffix: "
+                        "+auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N, combined "
+                        "as in mtp+k=4+pmin=0.5 (default: the target's drafter and ngram, each also +auto)")
     parser.add_argument("--prompts", type=Path, default=default_prompts_path(), metavar="FILE",
                         help="JSONL file of {id, kind, prompt} (default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")

@@ -22,6 +22,7 @@ from ..blas import describe
 from ..models.mtp import MTPConfig, MTPModel, save_mtp
 from ..errors import SpecmlxError, run_cli
 from ..loading import display_name
+from ..options import Parser, add_model_arguments
 from ..bench.prompts import PromptRow
 from ..presets import default_preset_name
 from .answers import answer_windows
@@ -35,9 +36,8 @@ from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_r
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specmlx train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default=None, help="target: preset name or model directory (default: the default preset)")
+    p = Parser(prog="specmlx train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(p)
     p.add_argument("--out", type=Path, required=True, help="output drafter directory")
     p.add_argument("--source", choices=("answers", "text", "mix"), default="answers",
                    help="answers: the target's own greedy answers to --prompts (default); text: --data as "
@@ -268,5 +268,4 @@ def _summary(p: Progress) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli("specmlx train", lambda: run(args))
+    return run_cli("specmlx train", lambda: run(build_parser().parse_args(argv)))
