@@ -6,11 +6,20 @@ from dataclasses import dataclass
 
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import GenerationConfig
+from specmlx.errors import SpecmlxError
 from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.sampling import SamplingParams
 
-AUTO = "auto"  # the draft length chosen each round
 BUILTIN_LABELS = {NGRAM: "prompt lookup", NONE: "none (plain decoding)"}
+
+
+def read_num_draft(text: str) -> int | None:
+    """The settings field's draft policy (`DraftPolicy`'s grammar: `4`, `auto`...), of which
+    a chat keeps the length: any other part is refused, not dropped."""
+    policy = DraftPolicy.parse(text)
+    if policy != DraftPolicy(num_draft=policy.num_draft):
+        raise SpecmlxError(f'draft policy "{text}": a chat sets only the draft length ({START_DRAFT}, auto...)')
+    return policy.num_draft
 
 
 def drafter_label(name: str) -> str:
@@ -42,7 +51,8 @@ class ChatSettings:
 
     @property
     def draft_label(self) -> str:
-        return AUTO if self.num_draft is None else str(self.num_draft)
+        """The draft policy as the settings field shows it (`DraftPolicy`'s grammar), e.g. `4` or `auto`."""
+        return str(DraftPolicy(num_draft=self.num_draft))
 
     @property
     def active_drafter(self) -> str | None:

@@ -13,17 +13,15 @@ import mlx.core as mx
 from .blas import describe
 from .cli import run_cli
 from .distributed import Lockstep
-from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from .distributed.follower import follow
-from .distributed.load import load_pair_sharded
 from .engine import Engine, GenerationConfig
-from .policy import START_DRAFT, DraftPolicy
 from .errors import SpecmlxError
 from .events import Source
-from .loading import MODEL_DRAFTERS, load_pair
-from .peers import ALONE
+from .loading import load_models
+from .options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
+                      sampling_params)
 from .prompting import encode_chat, encode_text, has_chat_template
-from .sampling import SamplingParams
 from .schedule import AutoEstimate
 from .stats import GenerationStats
 
@@ -32,69 +30,21 @@ RESET = "\033[0m"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    gen = argparse.ArgumentParser(prog="specmlx generate", description="Generate text from a prompt "
-                                  "with exact speculative decoding.")
-    gen.add_argument("--target", default=None, help="target: a preset name, model directory or "
-                     "Hugging Face repo id (default: the default preset)")
-    gen.add_argument("--drafter", help=f"drafter: {MODEL_DRAFTERS} (default: the preset's "
-                     "drafter, else ngram)")
+    gen = Parser(prog="specmlx generate", description="Generate text from a prompt with exact speculative decoding.")
+    add_model_arguments(gen, drafter="default: the preset's drafter, else ngram")
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     gen.add_argument("--system", help="system message (with --chat)")
     gen.add_argument("--max-tokens", type=int, default=256)
-    gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--min-p", type=float, default=0.0)
-    gen.add_argument("--num-draft", type=draft_length, default=START_DRAFT, metavar="K|auto",
-                     help=f"tokens drafted per round (default {START_DRAFT}), or auto: each round drafts what "
-                     "measured costs and acceptance say is fastest, 0 (plain decoding) included; with auto, "
-                     "a seeded sampled run repeats its distribution, not its text")
-    gen.add_argument("--max-draft", type=int, default=12, metavar="K",
-                     help="longest draft of auto and --adaptive (default 12)")
-    gen.add_argument("--adaptive", action="store_true",
-                     help="tune the draft length to the acceptance history, from --num-draft (default 4) "
-                     "up to --max-draft")
-    gen.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
-                     help="stop a round's draft after a step where the drafter's top probability "
-                     "is below P; --num-draft is then a cap (default 0: always draft --num-draft)")
-    gen.add_argument("--lookup", type=int, default=0, metavar="N",
-                     help="before drafting, look for the last N or more tokens earlier in the context and "
-                     "propose what followed them (free drafts when the answer copies the prompt; "
-                     "default 0: off; e.g. 3)")
-    gen.add_argument("--lookup-draft", type=int, default=8, metavar="K",
-                     help="tokens proposed by a lookup (default 8)")
-    gen.add_argument("--seed", type=int, help="make sampling reproducible: 0 to 2^64-1 (-1: a random seed)")
+    add_sampling_arguments(gen)
+    add_draft_arguments(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, sources, stats")
     add_distributed_arguments(gen)
     return gen
-
-
-AUTO = "auto"
-
-
-def draft_length(value: str) -> int | str:
-    """`--num-draft`: a whole number or auto."""
-    if value == AUTO:
-        return AUTO
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {value!r}") from None
-
-
-def draft_policy(args: argparse.Namespace) -> DraftPolicy:
-    """The flags' policy."""
-    num_draft = args.num_draft
-    if args.adaptive and num_draft == AUTO:
-        raise SpecmlxError("--num-draft auto and --adaptive both set the draft length: choose one")
-    return DraftPolicy(num_draft=None if num_draft == AUTO else num_draft, max_draft=args.max_draft,
-                       adaptive=args.adaptive, p_min=args.draft_p_min, lookup=args.lookup,
-                       lookup_draft=args.lookup_draft)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -156,24 +106,20 @@ def auto_line(estimate: AutoEstimate) -> str:
 
 def generate(args: argparse.Namespace) -> int:
     config = GenerationConfig(
-        max_tokens=args.max_tokens, seed=args.seed,
-        sampling=SamplingParams(args.temp, args.top_p, args.top_k, args.min_p),
-        policy=draft_policy(args),
+        max_tokens=args.max_tokens, seed=args.seed, sampling=sampling_params(args), policy=draft_policy(args),
         stop=tuple(args.stop), profile=args.profile,
     )
     with joined(args) as group:
         text = read_prompt(args) if leads(group) else None  # the others take rank 0's prompt, as tokens
         # Loading takes seconds to minutes: say what is happening, on a terminal only.
         progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else None
-        if group is None:
-            target, drafter = load_pair(args.target, args.drafter, progress)
-        else:
-            target, drafter = load_pair_sharded(args.target, args.drafter, group, args.sharding, progress)
-        lockstep = None if group is None else Lockstep.of(group, target.model)
+        loaded = load_models(args.target, [args.drafter], progress, placement(args, group))
+        target = loaded.target
+        lockstep = loaded.peers if isinstance(loaded.peers, Lockstep) else None
         prompt = encode(target.tokenizer, text, args.chat, args.system) if leads(group) else None
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
-        engine = Engine(target.model, drafter, target.tokenizer, peers=ALONE if lockstep is None else lockstep)
+        engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
             follow(engine, prompt, config, lockstep)
             return 0
@@ -220,5 +166,4 @@ def lockstep_dict(lockstep: Lockstep) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli("specmlx generate", lambda: generate(args))
+    return run_cli("specmlx generate", lambda: generate(build_parser().parse_args(argv)))

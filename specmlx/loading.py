@@ -1,10 +1,12 @@
 """Loading targets and drafters: presets, local MLX directories or Hugging Face repos.
 
-The one way in for every front end (the CLI, the bench, the app): `load_pair`,
-or `load_drafters` for one target and several drafters. mlx-lm does the
-loading; this module decides what a drafter spec means, checks a pairing
-before any weights load, reports each step, and turns every way loading can
-fail into one clear line.
+The one way in for every front end (the CLI, the server, the bench, the app,
+training): `load_models`, for one target and its drafters in this process or
+sharded over ranks (a `Placement`: `specmlx.distributed.load.Ranks` plugs the
+sharded specifics in), and `load_pair` for a target and one drafter. mlx-lm
+does the loading; this module decides what a drafter spec means, checks a
+pairing before any weights load, reports each step, and turns every way
+loading can fail into one clear line.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import mlx.nn as nn
 
@@ -26,6 +28,7 @@ from .memory import check_fits
 from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .models.mtp import is_mtp_dir, load_mtp
 from .paths import models_dir
+from .peers import ALONE, Peers
 from .presets import default_preset_name, fetched_path, get_preset, is_preset
 from .vocab import vocab_size
 
@@ -163,36 +166,103 @@ def check_pair(target: str, drafter: DrafterSource,
     load: a wrong pairing costs seconds."""
     target_path = resolve(target)
     drafter_path = None if drafter.builtin else resolve(drafter.source)
+    check_resolved(target, target_path, drafter, drafter_path, fits)
+    return target_path, drafter_path
+
+
+def check_resolved(target: str, target_path: Path, drafter: DrafterSource, drafter_path: Path | None,
+                   fits: Callable[[Path, Path | None], None] = check_fits) -> None:
+    """`check_pair` on directories already resolved."""
     if drafter_path is not None and not is_head_dir(drafter_path):
         check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter.source, drafter_path),
                          target, drafter.source)  # errors name what the user typed, in full
     fits(target_path, drafter_path)
-    return target_path, drafter_path
 
 
-def load_drafters(target: str | None, specs: Sequence[str | None],
-                  progress: Progress | None = None) -> tuple[LoadedModel, list[Drafter]]:
-    """One target and its drafters: every pairing is checked before any weights
-    load, then the target loads once and each distinct drafter once."""
-    say = progress or (lambda step: None)
-    target = target or default_preset_name()
-    drafters = [resolve_drafter(spec, target) for spec in specs]
-    say(f"checking {display_name(target)}" + "".join(f" + {d.name}" for d in drafters if not d.builtin))
-    paths = {d: check_pair(target, d) for d in dict.fromkeys(drafters)}
-    target_path = next(iter(paths.values()))[0] if paths else resolve(target)
-    say(f"loading target {display_name(target)} ({target_path})")
-    loaded = load(target, target_path)
-    built: dict[DrafterSource, Drafter] = {}
-    for drafter, (_, path) in paths.items():
+class Placement(Protocol):
+    """Where a load puts the target and its drafters: this process (`ONE_PROCESS`),
+    or a shard of the target on each rank of a group (`specmlx.distributed.load.Ranks`)."""
+
+    @property
+    def where(self) -> str:
+        """How the "checking" line ends: nothing, or the ranks."""
+
+    def settle(self, target: Path, drafters: Sequence[Path]) -> Placement:
+        """This placement with what it decides from the model directories (e.g. how to shard)."""
+
+    def check(self, target: str, target_path: Path, drafters: Mapping[DrafterSource, Path | None]) -> None:
+        """Refuse a pairing, or models that cannot fit, before any weights load."""
+
+    def load_target(self, source: str, path: Path, say: Progress) -> LoadedModel: ...
+
+    def load_drafter(self, drafter: DrafterSource, target: LoadedModel, path: Path | None,
+                     say: Progress) -> Drafter: ...
+
+    def peers(self, target: LoadedModel) -> Peers:
+        """What every engine on the target keeps in step with, once all has loaded."""
+
+
+class OneProcess:
+    """Everything in this process: each pairing is checked to fit on this machine."""
+
+    where = ""
+
+    def settle(self, target: Path, drafters: Sequence[Path]) -> OneProcess:
+        return self
+
+    def check(self, target: str, target_path: Path, drafters: Mapping[DrafterSource, Path | None]) -> None:
+        for drafter, path in drafters.items():
+            check_resolved(target, target_path, drafter, path)
+
+    def load_target(self, source: str, path: Path, say: Progress) -> LoadedModel:
+        say(f"loading target {display_name(source)} ({path})")
+        return load(source, path)
+
+    def load_drafter(self, drafter: DrafterSource, target: LoadedModel, path: Path | None,
+                     say: Progress) -> Drafter:
         if path is not None:
             say(f"loading drafter {drafter.name} ({path})")
-        built[drafter] = load_drafter(drafter, loaded, path)
-    return loaded, [built[d] for d in drafters]
+        return load_drafter(drafter, target, path)
+
+    def peers(self, target: LoadedModel) -> Peers:
+        return ALONE
+
+
+ONE_PROCESS = OneProcess()
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A target and its drafters, loaded; `peers` is what an engine on them keeps in step
+    with: `Engine(loaded.target.model, drafter, loaded.target.tokenizer, peers=loaded.peers)`."""
+
+    target: LoadedModel
+    drafters: list[Drafter]
+    peers: Peers
+
+
+def load_models(target: str | None, specs: Sequence[str | None], progress: Progress | None = None,
+                placement: Placement = ONE_PROCESS) -> Loaded:
+    """One target (default: the default preset) and a drafter for each spec (None: the
+    preset's, else prompt lookup), placed by `placement`. Every pairing is checked before
+    any weights load; then the target loads once and each distinct drafter once."""
+    say = progress or (lambda step: None)
+    target = target or default_preset_name()
+    sources = [resolve_drafter(spec, target) for spec in specs]
+    say(f"checking {display_name(target)}" + "".join(f" + {s.name}" for s in dict.fromkeys(sources)
+                                                     if not s.builtin) + placement.where)
+    target_path = resolve(target)
+    paths = {s: None if s.builtin else resolve(s.source) for s in dict.fromkeys(sources)}
+    placement = placement.settle(target_path, [p for p in paths.values() if p is not None])
+    placement.check(target, target_path, paths)
+    loaded = placement.load_target(target, target_path, say)
+    built = {source: placement.load_drafter(source, loaded, path, say) for source, path in paths.items()}
+    return Loaded(loaded, [built[s] for s in sources], placement.peers(loaded))
 
 
 def load_pair(target: str | None = None, drafter: str | None = None,
               progress: Progress | None = None) -> tuple[LoadedModel, Drafter]:
     """A target (default: the default preset) and its drafter (default: the
     preset's, else prompt lookup), checked, then loaded; `progress` hears each step."""
-    loaded, (built,) = load_drafters(target, [drafter], progress)
-    return loaded, built
+    loaded = load_models(target, [drafter], progress)
+    return loaded.target, loaded.drafters[0]

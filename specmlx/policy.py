@@ -1,12 +1,18 @@
 """How many tokens a round proposes, and from where: the draft policy.
 
 One frozen record, carried by `GenerationConfig` and by the bench's drafter
-variants, so the settings that shape a round are named in one place.
+variants, so the settings that shape a round are named in one place. Every
+front end writes it in one grammar: parts joined by `+`, e.g. `auto`, `4`,
+`4+adaptive+pmin=0.5`, `k=6+lookup=3` (see `PARTS`); `str(policy)` writes it
+back. The record refuses every combination that cannot work, whichever front
+end built it, in the same words.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from .errors import SpecmlxError
 
@@ -15,6 +21,15 @@ from .errors import SpecmlxError
 LOOKUP_NGRAM = 8
 # The draft length when not told, and where the automatic and adaptive ones start.
 START_DRAFT = 4
+
+# The grammar: `auto`, a whole number (or `k=N`), `adaptive`, and key=value parts.
+AUTO, ADAPTIVE = "auto", "adaptive"
+PARTS = {"k": ("num_draft", int), "max": ("max_draft", int), "pmin": ("p_min", float),
+         "lookup": ("lookup", int), "lookup-draft": ("lookup_draft", int)}
+FORMS = "auto, a whole number N (or k=N), adaptive, max=N, pmin=P, lookup=N or lookup-draft=N"
+KEYS = {name: key for key, (name, _) in PARTS.items() if key != "k"}
+WHAT = {"num_draft": "the draft length", "max_draft": "the longest draft", "p_min": "the draft p-min",
+        "lookup": "the lookup match length", "lookup_draft": "the lookup draft length"}
 
 
 @dataclass(frozen=True)
@@ -49,11 +64,34 @@ class DraftPolicy:
                                f"got {self.lookup}")
         if self.lookup_draft < 1:
             raise SpecmlxError(f"lookup draft length must be >= 1, got {self.lookup_draft}")
+        if self.num_draft is None and self.adaptive:
+            raise SpecmlxError(f"{AUTO} and {ADAPTIVE} both set the draft length: choose one")
+
+    @classmethod
+    def parse(cls, text: str, base: DraftPolicy | None = None) -> DraftPolicy:
+        """The policy `text` writes (`"auto"`, `"4"`, `"4+adaptive+pmin=0.5"`...): the
+        fields it names, the others `base`'s (default: `DraftPolicy()`'s). A length
+        part says how the length is chosen, so on an adaptive base `6` alone is
+        fixed. Bad input is one SpecmlxError line naming the text and its bad part."""
+        try:
+            named = read_parts(text)
+            if "num_draft" in named:
+                named.setdefault("adaptive", False)
+            return replace(cls() if base is None else base, **named)
+        except SpecmlxError as err:
+            raise SpecmlxError(f'draft policy "{text}": {err}') from None
+
+    def __str__(self) -> str:
+        """The policy in the grammar `parse` reads: its length, then every field off its default."""
+        default = DraftPolicy()
+        return "+".join([part("num_draft", self.num_draft)] + [
+            part(f.name, getattr(self, f.name)) for f in fields(self)
+            if f.name != "num_draft" and getattr(self, f.name) != getattr(default, f.name)])
 
     @property
     def auto(self) -> bool:
         """The draft length is chosen each round from measured costs."""
-        return self.num_draft is None and not self.adaptive
+        return self.num_draft is None
 
     @property
     def start(self) -> int:
@@ -64,3 +102,46 @@ class DraftPolicy:
     def fixed_length(self) -> bool:
         """`num_draft` drafts every round: what Leviathan's speed-up formula assumes."""
         return not self.auto and not self.adaptive and self.p_min == 0.0 and self.lookup == 0
+
+
+def part(name: str, value: Any) -> str:
+    """One field of `DraftPolicy` as a part of its text: `part("p_min", 0.5)` is `pmin=0.5`."""
+    if name == "num_draft":
+        return AUTO if value is None else str(value)
+    if name == "adaptive":
+        return ADAPTIVE
+    return f"{KEYS[name]}={value}"
+
+
+def read_parts(text: str) -> dict[str, Any]:
+    """The fields a policy's text names, unchecked: `"4+pmin=0.5"` is `{"num_draft": 4, "p_min": 0.5}`.
+    A field named twice is refused, naming both parts."""
+    named: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for word in (raw.strip().lower() for raw in text.split("+")):
+        name, value = _read_part(word)
+        if name in given:
+            first = given[name]
+            raise SpecmlxError(f"{word} is given twice" if first == word
+                               else f"{first} and {word} both set {WHAT[name]}: choose one")
+        named[name], given[name] = value, word
+    return named
+
+
+def _read_part(word: str) -> tuple[str, Any]:
+    if word == AUTO:
+        return "num_draft", None
+    if word == ADAPTIVE:
+        return "adaptive", True
+    if re.fullmatch(r"-?[0-9]+", word):
+        return "num_draft", int(word)
+    if not word:
+        raise SpecmlxError(f"an empty part; expected {FORMS}, joined by +")
+    key, equals, value = word.partition("=")
+    if not equals or key not in PARTS:
+        raise SpecmlxError(f"unknown part {word}; expected {FORMS}")
+    name, kind = PARTS[key]
+    try:
+        return name, kind(value)
+    except ValueError:
+        raise SpecmlxError(f"{word}: {key} takes {'a whole number' if kind is int else 'a number'}") from None

@@ -136,11 +136,34 @@ def test_the_draft_length_is_four_unless_auto_is_asked_for(capsys, model_dirs):
     assert "auto measured: a plain round" in err
 
 
-def test_a_bad_draft_length_names_the_flag(capsys, model_dirs):
-    with pytest.raises(SystemExit) as exit:
-        cli(capsys, "--target", model_dirs["target"], "--prompt", "x", "--num-draft", "lots")
-    assert exit.value.code == 2
-    assert "--num-draft: expected a whole number or auto, got 'lots'" in capsys.readouterr().err
+def test_a_bad_draft_length_is_one_line_naming_it(capsys, model_dirs):
+    code, out, err = cli(capsys, "--target", model_dirs["target"], "--prompt", "x", "--num-draft", "lots")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith('specmlx generate: error: draft policy "lots": unknown part lots; expected auto, ')
+
+
+def test_a_usage_error_is_one_line_and_exit_2(capsys):
+    code, _, err = cli(capsys, "--prompt", "x", "--max-tokens", "many")
+    assert code == 2 and err == "specmlx generate: error: argument --max-tokens: invalid int value: 'many'\n"
+
+
+def test_the_draft_flags_are_parts_of_one_policy(capsys, model_dirs):
+    args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
+            "--max-tokens", 16, "--json")
+    stats = json.loads(cli(capsys, *args, "--num-draft", "3+adaptive+max=5")[1])["stats"]
+    assert len(stats["draft_histogram"]) <= 6 and stats["draft_histogram"][3] >= 1  # adaptive from 3, up to 5
+    code, _, err = cli(capsys, *args, "--num-draft", "3+max=5", "--max-draft", 6)
+    assert code == 2 and err == ('specmlx generate: error: draft policy "3+max=5+max=6": max=5 and max=6 both set '
+                                 "the longest draft: choose one\n")
+
+
+def test_a_draft_policy_conflict_is_refused_as_from_every_front_end(capsys, tmp_path):
+    """The same line as `specmlx serve` and `specmlx bench` give, before any model loads."""
+    code, out, err = cli(capsys, "--target", tmp_path / "not-loaded", "--prompt", "x", "--num-draft", "auto",
+                         "--adaptive")
+    assert code == 2 and out == ""
+    assert err == ('specmlx generate: error: draft policy "auto+adaptive": auto and adaptive both set the draft '
+                   "length: choose one\n")
 
 
 def test_padded_drafter_vocabulary_is_fine(capsys, tmp_path, tokenizer, target, target_args, vocab):
@@ -202,7 +225,7 @@ def test_incompatible_drafter_is_one_line_naming_both(capsys, tmp_path, model_di
     (["--prompt", "x", "--system", "s"], "--system needs --chat"),
     (["--prompt", "x", "--draft-p-min", "1.5"], "draft p-min must be in [0, 1)"),
     (["--prompt", "x", "--lookup", "12"], "lookup match length must be in 0..8"),
-    (["--prompt", "x", "--num-draft", "auto", "--adaptive"], "--num-draft auto and --adaptive"),
+    (["--prompt", "x", "--num-draft", "auto", "--adaptive"], "auto and adaptive both set the draft length"),
     (["--prompt", "x", "--max-draft", "0"], "maximum draft length must be >= 1"),
 ])
 def test_bad_options_are_one_line_and_exit_2(capsys, model_dirs, flags, message):

@@ -4,6 +4,7 @@ import pytest
 
 from specmlx import loading, memory
 from specmlx.errors import SpecmlxError
+from specmlx.peers import ALONE
 
 from . import tiny
 
@@ -41,9 +42,10 @@ def test_a_matching_pair_loads_reporting_each_step_under_short_names(model_dirs)
 
 
 def test_one_load_for_a_drafter_named_two_ways(model_dirs):
-    target, drafters = loading.load_drafters(str(model_dirs["target"]),
-                                             [str(model_dirs["drafter"]), str(model_dirs["drafter"]), "ngram"])
-    assert drafters[0] is drafters[1] and drafters[2].name == "ngram"
+    loaded = loading.load_models(str(model_dirs["target"]),
+                                 [str(model_dirs["drafter"]), str(model_dirs["drafter"]), "ngram"])
+    assert loaded.drafters[0] is loaded.drafters[1] and loaded.drafters[2].name == "ngram"
+    assert loaded.peers is ALONE  # one process: nothing to keep in step with
 
 
 def test_display_names(models_root_for_names):

@@ -12,7 +12,7 @@ from textual.widgets import Button, Input, Label, Static, Switch
 
 from specmlx.errors import SpecmlxError
 
-from ..settings import AUTO, ChatSettings
+from ..settings import ChatSettings, read_num_draft
 from ..widgets.drafter_list import ChosenButton, DrafterList
 
 
@@ -90,12 +90,17 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             except ValueError:
                 raise ValueError(f"{label}: {text!r} is not a valid {kind.__name__}") from None
 
+        def draft(text: str) -> int | None:
+            try:
+                return read_num_draft(text)
+            except SpecmlxError as err:
+                raise SpecmlxError(f"draft tokens: {err}") from None
+
         pressed = self.query_one("#drafter", DrafterList).pressed_button
         return ChatSettings(
             temp=value("temp", float, "temperature"),
             top_p=value("top_p", float, "top-p"),
-            num_draft=None if self.query_one("#num_draft", Input).value.strip().lower() == AUTO
-            else value("num_draft", int, "draft tokens (a whole number or auto)"),
+            num_draft=draft(self.query_one("#num_draft", Input).value),
             max_tokens=value("max_tokens", int, "max tokens"),
             drafter=pressed.name if pressed is not None else self.settings.drafter,
             speculation=self.query_one("#speculation", Switch).value,

@@ -14,11 +14,11 @@ from typing import Sequence
 
 from ..cli import run_cli
 from ..distributed import Group
-from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
+from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
 from ..errors import SpecmlxError
-from ..loading import MODEL_DRAFTERS
+from ..options import Parser, add_model_arguments
 from ..presets import default_preset_name, get_preset
 from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packaged_prompts_path,
                          read_prompts)
@@ -37,23 +37,12 @@ from .summary import summarize
 PROG = "specmlx bench"
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line, like every other error here."""
-
-    def error(self, message: str):
-        raise SpecmlxError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--preset", metavar="NAME", help="a preset: its target, its drafter and ngram "
-                       "(default: the default preset)")
-    which.add_argument("--target", metavar="MODEL", help="target: a preset name, model directory or Hugging Face repo id")
-    parser.add_argument("--drafter", action="append", default=[], metavar="SPEC",
-                        help=f"drafter, repeatable or comma-separated: {MODEL_DRAFTERS}; variants by "
-                        "suffix: +auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N "
-                        "(default: the target's drafter and ngram, each also +auto)")
+    add_model_arguments(parser, preset="a preset: its target, its drafter and ngram (default: the default preset)",
+                        repeat=True, drafter="repeatable or comma-separated; variants by a draft policy suffix: "
+                        "+auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N, combined "
+                        "as in mtp+k=4+pmin=0.5 (default: the target's drafter and ngram, each also +auto)")
     parser.add_argument("--prompts", type=Path, default=packaged_prompts_path(), metavar="FILE",
                         help="JSONL file of {id, kind, prompt} (default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")
@@ -194,7 +183,7 @@ def bench_on(options: Options, group: Group | None) -> int:
         check_writable(options.plot, "--plot")
         rows = read_prompts(options.prompts, options.limit)
     specs = drafter_specs(options.target, options.drafters)
-    lineup = load_lineup(options.target, specs, progress=say, group=group, sharding=options.sharding)
+    lineup = load_lineup(options.target, specs, say, placement(options, group))
     chat = has_chat_template(lineup.target.tokenizer)
     if not chat:
         say("the target's tokenizer has no chat template: prompts are used as plain text")

@@ -1,39 +1,29 @@
 """The target and the drafters it is benchmarked with, loaded once.
 
-Every drafter is a spec string loaded by `specmlx.loading.load_drafters`, so a
+Every drafter is a spec string loaded by `specmlx.loading.load_models`, so a
 new drafter kind needs no change here: it is one more `--drafter` value.
-Suffixes make variants of a drafter, sharing its weights: `+auto` chooses
-each round's draft length from measured costs (one run per temperature, not
-one per `--num-draft`), `+k=N` drafts N a round whatever `--num-draft` says,
-`+adaptive` runs it with the adaptive draft length (`--num-draft` is then
-where the length starts), `+pmin=P` stops each draft once the drafter's top
-probability falls below P (`--num-draft` is then a cap), `+lookup=N` proposes
-what followed an earlier match of the last N+ tokens, when there is one,
-before drafting (up to 8 tokens); they combine.
+Suffixes make variants of a drafter, sharing its weights: a draft policy in
+`DraftPolicy`'s grammar after a `+`. `+auto` chooses each round's draft length
+from measured costs (one run per temperature, not one per `--num-draft`),
+`+k=N` (or `+N`) drafts N a round whatever `--num-draft` says, `+adaptive` runs
+it with the adaptive draft length (`--num-draft` is then where the length
+starts), `+pmin=P` stops each draft once the drafter's top probability falls
+below P (`--num-draft` is then a cap), `+lookup=N` proposes what followed an
+earlier match of the last N+ tokens, when there is one, before drafting (up
+to 8 tokens); they combine.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
 import mlx.nn as nn
 
+from ..distributed import Lockstep
 from ..drafters import NGRAM, Drafter, ModelDrafter, NoDrafter
-from ..policy import LOOKUP_NGRAM, START_DRAFT, DraftPolicy
-from ..errors import SpecmlxError
-from ..distributed import Group, Lockstep
-from ..distributed.load import AUTO, load_drafters_sharded
-from ..loading import LoadedModel, Progress, load_drafters, resolve_drafter
-
-
-AUTO_SUFFIX = "+auto"  # not AUTO: that is the sharding default imported above
-FIXED = "+k="
-ADAPTIVE = "+adaptive"
-P_MIN = "+pmin="
-LOOKUP = "+lookup="
-_SUFFIXES = re.compile(r"((?:\+auto|\+k=[^+]*|\+adaptive|\+pmin=[^+]*|\+lookup=[^+]*)*)$")
+from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models, resolve_drafter
+from ..policy import AUTO, START_DRAFT, DraftPolicy, read_parts
 
 
 @dataclass(frozen=True)
@@ -44,7 +34,7 @@ class Entrant:
     spec: str
     drafter: Drafter
     policy: DraftPolicy = DraftPolicy(num_draft=START_DRAFT)  # num_draft is set per run unless `pinned`
-    pinned: bool = False  # +k=N: policy.num_draft whatever --num-draft says
+    pinned: bool = False  # +k=N (or +N): policy.num_draft whatever --num-draft says
 
     @property
     def model(self) -> nn.Module | None:
@@ -87,70 +77,36 @@ def drafter_specs(target: str, requested: Iterable[str]) -> list[str]:
     specs = [part.strip() for value in requested for part in value.split(",") if part.strip()]
     if not specs:
         default = resolve_drafter(None, target).source
-        specs = [default, default + AUTO_SUFFIX, NGRAM, NGRAM + AUTO_SUFFIX]
+        specs = [default, f"{default}+{AUTO}", NGRAM, f"{NGRAM}+{AUTO}"]
     resolved = [resolve_drafter(base, target).source + suffix for base, suffix, _ in map(split_variant, specs)]
     return list(dict.fromkeys(resolved))  # dedupe, keep order
 
 
 def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
     """("drafter", "+adaptive+pmin=0.5", DraftPolicy(adaptive=True, p_min=0.5)); ("drafter", "",
-    DraftPolicy(num_draft=START_DRAFT)) without suffixes; num_draft None with +auto."""
-    suffix = _SUFFIXES.search(spec).group(1)
-    num_draft, adaptive, p_min, lookup = START_DRAFT, False, 0.0, 0
-    parts = [part for part in suffix.split("+") if part]
-    if AUTO_SUFFIX[1:] in parts and (ADAPTIVE[1:] in parts or any(p.startswith(FIXED[1:]) for p in parts)):
-        raise SpecmlxError(f"--drafter {spec}: +auto chooses the draft length itself; drop +k or +adaptive")
-    for part in parts:
-        if part == AUTO_SUFFIX[1:]:
-            num_draft = None
-            continue
-        if part == ADAPTIVE[1:]:
-            adaptive = True
-            continue
-        if part.startswith(FIXED[1:]):
-            num_draft = _fixed_length(spec, part[len(FIXED) - 1 :])
-            continue
-        if part.startswith(LOOKUP[1:]):
-            lookup = _lookup_length(spec, part[len(LOOKUP) - 1 :])
-            continue
-        value = part[len(P_MIN) - 1 :]
-        try:
-            p_min = float(value)
-        except ValueError:
-            raise SpecmlxError(f"--drafter {spec}: {P_MIN}{value} is not a number") from None
-        if not 0.0 < p_min < 1.0:
-            raise SpecmlxError(f"--drafter {spec}: +pmin must be between 0 and 1, got {value}")
-    policy = DraftPolicy(num_draft=num_draft, adaptive=adaptive, p_min=p_min, lookup=lookup)
-    return spec[: len(spec) - len(suffix)], suffix, policy
+    DraftPolicy(num_draft=START_DRAFT)) without suffixes; num_draft None with +auto. The suffix
+    starts at the first + of the spec's last path component."""
+    folder, slash, name = spec.rpartition("/")
+    base, plus, text = name.partition("+")
+    return folder + slash + base, plus + text, DraftPolicy.parse(text) if plus else DraftPolicy()
 
 
-def _fixed_length(spec: str, value: str) -> int:
-    if not (value.isdigit() and int(value) >= 1):
-        raise SpecmlxError(f"--drafter {spec}: +k must be a whole number of at least 1, got {value}")
-    return int(value)
+def pins_length(suffix: str) -> bool:
+    """Whether a variant's suffix sets its draft length (+k=N), whatever `--num-draft` says."""
+    return bool(suffix) and read_parts(suffix[1:]).get("num_draft", None) is not None
 
 
-def _lookup_length(spec: str, value: str) -> int:
-    if not (value.isdigit() and 1 <= int(value) <= LOOKUP_NGRAM):
-        raise SpecmlxError(f"--drafter {spec}: +lookup must be a whole number from 1 to {LOOKUP_NGRAM}, got {value}")
-    return int(value)
-
-
-def load_lineup(target: str, specs: list[str], progress: Progress | None = None, group: Group | None = None,
-                sharding: str = AUTO) -> Lineup:
+def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
+                placement: Placement = ONE_PROCESS) -> Lineup:
     """Check every pair before any weights load, then load the target once, and
-    each drafter once (its variants share it); with `group`, this rank's shard
-    of the target and, on rank 0 only, the drafters."""
+    each drafter once (its variants share it); placed by `placement` (with ranks:
+    this rank's shard of the target and, on rank 0 only, the drafters)."""
     split = [split_variant(spec) for spec in specs]
-    bases = [base for base, _, _ in split]
-    if group is None:
-        loaded, drafters = load_drafters(target, bases, progress)
-    else:
-        loaded, drafters = load_drafters_sharded(target, bases, group, sharding, progress)
-    names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(drafters, split)]
+    loaded = load_models(target, [base for base, _, _ in split], progress, placement)
+    names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(loaded.drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafter, policy, pinned=FIXED in suffix)
-        for name, spec, drafter, (_, suffix, policy) in zip(names, specs, drafters, split)
+        Entrant(name, spec, drafter, policy, pinned=pins_length(suffix))
+        for name, spec, drafter, (_, suffix, policy) in zip(names, specs, loaded.drafters, split)
     )
-    return Lineup(loaded, entrants, None if group is None else Lockstep.of(group, loaded.model))
+    return Lineup(loaded.target, entrants, loaded.peers if isinstance(loaded.peers, Lockstep) else None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from specmlx.cli import run_cli
 from specmlx.convert.api import convert

@@ -1,4 +1,4 @@
-"""The `--distributed` flags every command shares, and joining the group from them."""
+"""The `--distributed` flags every command shares, joining the group from them, and where they place the models."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import argparse
 from contextlib import contextmanager
 from typing import Iterator
 
+from ..loading import ONE_PROCESS, Placement
 from .group import Group, join, link_errors
-from .load import AUTO, SHARDINGS
+from .load import AUTO, SHARDINGS, Ranks
 from .output import backend_to_log
 from .watchdog import PEER_TIMEOUT
 
@@ -42,9 +43,15 @@ def joined(args: argparse.Namespace) -> Iterator[Group | None]:
     group.leave(clean=True)
 
 
+def placement(args: argparse.Namespace, group: Group | None) -> Placement:
+    """Where `specmlx.loading.load_models` puts the models: this process, or with
+    --distributed a shard of the target on each rank, sharded by --sharding."""
+    return ONE_PROCESS if group is None else Ranks(group, args.sharding)
+
+
 def leads(group: Group | None) -> bool:
     """Whether this process prints and writes: a single process, or rank 0."""
     return group is None or group.leads
 
 
-__all__ = ["add_arguments", "joined", "leads"]
+__all__ = ["add_arguments", "joined", "leads", "placement"]

@@ -4,13 +4,15 @@ mlx-lm does the work: the model is built lazily, then `shard()` (tensor
 parallel) or `pipeline()` keeps this rank's part, so only that part is ever
 evaluated and held. This module picks the kind, refuses an architecture with
 neither, splits the vocabulary where it can (`vocab.py`), checks the rank's
-share fits, and loads the drafter on rank 0 alone: the others never draft.
+share fits, and loads the drafters on rank 0 alone: the others never draft.
+`Ranks` plugs all of this into `specmlx.loading.load_models`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -18,12 +20,12 @@ from mlx.utils import tree_flatten
 from ..compat import check_vocab_fits
 from ..drafters import Drafter
 from ..errors import SpecmlxError, first_line
-from ..loading import (DrafterSource, LoadedModel, Progress, check_pair, display_name, is_head_dir, load_drafter,
-                       load_tokenizer, resolve, resolve_drafter)
-from ..presets import default_preset_name
+from ..loading import (DrafterSource, LoadedModel, Progress, check_resolved, display_name, is_head_dir, load_drafter,
+                       load_tokenizer)
 from ..vocab import vocab_size
 from .follower import Follower
 from .group import Group
+from .lockstep import Lockstep
 from .memory import check_rank_fits
 from .vocab import shard_vocab
 
@@ -85,47 +87,52 @@ def load_sharded(source: str, path: Path, group: Group, sharding: str, vocab_spl
     return loaded
 
 
-def load_drafters_sharded(target: str | None, specs: Sequence[str | None], group: Group, sharding: str = AUTO,
-                          progress: Progress | None = None) -> tuple[LoadedModel, list[Drafter]]:
-    """This rank's shard of the target and, on rank 0, each drafter with weights;
-    elsewhere a `Follower` named after it. Every rank checks what it will hold before any
-    weights load. With tensor parallelism the vocabulary is split too, unless
+@dataclass(frozen=True)
+class Ranks:
+    """The `Placement` of a target sharded over `group`'s ranks (`sharding`: auto, tensor
+    or pipeline; settled to one from the target's architecture). Each rank holds its shard
+    and checks that it fits; rank 0 alone holds the drafters with weights, the others a
+    `Follower` named after each. With tensor parallelism the vocabulary is split too, unless
     a drafter reads the target's own embeddings and head (an MTP head)."""
-    say = progress or (lambda step: None)
-    target = target or default_preset_name()
-    sources = [resolve_drafter(spec, target) for spec in specs]
-    target_path = resolve(target)
-    paths = {s: None if s.builtin else resolve(s.source) for s in dict.fromkeys(sources)}
-    kind = sharding_of(target_path, sharding)
-    vocab_split = kind == TENSOR and not any(p is not None and is_head_dir(p) for p in paths.values())
-    say(f"checking {display_name(target)}" + "".join(f" + {s.name}" for s in paths if not s.builtin)
-        + f" on {group.size} ranks")
-    models = [p for p in paths.values() if p is not None]
 
-    def fits(t: Path, d: Path | None) -> None:  # rank 0 holds every drafter
-        check_rank_fits(t, models if group.leads else [], group.size, vocab_split, pipeline=kind == PIPELINE)
+    group: Group
+    sharding: str = AUTO
+    vocab_split: bool = False
+    drafter_paths: tuple[Path, ...] = ()  # what rank 0 holds beside its shard
 
-    for source in paths if group.leads else ():
-        check_pair(target, source, fits=fits)
-    fits(target_path, None)
-    say(f"loading 1/{group.size} of target {display_name(target)} by {kind} parallelism ({target_path})")
-    loaded = load_sharded(target, target_path, group, kind, vocab_split)
-    built: dict[DrafterSource, Drafter] = {}
-    for source, path in paths.items():
+    @property
+    def where(self) -> str:
+        return f" on {self.group.size} ranks"
+
+    def settle(self, target: Path, drafters: Sequence[Path]) -> Ranks:
+        kind = sharding_of(target, self.sharding)
+        vocab_split = kind == TENSOR and not any(is_head_dir(p) for p in drafters)
+        return replace(self, sharding=kind, vocab_split=vocab_split, drafter_paths=tuple(drafters))
+
+    def fits(self, target: Path, drafter: Path | None = None) -> None:
+        """This rank's share of `target`, and on rank 0 every drafter beside it."""
+        check_rank_fits(target, list(self.drafter_paths) if self.group.leads else [], self.group.size,
+                        self.vocab_split, pipeline=self.sharding == PIPELINE)
+
+    def check(self, target: str, target_path: Path, drafters: Mapping[DrafterSource, Path | None]) -> None:
+        for drafter, path in drafters.items() if self.group.leads else ():
+            check_resolved(target, target_path, drafter, path, fits=self.fits)
+        self.fits(target_path)
+
+    def load_target(self, source: str, path: Path, say: Progress) -> LoadedModel:
+        say(f"loading 1/{self.group.size} of target {display_name(source)} by {self.sharding} parallelism ({path})")
+        return load_sharded(source, path, self.group, self.sharding, self.vocab_split)
+
+    def load_drafter(self, drafter: DrafterSource, target: LoadedModel, path: Path | None,
+                     say: Progress) -> Drafter:
         if path is None:  # ngram and none hold no weights: every rank has them as they are
-            built[source] = load_drafter(source, loaded)
-        elif group.leads:
-            say(f"loading drafter {source.name} ({path})")
-            built[source] = load_drafter(source, loaded, path)
-        else:
-            built[source] = Follower(source.name)
-    # Every rank waits for rank 0's drafters here, untimed: the watchdog times only the rounds after.
-    mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group.group, stream=mx.cpu))
-    return loaded, [built[s] for s in sources]
+            return load_drafter(drafter, target)
+        if not self.group.leads:
+            return Follower(drafter.name)
+        say(f"loading drafter {drafter.name} ({path})")
+        return load_drafter(drafter, target, path)
 
-
-def load_pair_sharded(target: str | None, drafter: str | None, group: Group, sharding: str = AUTO,
-                      progress: Progress | None = None) -> tuple[LoadedModel, Drafter]:
-    """`load_drafters_sharded` for one drafter."""
-    loaded, (built,) = load_drafters_sharded(target, [drafter], group, sharding, progress)
-    return loaded, built
+    def peers(self, target: LoadedModel) -> Lockstep:
+        # Every rank waits for rank 0's drafters here, untimed: the watchdog times only the rounds after.
+        mx.eval(mx.distributed.all_sum(mx.array(1.0), group=self.group.group, stream=mx.cpu))
+        return Lockstep.of(self.group, target.model)

@@ -27,7 +27,7 @@ from ..cli import run_cli
 from ..drafters import NGRAM, NONE
 from ..engine import Engine, GenerationConfig
 from ..generate import encode
-from ..loading import load_drafters
+from ..loading import load_models
 from ..mlx_thread import MLXThread
 from ..prompting import packaged_prompts_path, read_prompts
 from .app import build_app
@@ -111,7 +111,8 @@ def bench(args: argparse.Namespace) -> int:
     rows = read_prompts(args.prompts)
     mlx = MLXThread()
     say = lambda step: print(f"{step}...", file=sys.stderr)  # noqa: E731
-    target, drafters = mlx.call(load_drafters, args.target, [args.drafter, NGRAM, NONE], say)
+    loaded = mlx.call(load_models, args.target, [args.drafter, NGRAM, NONE], say)
+    target, drafters = loaded.target, loaded.drafters
     named = {d.name: d for d in drafters}
     slots = mlx.call(Slots, target.model, target.tokenizer, named, 2)
     worker = Worker(slots, args.max_queue, mlx)

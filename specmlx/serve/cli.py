@@ -12,17 +12,17 @@ from typing import Sequence
 
 from ..cli import run_cli
 from ..distributed import Lockstep
-from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
-from ..distributed.load import load_drafters_sharded
+from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
-from ..generate import AUTO, draft_length
-from ..loading import MODEL_DRAFTERS, load_drafters
+from ..loading import load_models
 from ..memory import GB
 from ..mlx_thread import MLXThread
-from ..policy import START_DRAFT, DraftPolicy
+from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
+                       sampling_params)
+from ..policy import DraftPolicy
 from ..sampling import SamplingParams
 from .app import Access, build_app
 from .jobs import Defaults
@@ -35,14 +35,11 @@ API_KEY_ENV = "SPECMLX_API_KEY"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specmlx serve", description="Serve a target and its drafters over "
-                                "OpenAI's HTTP API (chat and text completions, streamed or not).")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--preset", help="a preset: its target and drafter (default: the default preset)")
-    which.add_argument("--target", help="target: a preset name, model directory or Hugging Face repo id")
-    p.add_argument("--drafter", action="append", default=[], help=f"a drafter to load: {MODEL_DRAFTERS} "
-                   "(repeatable; the first is the default; ngram and none are always offered; "
-                   "default: the preset's drafter)")
+    p = Parser(prog="specmlx serve", description="Serve a target and its drafters over OpenAI's HTTP API (chat "
+               "and text completions, streamed or not).")
+    add_model_arguments(p, preset="a preset: its target and drafter (default: the default preset)", repeat=True,
+                        drafter="one to load, repeatable; the first is the default; ngram and none are always "
+                        "offered (default: the preset's drafter)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
@@ -60,13 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say "
                    "(default 512)")
     p.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body accepted (default 4)")
-    p.add_argument("--temp", type=float, default=0.0, help="temperature when a request does not say (default 0)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--num-draft", type=draft_length, default=START_DRAFT, metavar="K|auto",
-                   help=f"tokens drafted per round when a request does not say (default {START_DRAFT})")
-    p.add_argument("--max-draft", type=int, default=12, metavar="K", help="longest draft of auto (default 12)")
-    p.add_argument("--lookup", type=int, default=0, metavar="N", help="prompt lookup's match length when a "
-                   "request does not say (default 0: off)")
+    add_sampling_arguments(p, per_request=True)
+    add_draft_arguments(p, per_request=True)
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     add_distributed_arguments(p)
     return p
@@ -111,9 +103,7 @@ def serve(args: argparse.Namespace) -> int:
             raise SpecmlxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     keys, key_note = api_keys(args.api_key, dict(os.environ))
     allowed = access(args, keys)
-    defaults_policy = DraftPolicy(num_draft=None if args.num_draft == AUTO else args.num_draft,
-                                  max_draft=args.max_draft, lookup=args.lookup)
-    sampling = SamplingParams(args.temp, args.top_p)
+    defaults_policy, sampling = draft_policy(args), sampling_params(args)
     GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, policy=defaults_policy)  # checks them now
     with joined(args) as group:
         # Rank 0 alone listens: a port in use is one line now, not after minutes of loading.
@@ -123,18 +113,14 @@ def serve(args: argparse.Namespace) -> int:
         say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
             lambda step: None)
         specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
-        if group is None:
-            mlx = MLXThread()
-            target, drafters = mlx.call(load_drafters, args.preset or args.target, specs, say)
-            return listen(args, allowed, sock, mlx, target, drafters, defaults_policy, sampling, None)
-        if not group.leads:  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
-            target, drafters = load_drafters_sharded(args.preset or args.target, specs, group, args.sharding)
-            return follow(Lockstep.of(group, target.model), target.model, target.tokenizer, drafters[0].name)
-        mlx = MLXThread()  # every collective of rank 0 runs on this one thread, in order
-        target, drafters = mlx.call(load_drafters_sharded, args.preset or args.target, specs, group,
-                                    args.sharding, say)
-        return listen(args, allowed, sock, mlx, target, drafters, defaults_policy, sampling,
-                      Lockstep.of(group, target.model))
+        where = placement(args, group)
+        if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
+            loaded = load_models(args.preset or args.target, specs, placement=where)
+            return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name)
+        mlx = MLXThread()  # with ranks, every collective of rank 0 runs on this one thread, in order
+        loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
+        return listen(args, allowed, sock, mlx, loaded.target, loaded.drafters, defaults_policy, sampling,
+                      loaded.peers if isinstance(loaded.peers, Lockstep) else None)
 
 
 def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,
@@ -180,5 +166,4 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli("specmlx serve", lambda: serve(args))
+    return run_cli("specmlx serve", lambda: serve(build_parser().parse_args(argv)))

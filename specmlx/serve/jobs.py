@@ -7,14 +7,13 @@ prompt and `max_tokens` past the context window.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Hashable
 
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
-from ..policy import DraftPolicy
+from ..policy import AUTO, DraftPolicy, part
 from ..prompting import encode_chat, encode_text, has_chat_template
 from ..sampling import SamplingParams
 from .errors import APIError
@@ -81,24 +80,21 @@ def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, wi
 
 
 def policy(spec, defaults: Defaults) -> DraftPolicy:
-    """The request's draft policy: the server's, with what `speculative` sets."""
-    changes: dict[str, Any] = {}
-    if spec.auto and spec.num_draft is not None:
-        raise APIError(400, "speculative.auto and speculative.num_draft both set the draft length: choose one",
-                       "invalid_value", "speculative.num_draft")
-    if spec.auto is not None:
-        changes["num_draft"] = None if spec.auto else (defaults.policy.num_draft if defaults.policy.num_draft
-                                                       is not None else defaults.policy.start)
-    if spec.num_draft is not None:
-        changes["num_draft"] = spec.num_draft
-    if spec.max_draft is not None:
-        changes["max_draft"] = spec.max_draft
-    if spec.lookup is not None:
-        changes["lookup"] = spec.lookup
+    """The request's draft policy: the server's, with the parts `speculative` names, in
+    `DraftPolicy`'s grammar (so `auto` with `num_draft` is refused as everywhere else)."""
+    parts = []
+    if spec.auto:
+        parts.append(AUTO)
+    elif spec.auto is False and spec.num_draft is None and defaults.policy.auto:
+        parts.append(str(defaults.policy.start))  # not automatic: the length the server's would start at
+    for name in ("num_draft", "max_draft", "lookup"):
+        if getattr(spec, name) is not None:
+            parts.append(part(name, getattr(spec, name)))
     try:
-        return dataclasses.replace(defaults.policy, **changes)
-    except SpecmlxError as err:
-        raise APIError(400, str(err), "invalid_value", "speculative") from None
+        return DraftPolicy.parse("+".join(parts), base=defaults.policy) if parts else defaults.policy
+    except SpecmlxError as err:  # the schema bounds each field: what clashes is a length with auto
+        raise APIError(400, str(err), "invalid_value",
+                       "speculative.num_draft" if spec.num_draft is not None else "speculative") from None
 
 
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],

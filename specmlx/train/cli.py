@@ -23,6 +23,7 @@ from ..cli import run_cli
 from ..models.mtp import MTPConfig, MTPModel, save_mtp
 from ..errors import SpecmlxError
 from ..loading import display_name
+from ..options import Parser, add_model_arguments
 from ..presets import default_preset_name
 from ..prompting import PromptRow, read_prompts, write_prompts
 from .answers import answer_windows
@@ -35,9 +36,8 @@ from .trainer import (Progress, TrainConfig, Trainer, draft_vocabulary, hidden_r
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specmlx train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default=None, help="target: preset name or model directory (default: the default preset)")
+    p = Parser(prog="specmlx train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(p)
     p.add_argument("--out", type=Path, required=True, help="output drafter directory")
     p.add_argument("--source", choices=("answers", "text", "mix"), default="answers",
                    help="answers: the target's own greedy answers to --prompts (default); text: --data as "
@@ -147,7 +147,7 @@ def collect_features(args: argparse.Namespace, target, files: list[Path]) -> Fea
 
 def run(args: argparse.Namespace) -> int:
     from ..hidden import check_exposes_hidden
-    from ..loading import load
+    from ..loading import load_models
 
     if args.steps < 1 or args.tokens < args.seq_len or args.batch < 1 or args.answer_tokens >= args.seq_len:
         raise SpecmlxError("need --steps >= 1, --batch >= 1, --tokens >= --seq-len and --answer-tokens < --seq-len")
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             raise SpecmlxError("--plot needs matplotlib (pip install -e \".[bench]\")") from None
     files = find_files(args.data or default_sources()) if args.source != "answers" or args.data else []
-    target = load(args.target or default_preset_name())
+    target = load_models(args.target, []).target
     check_exposes_hidden(target.model)
     print(f"backend: {mx.default_device()}, BLAS: {describe()}; source: {args.source}")
     folders = collect_features(args, target, files)
@@ -267,5 +267,4 @@ def _summary(p: Progress) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli("specmlx train", lambda: run(args))
+    return run_cli("specmlx train", lambda: run(build_parser().parse_args(argv)))

@@ -24,3 +24,14 @@ def test_the_draft_length_is_four_unless_auto_is_chosen():
     assert not ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "4"
     auto = ChatSettings(num_draft=None)
     assert auto.generation_config().policy.auto and auto.draft_label == "auto"
+
+
+def test_the_draft_field_reads_the_draft_policy_grammar_and_keeps_only_a_length():
+    from app.settings import read_num_draft
+
+    assert (read_num_draft("6"), read_num_draft(" Auto "), read_num_draft("k=2")) == (6, None, 2)
+    with pytest.raises(SpecmlxError, match='^draft policy "lots": unknown part lots'):
+        read_num_draft("lots")
+    with pytest.raises(SpecmlxError, match='^draft policy "4\\+adaptive": a chat sets only the draft length'):
+        read_num_draft("4+adaptive")  # refused, not dropped
+    assert ChatSettings(num_draft=None).draft_label == "auto" and ChatSettings(num_draft=0).draft_label == "0"

@@ -51,6 +51,15 @@ def test_bad_arguments_are_one_line(capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("specmlx bench: error: ") and message in err
 
 
+def test_a_draft_policy_conflict_is_refused_as_from_every_front_end(capsys, tmp_path, prompts_file):
+    """The same line as `specmlx generate` and `specmlx serve` give, before any model loads."""
+    code, out, err = run(capsys, "--target", tmp_path / "not-loaded", "--prompts", prompts_file,
+                         "--drafter", "ngram,ngram+auto+adaptive")
+    assert code == 2 and out == ""
+    assert err == ('specmlx bench: error: draft policy "auto+adaptive": auto and adaptive both set the draft '
+                   "length: choose one\n")
+
+
 def test_bad_prompts_and_drafters_fail_before_any_run(capsys, tmp_path, model_dirs, prompts_file):
     code, _, err = run(capsys, "--target", model_dirs["target"], "--prompts", tmp_path / "none.jsonl")
     assert code == 2 and err == f"specmlx bench: error: {tmp_path / 'none.jsonl'}: no such prompts file\n"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from specmlx.bench.lineup import drafter_specs, load_lineup, split_variant
+from specmlx.bench.lineup import drafter_specs, load_lineup, pins_length, split_variant
 from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
@@ -92,17 +92,24 @@ def test_suffixes_make_variants():
     assert fixed == [True, False, False, False, False, True]
 
 
-@pytest.mark.parametrize("spec, message", [("d+pmin=high", "+pmin=high is not a number"),
-                                           ("d+pmin=1", "+pmin must be between 0 and 1, got 1"),
-                                           ("d+lookup=x", "+lookup must be a whole number from 1 to 8, got x"),
-                                           ("d+lookup=0", "+lookup must be a whole number from 1 to 8, got 0"),
-                                           ("d+k=0", "+k must be a whole number of at least 1, got 0"),
-                                           ("d+k=four", "+k must be a whole number of at least 1, got four"),
-                                           ("d+auto+k=3", "+auto chooses the draft length itself"),
-                                           ("d+adaptive+auto", "+auto chooses the draft length itself")])
-def test_a_bad_variant_is_one_clear_error(spec, message):
-    with pytest.raises(SpecmlxError, match=re.escape(message)):
+@pytest.mark.parametrize("spec, message", [("d+pmin=high", "pmin=high: pmin takes a number"),
+                                           ("d+pmin=1", "draft p-min must be in [0, 1), got 1.0"),
+                                           ("d+lookup=x", "lookup=x: lookup takes a whole number"),
+                                           ("d+lookup=9", "lookup match length must be in 0..8"),
+                                           ("d+k=four", "k=four: k takes a whole number"),
+                                           ("d+pmni=0.5", "unknown part pmni=0.5"),
+                                           ("d+", "an empty part"),
+                                           ("d+auto+k=3", "auto and k=3 both set the draft length: choose one"),
+                                           ("d+adaptive+auto", "auto and adaptive both set the draft length")])
+def test_a_bad_variant_is_one_line_in_the_draft_policys_words(spec, message):
+    with pytest.raises(SpecmlxError, match=re.escape(f'draft policy "{spec[2:]}": ') + ".*" + re.escape(message)):
         split_variant(spec)
+
+
+def test_the_suffix_starts_in_the_last_path_component_and_a_length_pins():
+    assert split_variant("/m/a+b/d+6") == ("/m/a+b/d", "+6", policy(num_draft=6))
+    assert [pins_length(s) for s in ("", "+6", "+k=2+pmin=0.5", "+auto", "+adaptive")] == [
+        False, True, True, False, False]
 
 
 def test_a_p_min_entrant_shares_its_drafter(model_dirs):

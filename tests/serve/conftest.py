@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specmlx.drafters import NGRAM, NONE
-from specmlx.loading import load_drafters
+from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
 from specmlx.models.mtp import save_mtp
 from specmlx.serve.app import Access, build_app
@@ -35,8 +35,8 @@ def loaded(served_dirs):
     """The target and every drafter, loaded on one MLX thread that the servers below share."""
     mlx = MLXThread()
     specs = [str(served_dirs["drafter"]), str(served_dirs["mtp"]), NGRAM, NONE]
-    target, drafters = mlx.call(load_drafters, str(served_dirs["target"]), specs)
-    yield mlx, target, {d.name: d for d in drafters}
+    loaded = mlx.call(load_models, str(served_dirs["target"]), specs)
+    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
     mlx.close()
 
 

@@ -143,16 +143,16 @@ def test_a_stopped_server_leaves_nothing_holding_its_models(served_dirs):
 
     import httpx
 
-    from specmlx.loading import load_drafters
+    from specmlx.loading import load_models
     from specmlx.mlx_thread import MLXThread
 
     from .conftest import start
 
     mlx = MLXThread()
-    target, drafters = mlx.call(load_drafters, str(served_dirs["target"]), [str(served_dirs["drafter"])])
-    held = [mlx, target, {d.name: d for d in drafters}]
-    weights = weakref.ref(target.model)
-    del target, drafters
+    loaded = mlx.call(load_models, str(served_dirs["target"]), [str(served_dirs["drafter"])])
+    held = [mlx, loaded.target, {d.name: d for d in loaded.drafters}]
+    weights = weakref.ref(loaded.target.model)
+    del loaded
     background, worker = start(held)
     with background as url:
         assert httpx.post(url + "/v1/chat/completions", timeout=60, json={

@@ -43,6 +43,29 @@ def test_counts_below_one_are_refused(capsys, flag):
     assert f"{flag} must be >= 1" in capsys.readouterr().err
 
 
+def test_a_draft_policy_conflict_is_refused_as_from_every_front_end(capsys, tmp_path):
+    """The same line as `specmlx generate` and `specmlx bench` give, before any model loads."""
+    assert main(["--target", str(tmp_path / "not-loaded"), "--port", "0", "--num-draft", "auto+adaptive"]) == 2
+    assert capsys.readouterr().err == ('specmlx serve: error: draft policy "auto+adaptive": auto and adaptive both '
+                                       "set the draft length: choose one\n")
+
+
+def test_the_default_draft_policy_and_sampling_come_from_the_shared_flags():
+    from specmlx.options import draft_policy, sampling_params
+    from specmlx.policy import DraftPolicy
+    from specmlx.sampling import SamplingParams
+
+    args = build_parser().parse_args(["--num-draft", "auto", "--lookup", "3", "--top-k", "20", "--temp", "0.5"])
+    assert draft_policy(args) == DraftPolicy(num_draft=None, lookup=3)
+    assert sampling_params(args) == SamplingParams(0.5, top_k=20)
+    assert draft_policy(build_parser().parse_args([])) == DraftPolicy()
+
+
+def test_a_usage_error_is_one_line_and_exit_2(capsys):
+    assert main(["--port", "eighty"]) == 2
+    assert capsys.readouterr().err == "specmlx serve: error: argument --port: invalid int value: 'eighty'\n"
+
+
 def test_serve_is_a_command_of_specmlx(capsys):
     specmlx_main(["--help"])
     assert "serve" in capsys.readouterr().out

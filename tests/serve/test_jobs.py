@@ -78,3 +78,14 @@ def test_long_text_that_may_fit_is_not_refused():
     few.encode = lambda text: few.encoded.append(len(text)) or [1] * (len(text) // HEAD_CHARS_PER_TOKEN)
     refuse_past_window(few, "x" * 50_000, 1000, "prompt")
     assert few.encoded == [HEAD_CHARS_PER_TOKEN * 1000]
+
+
+def test_a_requests_length_says_how_the_length_is_chosen_on_an_adaptive_server():
+    adaptive = Defaults("m", "small", DraftPolicy.parse("5+adaptive+pmin=0.5"), max_tokens=100)
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], speculative={"num_draft": 2})
+    assert make_job(request, [1], adaptive, LOADED, None, None).config.policy == DraftPolicy(num_draft=2, p_min=0.5)
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], speculative={"auto": True})
+    assert make_job(request, [1], adaptive, LOADED, None, None).config.policy == DraftPolicy(num_draft=None, p_min=0.5)
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], speculative={"lookup": 2})
+    assert make_job(request, [1], adaptive, LOADED, None, None).config.policy == DraftPolicy.parse(
+        "5+adaptive+pmin=0.5+lookup=2")

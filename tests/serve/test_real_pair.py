@@ -12,7 +12,7 @@ from specmlx import presets
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.generate import encode
-from specmlx.loading import load_drafters
+from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
 from specmlx.presets.fetch import fetch_preset
 
@@ -29,9 +29,9 @@ def real():
     preset = presets.get_preset(presets.default_preset_name())
     fetch_preset(preset, progress=False, log=lambda m: None)
     mlx = MLXThread()
-    target, drafters = mlx.call(load_drafters, preset.name, [None, NGRAM, NONE])
-    held = [mlx, target, {d.name: d for d in drafters}]
-    del target, drafters
+    loaded = mlx.call(load_models, preset.name, [None, NGRAM, NONE])
+    held = [mlx, loaded.target, {d.name: d for d in loaded.drafters}]
+    del loaded
     yield held
     # The next module loads the pair again: free this one first. A server's objects (FastAPI's
     # routes, uvicorn's loop) form reference cycles, so only the collector frees what they hold;

@@ -179,7 +179,7 @@ def test_bad_settings_are_refused_with_a_message(fake_engine):
             await pilot.press("ctrl+s")
             await pilot.pause()
             error = str(app.screen.query_one("#settings-error").render())
-            assert "draft tokens (a whole number or auto): 'lots' is not a valid int" in error
+            assert 'draft tokens: draft policy "lots": unknown part lots' in error
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
             assert chat.settings.top_p == 1.0
