@@ -46,12 +46,12 @@ def test_a_sharded_lineup_loads_with_the_default_sharding(model_dirs):
     import mlx.core as mx
 
     from specmlx.distributed import Group
-    from specmlx.distributed.load import AUTO
+    from specmlx.distributed.load import AUTO, Ranks
 
-    assert inspect.signature(load_lineup).parameters["sharding"].default == AUTO
+    assert inspect.signature(Ranks).parameters["sharding"].default == AUTO
     one = mx.distributed.init()  # no launcher: a group of this process alone, enough for the sharded path
     lineup = load_lineup(str(model_dirs["target"]), [str(model_dirs["drafter"]), "ngram+auto"],
-                         group=Group(one, one.rank(), one.size()))
+                         placement=Ranks(Group(one, one.rank(), one.size())))
     assert [e.name for e in lineup.entrants] == ["drafter", "ngram+auto"]
     assert lineup.entrants[1].policy.auto and not lineup.entrants[0].policy.auto
     assert lineup.lockstep is not None
