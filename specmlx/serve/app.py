@@ -25,8 +25,8 @@ from .errors import APIError, install, sse_error
 from .jobs import Defaults, chat_prompt, completion_prompt, make_job
 from .limits import BodyLimit, LoopbackHost
 from .render import DONE, Reply
-from .schemas import ChatRequest, CompletionRequest, Sampling
-from .worker import Done, Failed, Ticket, Worker
+from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling
+from .worker import Ticket, Worker
 
 # How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5

@@ -17,8 +17,7 @@ from ..errors import SpecmlxError
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
 from .errors import APIError
-from .schemas import ChatRequest, CompletionRequest, Sampling
-from .worker import Job
+from .protocol import ChatRequest, CompletionRequest, Job, Sampling
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
 

@@ -15,52 +15,19 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Callable, Hashable, Union
+from typing import Callable
 
-from ..engine import GenerationConfig
 from ..distributed.group import lost_link
 from ..errors import SpecmlxError, first_line
 from ..log import user_error
-from ..events import RoundEvent
 from ..mlx_thread import MLXThread
-from ..stats import GenerationStats
 from .errors import APIError
+from .protocol import Done, Failed, Job, Sink
 from .sharded import job_message
 from .slots import Slots
 
 LOST = APIError(503, "the sharded target cannot go on (a rank was lost, or its ranks fell out of step); "
                      "the server is stopping", "server_shutdown")
-
-
-@dataclass(frozen=True)
-class Job:
-    """What to generate: prompt token ids, how, with which loaded drafter, and for whom
-    (the caller's API key's id: a request reuses only its own owner's caches)."""
-
-    prompt: tuple[int, ...]
-    config: GenerationConfig
-    drafter: str
-    owner: Hashable = None
-
-
-@dataclass(frozen=True)
-class Done:
-    """A finished generation: its stats, the text the detokenizer held to the
-    end, how many prompt tokens a slot already held, and the wait in the queue."""
-
-    stats: GenerationStats
-    tail: str
-    cached_tokens: int
-    queue_s: float
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: APIError
-
-
-Item = Union[RoundEvent, Done, Failed]
-Sink = Callable[[Item], None]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.serve.errors import APIError
 from specmlx.serve.jobs import HEAD_CHARS_PER_TOKEN, Defaults, make_job, refuse_past_window
-from specmlx.serve.schemas import ChatRequest
+from specmlx.serve.protocol import ChatRequest
 
 DEFAULTS = Defaults("m", "small", DraftPolicy(num_draft=5), SamplingParams(0.3, 0.9), max_tokens=100)
 LOADED = ["small", "mtp", "ngram", "none"]
