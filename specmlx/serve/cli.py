@@ -14,7 +14,7 @@ from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import load_drafters_sharded
 from ..distributed.output import end
-from ..drafters import NGRAM, NONE, ModelDrafter
+from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError, run_cli
 from ..generate import AUTO, draft_length
@@ -23,12 +23,11 @@ from ..memory import GB
 from ..mlx_thread import MLXThread
 from ..policy import START_DRAFT, DraftPolicy
 from ..sampling import SamplingParams
-from .app import Access, build_app
-from .jobs import Defaults
+from .limits import Access
 from .run import Server, bind
+from .serving import build
 from .sharded import follow
-from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count
-from .worker import Worker
+from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
 API_KEY_ENV = "SPECMLX_API_KEY"
 
@@ -138,27 +137,22 @@ def serve(args: argparse.Namespace) -> int:
 def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,
            defaults_policy: DraftPolicy, sampling: SamplingParams, lockstep: Lockstep | None) -> int:
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
-    named = {d.name: d for d in drafters}
-    cache_bytes = int(args.cache_gb * GB)
-    # Every slot keeps a cache for each model drafter as well as the target's.
-    models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
-    count = args.slots or mlx.call(default_count, models, cache_bytes)
-    slots = mlx.call(Slots, target.model, target.tokenizer, named, count, cache_bytes, lockstep)
-    worker = Worker(slots, args.max_queue, mlx)
-    defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)
-    app = build_app(worker, defaults, allowed)
+    built = build(mlx, target, drafters, policy=defaults_policy, sampling=sampling, max_tokens=args.max_tokens,
+                  access=allowed, slots=args.slots, cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
+                  lockstep=lockstep)
+    worker = built.worker
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
     sharded = f" sharded over {lockstep.group.size} ranks" if lockstep is not None else ""
     print(f"specmlx serve: {target.name} ({target.path}){sharded}, drafters: "
-          + ", ".join(f"{n} (default)" if n == defaults.drafter else n for n in named), file=sys.stderr)
+          + ", ".join(f"{n} (default)" if n == drafters[0].name else n for n in worker.slots.drafters), file=sys.stderr)
     keys = len(allowed.api_keys)
     print(f"listening on {base}/v1" + ((" (API key required)" if keys == 1 else f" ({keys} API keys)") if keys else "")
-          + f"; {count} kept conversations", file=sys.stderr)
+          + f"; {worker.slots.count} kept conversations", file=sys.stderr)
     if not is_loopback(args.host) and not keys:
         print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
-    server = Server(app, worker, args.log_level)
+    server = Server(built.app, worker, args.log_level)
     worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again
     if lockstep is not None:  # a rank's process that ends is seen at once, whatever the MLX thread waits in
         lockstep.group.when_lost(worker.lose)

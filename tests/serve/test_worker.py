@@ -153,9 +153,9 @@ def test_a_queued_stream_gets_keep_alives_until_its_turn(loaded, monkeypatch):
     which skips them, still reads the whole answer. The MLX thread is held busy meanwhile."""
     from openai import OpenAI
 
-    from specmlx.serve import app as served_app
+    from specmlx.serve import routes
 
-    monkeypatch.setattr(served_app, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(routes, "KEEPALIVE_S", 0.05)
     background, worker = start(loaded)
     with background as url:
         reference = httpx.post(url + CHAT, json=body(6), timeout=60).json()["choices"][0]["message"]["content"]

@@ -1,23 +1,36 @@
-"""From a validated request to a `Job`: prompt token ids, generation settings, drafter.
+"""Serving: a validated request into a job for the worker, and the one place that builds a server.
 
 Everything a request can get wrong is refused here, before it waits in the
 queue: an unknown model or drafter, a value the engine cannot honour, a
-prompt and `max_tokens` past the context window.
+prompt and `max_tokens` past the context window. `build` makes a server of
+loaded models (its slots, worker and FastAPI app): the command line, the
+bench and the tests all serve what it makes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, Sequence
 
-from ..drafters import NGRAM, NONE
+from fastapi import FastAPI
+
+from ..distributed import Lockstep
+from ..drafters import Drafter, ModelDrafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
+from ..loading import LoadedModel
+from ..mlx_thread import MLXThread
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
-from .errors import APIError
-from .protocol import ChatRequest, CompletionRequest, Job, Sampling
+from ..vocab import vocab_size
+from . import routes
+from .errors import APIError, install
+from .limits import Access, guard
+from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
+from .slots import Slots, default_count
+from .worker import Ticket, Worker
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
 
@@ -59,10 +72,15 @@ def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None)
     messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                 for m in request.messages]
     try:
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return chat_tokens(tokenizer, messages)
     except Exception as err:  # noqa: BLE001 - templates raise their own errors (e.g. roles out of order)
         raise APIError(400, f"the chat template refused these messages: {err}", "invalid_messages",
                        "messages") from None
+
+
+def chat_tokens(tokenizer: Any, messages: list[dict]) -> list[int]:
+    """`messages` in the chat template, ready for the assistant's answer: what a chat's prompt is."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
 def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, window: int | None = None) -> list[int]:
@@ -136,4 +154,72 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     return Job(tuple(prompt), config, drafter, owner)
 
 
-BUILTIN_DRAFTERS = (NGRAM, NONE)  # cheap enough that every server offers them
+
+@dataclass(frozen=True)
+class Serving:
+    """What the routes hand requests to. It lives on `app.state` and routes read it from each
+    request: FastAPI caches facts about endpoint functions in process-wide caches, so an endpoint
+    that closed over the worker would keep the models in memory after the server is gone."""
+
+    worker: Worker
+    defaults: Defaults
+    access: Access
+    tokenizer: Any
+    vocab: int
+    loaded: tuple[str, ...]
+    started: int
+
+    @property
+    def context_window(self) -> int | None:
+        return self.worker.slots.context_window
+
+    def model_card(self) -> dict:
+        return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
+                "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
+                "context_window": self.context_window}
+
+    # Encoding a long prompt takes seconds: the routes call these off the event loop.
+    def chat_prompt(self, request: ChatRequest) -> list[int]:
+        return chat_prompt(self.tokenizer, request, self.context_window)
+
+    def completion_prompt(self, request: CompletionRequest) -> list[int]:
+        return completion_prompt(self.tokenizer, request, self.vocab, self.context_window)
+
+    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink) -> Ticket:
+        """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits when it is wrong,
+        or when the queue is full."""
+        slots = self.worker.slots
+        job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
+                       slots.context_window, owner)
+        return self.worker.submit(job, sink)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A server ready to run: its FastAPI app, and the worker behind it (to stop, close and watch)."""
+
+    app: FastAPI
+    worker: Worker
+
+
+def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
+          policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
+          access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
+          lockstep: Lockstep | None = None) -> Built:
+    """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
+    holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
+    default; `policy`, `sampling` and `max_tokens` are what a request leaves unset."""
+    named = {d.name: d for d in drafters}
+    if slots is None:  # every slot keeps a cache for each model drafter as well as the target's
+        models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
+        slots = mlx.call(default_count, models, cache_bytes)
+    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, lockstep)
+    worker = Worker(pool, max_queue, mlx)
+    defaults = Defaults(target.name, drafters[0].name, policy, sampling, max_tokens)
+    app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
+    install(app)
+    guard(app, access)
+    app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
+                                tuple(named), int(time.time()))
+    routes.include(app)
+    return Built(app, worker)
