@@ -14,6 +14,7 @@ from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads
 from ..distributed.load import load_drafters_sharded
 from ..distributed.output import end
+from ..distributed.serve import RankMirror, follow
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError, run_cli
@@ -25,8 +26,8 @@ from ..policy import START_DRAFT, DraftPolicy
 from ..sampling import SamplingParams
 from .limits import Access
 from .run import Server, bind
+from .mirror import NO_MIRROR
 from .serving import build
-from .sharded import follow
 from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
 API_KEY_ENV = "SPECMLX_API_KEY"
@@ -137,9 +138,10 @@ def serve(args: argparse.Namespace) -> int:
 def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,
            defaults_policy: DraftPolicy, sampling: SamplingParams, lockstep: Lockstep | None) -> int:
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
+    mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
     built = build(mlx, target, drafters, policy=defaults_policy, sampling=sampling, max_tokens=args.max_tokens,
                   access=allowed, slots=args.slots, cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                  lockstep=lockstep)
+                  mirror=mirror)
     worker = built.worker
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
@@ -154,8 +156,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
     server = Server(built.app, worker, args.log_level)
     worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again
-    if lockstep is not None:  # a rank's process that ends is seen at once, whatever the MLX thread waits in
-        lockstep.group.when_lost(worker.lose)
+    mirror.watch(worker.lose)
     # uvicorn raises the signal that stopped it again once it has shut down. SIGTERM (docker stop,
     # systemd) would then kill the process before the worker closes: make it a Ctrl+C.
     terminate = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -168,7 +169,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
         if worker.lost is None:  # else the MLX thread may wait forever in a collective: leave it
             worker.close()
     if worker.lost is not None:
-        end(f"rank 0 of {lockstep.group.size}: {worker.lost}; stopping", "specmlx serve")
+        end(f"{worker.lost}; stopping", "specmlx serve")
     print("specmlx serve: stopped", file=sys.stderr)
     return 0
 

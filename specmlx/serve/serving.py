@@ -16,7 +16,6 @@ from typing import Any, Hashable, Sequence
 
 from fastapi import FastAPI
 
-from ..distributed import Lockstep
 from ..drafters import Drafter, ModelDrafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
@@ -28,6 +27,7 @@ from ..vocab import vocab_size
 from . import routes
 from .errors import APIError, install
 from .limits import Access, guard
+from .mirror import NO_MIRROR, Mirror
 from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
 from .slots import Slots, default_count
 from .worker import Ticket, Worker
@@ -205,15 +205,16 @@ class Built:
 def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
           policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
           access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
-          lockstep: Lockstep | None = None) -> Built:
+          mirror: Mirror = NO_MIRROR) -> Built:
     """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
     holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
-    default; `policy`, `sampling` and `max_tokens` are what a request leaves unset."""
+    default; `policy`, `sampling` and `max_tokens` are what a request leaves unset. `mirror`: who
+    else keeps the slots and runs each job (a sharded target's other ranks; none by default)."""
     named = {d.name: d for d in drafters}
     if slots is None:  # every slot keeps a cache for each model drafter as well as the target's
         models = [target.model, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
         slots = mlx.call(default_count, models, cache_bytes)
-    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, lockstep)
+    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror)
     worker = Worker(pool, max_queue, mlx)
     defaults = Defaults(target.name, drafters[0].name, policy, sampling, max_tokens)
     app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
