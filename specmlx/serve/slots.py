@@ -2,6 +2,9 @@
 
 Each slot is an `Engine` (the target's cache and context) with its own
 instance of every loaded drafter (`Drafter.fresh`: same weights, own state).
+What the automatic draft length measures (costs, acceptance) is the machine's
+and the drafter's, not the conversation's: every slot's engine, a slot made
+anew included, shares one `AutoDrafts`, so no slot calibrates again.
 A request goes to the slot whose context it continues, so a chat's next turn
 is prefilled only past what that slot already holds; two clients taking turns
 each keep their own slot. Only the MLX thread touches slots.
@@ -34,6 +37,7 @@ from mlx_lm.utils import common_prefix_len
 from ..cache import make_cache
 from ..drafters import Drafter
 from ..engine import Engine
+from ..schedule import AutoDrafts
 from .mirror import NO_MIRROR, Mirror
 
 # A request continues a slot's conversation when it shares at least this share of
@@ -70,6 +74,7 @@ class Slots:
     count: int = 2
     max_bytes: int = 4 << 30
     mirror: Mirror = NO_MIRROR  # who else holds these slots (a sharded target's other ranks)
+    autos: AutoDrafts = field(default_factory=AutoDrafts)  # the automatic draft lengths, shared by every slot
     _slots: list[Slot] = field(default_factory=list)
     _clock: int = 0
 
@@ -86,7 +91,8 @@ class Slots:
     def _new(self) -> Slot:
         # Every slot gets fresh instances: the loaded ones stay empty templates, so emptying a slot frees its caches.
         own = {name: d.fresh() for name, d in self.drafters.items()}
-        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, peers=self.mirror.peers), own)
+        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, peers=self.mirror.peers,
+                           autos=self.autos), own)
 
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
         """The slot for `owner`'s `prompt`, drafting with `drafter`: the one of its own whose

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from specmlx.engine import GenerationConfig
 from specmlx.peers import Alone
+from specmlx.policy import DraftPolicy
 from specmlx.serve.mirror import NoMirror
 from specmlx.serve.slots import (LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count,
                                  kv_bytes_per_token)
@@ -161,3 +162,27 @@ def test_the_default_count_keeps_a_few_thousand_tokens_a_slot_in_the_memory_cap(
     assert mlx.call(default_count, [target.model], per_token * TOKENS_PER_SLOT * 5) == 5
     assert mlx.call(default_count, [target.model, target.model], per_token * TOKENS_PER_SLOT * 5) == MIN_SLOTS
     assert mlx.call(default_count, [target.model], 1 << 40) == MAX_SLOTS
+
+
+def test_every_slot_starts_from_the_automatic_lengths_measurements(loaded):
+    """What the automatic draft length measures is the machine's and the drafter's: a second
+    conversation, in another slot or in a slot made anew, drafts from it and does not calibrate
+    again (a fresh one drafts `start` twice, then plainly)."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    auto = GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=None))
+
+    def lengths(slot, prompt: list[int]) -> list[int]:
+        return mlx.call(lambda: [e.num_draft for e in slot.engine.generate(prompt, auto)])
+
+    first = mlx.call(slots.take, list(range(40, 60)), "drafter", 0)
+    start = auto.policy.start
+    assert lengths(first, list(range(40, 60)))[:3] == [start, start, 0]  # the first conversation calibrates
+    measured = first.engine.auto_draft()
+    assert measured.calibration == [] and measured.estimate().costs is not None
+    second = mlx.call(slots.take, list(range(100, 130)), "drafter", 1)
+    assert second is not first and second.engine.auto_draft() is measured
+    lengths(second, list(range(100, 130)))
+    anew = mlx.call(slots.take, list(range(200, 230)), "drafter", 2)  # another owner: a slot emptied and made anew
+    assert anew.engine is not first.engine and anew.engine is not second.engine
+    assert anew.engine.auto_draft() is measured and measured.calibration == []
