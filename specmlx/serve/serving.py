@@ -154,7 +154,6 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     return Job(tuple(prompt), config, drafter, owner)
 
 
-
 @dataclass(frozen=True)
 class Serving:
     """What the routes hand requests to. It lives on `app.state` and routes read it from each
@@ -186,8 +185,8 @@ class Serving:
         return completion_prompt(self.tokenizer, request, self.vocab, self.context_window)
 
     def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink) -> Ticket:
-        """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits when it is wrong,
-        or when the queue is full."""
+        """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
+        wrong or the queue is full."""
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
                        slots.context_window, owner)

@@ -183,6 +183,6 @@ def test_every_slot_starts_from_the_automatic_lengths_measurements(loaded):
     second = mlx.call(slots.take, list(range(100, 130)), "drafter", 1)
     assert second is not first and second.engine.auto_draft() is measured
     lengths(second, list(range(100, 130)))
-    anew = mlx.call(slots.take, list(range(200, 230)), "drafter", 2)  # another owner: a slot emptied and made anew
+    anew = mlx.call(slots.take, list(range(200, 230)), "drafter", 2)  # another owner's: a slot made anew
     assert anew.engine is not first.engine and anew.engine is not second.engine
     assert anew.engine.auto_draft() is measured and measured.calibration == []
