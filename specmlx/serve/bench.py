@@ -26,15 +26,11 @@ from typing import Sequence
 from ..cli import run_cli
 from ..drafters import NGRAM, NONE
 from ..engine import Engine, GenerationConfig
-from ..generate import encode
 from ..loading import load_models
 from ..mlx_thread import MLXThread
-from ..prompting import packaged_prompts_path, read_prompts
-from .app import build_app
-from .jobs import Defaults
+from ..prompting import encode_chat, packaged_prompts_path, read_prompts
 from .run import Background
-from .slots import Slots
-from .worker import Worker
+from .serving import build
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,18 +109,16 @@ def bench(args: argparse.Namespace) -> int:
     say = lambda step: print(f"{step}...", file=sys.stderr)  # noqa: E731
     loaded = mlx.call(load_models, args.target, [args.drafter, NGRAM, NONE], say)
     target, drafters = loaded.target, loaded.drafters
-    named = {d.name: d for d in drafters}
-    slots = mlx.call(Slots, target.model, target.tokenizer, named, 2)
-    worker = Worker(slots, args.max_queue, mlx)
-    app = build_app(worker, Defaults(target.name, drafters[0].name, max_tokens=args.max_tokens))
+    built = build(mlx, target, drafters, max_tokens=args.max_tokens, slots=2, max_queue=args.max_queue)
+    worker = built.worker
     figures: dict = {"target": target.name, "drafter": drafters[0].name, "max_tokens": args.max_tokens}
     away = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    with Background(app, worker, timeout=60) as url, away:
+    with Background(built.app, worker, timeout=60) as url, away:
         # Overhead: the same prompts, direct and served, interleaved.
         engine = mlx.call(Engine, target.model, drafters[0].fresh(), target.tokenizer)
         runs: dict[str, list[dict]] = {"direct": [], "server": []}
         for i, row in enumerate(rows[: args.limit]):
-            prompt = encode(target.tokenizer, row.prompt, chat=True, system=None)
+            prompt = encode_chat(target.tokenizer, [{"role": "user", "content": row.prompt}])  # as the server does
             order = ["direct", "server"] if i % 2 == 0 else ["server", "direct"]
             for way in order:
                 run = (mlx.call(direct, engine, prompt, args.max_tokens) if way == "direct"

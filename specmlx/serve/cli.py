@@ -14,6 +14,7 @@ from ..cli import run_cli
 from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
+from ..distributed.serve import RankMirror, follow
 from ..drafters import NGRAM, NONE
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
@@ -24,12 +25,11 @@ from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sam
                        sampling_params)
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
-from .app import Access, build_app
-from .jobs import Defaults
+from .limits import Access
 from .run import Server, bind
-from .sharded import follow
-from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, slots_for
-from .worker import Worker
+from .mirror import NO_MIRROR
+from .serving import build
+from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
 API_KEY_ENV = "SPECMLX_API_KEY"
 
@@ -126,28 +126,25 @@ def serve(args: argparse.Namespace) -> int:
 def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,
            defaults_policy: DraftPolicy, sampling: SamplingParams, lockstep: Lockstep | None) -> int:
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
-    named = {d.name: d for d in drafters}
-    cache_bytes = int(args.cache_gb * GB)
-    count = args.slots or mlx.call(slots_for, target.model, drafters, cache_bytes)
-    slots = mlx.call(Slots, target.model, target.tokenizer, named, count, cache_bytes, lockstep)
-    worker = Worker(slots, args.max_queue, mlx)
-    defaults = Defaults(target.name, drafters[0].name, defaults_policy, sampling, args.max_tokens)
-    app = build_app(worker, defaults, allowed)
+    mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
+    built = build(mlx, target, drafters, policy=defaults_policy, sampling=sampling, max_tokens=args.max_tokens,
+                  access=allowed, slots=args.slots, cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
+                  mirror=mirror)
+    worker = built.worker
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
     sharded = f" sharded over {lockstep.group.size} ranks" if lockstep is not None else ""
     print(f"specmlx serve: {target.name} ({target.path}){sharded}, drafters: "
-          + ", ".join(f"{n} (default)" if n == defaults.drafter else n for n in named), file=sys.stderr)
+          + ", ".join(f"{n} (default)" if n == drafters[0].name else n for n in worker.slots.drafters), file=sys.stderr)
     keys = len(allowed.api_keys)
     print(f"listening on {base}/v1" + ((" (API key required)" if keys == 1 else f" ({keys} API keys)") if keys else "")
-          + f"; {count} kept conversations", file=sys.stderr)
+          + f"; {worker.slots.count} kept conversations", file=sys.stderr)
     if not is_loopback(args.host) and not keys:
         print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
-    server = Server(app, worker, args.log_level)
+    server = Server(built.app, worker, args.log_level)
     worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again
-    if lockstep is not None:  # a rank's process that ends is seen at once, whatever the MLX thread waits in
-        lockstep.group.when_lost(worker.lose)
+    mirror.watch(worker.lose)
     # uvicorn raises the signal that stopped it again once it has shut down. SIGTERM (docker stop,
     # systemd) would then kill the process before the worker closes: make it a Ctrl+C.
     terminate = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -160,7 +157,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
         if worker.lost is None:  # else the MLX thread may wait forever in a collective: leave it
             worker.close()
     if worker.lost is not None:
-        end(f"rank 0 of {lockstep.group.size}: {worker.lost}; stopping", "specmlx serve")
+        end(f"{worker.lost}; stopping", "specmlx serve")
     print("specmlx serve: stopped", file=sys.stderr)
     return 0
 

@@ -1,4 +1,7 @@
-"""Checks on a request before any of it is parsed: its size, and the host it was sent to.
+"""Who may call, from where, and how much: checks on a request before any of it is parsed.
+
+`Access` says it; `guard` puts its checks in front of an app (the API key
+itself is checked by the routes, which then know whose request it is).
 
 Starlette reads a body whole and has no limit of its own. `BodyLimit` reads at
 most `max_bytes` (refusing at once when Content-Length says more), then hands
@@ -15,10 +18,40 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from dataclasses import dataclass
 
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import APIError
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call and from where.
+
+    `api_keys`: none, anyone on the bound address; else a Bearer key among them, and each key's
+    conversations are kept apart. `loopback`: the server listens on this machine only, so a
+    `Host` header naming another (a DNS-rebinding web page) is refused. `cors_origins`: web
+    pages that may call it from a browser."""
+
+    api_keys: tuple[str, ...] = ()
+    max_body_bytes: int = 4 << 20
+    loopback: bool = True
+    cors_origins: tuple[str, ...] = ()
+
+
+def guard(app: FastAPI, access: Access) -> None:
+    """The checks `access` asks for, in front of every route."""
+    # The last added runs first: the Host check, then CORS (whose preflights carry no key), then the cap.
+    app.add_middleware(BodyLimit, max_bytes=access.max_body_bytes)
+    if access.cors_origins:
+        # Any request header: browser SDKs add their own (X-Stainless-*); no cookies are ever allowed.
+        app.add_middleware(CORSMiddleware, allow_origins=list(access.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"])
+    if access.loopback:
+        app.add_middleware(LoopbackHost)
 
 
 class BodyLimit:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..events import TokenEvent
-from .worker import Done
+from .protocol import Done
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 

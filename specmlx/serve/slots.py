@@ -2,6 +2,9 @@
 
 Each slot is an `Engine` (the target's cache and context) with its own
 instance of every loaded drafter (`Drafter.fresh`: same weights, own state).
+What the automatic draft length measures (costs, acceptance) is the machine's
+and the drafter's, not the conversation's: every slot's engine, a slot made
+anew included, shares one `AutoDrafts`, so no slot calibrates again.
 A request goes to the slot whose context it continues, so a chat's next turn
 is prefilled only past what that slot already holds; two clients taking turns
 each keep their own slot. Only the MLX thread touches slots.
@@ -32,13 +35,13 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from ..cache import make_cache
-from ..distributed import Lockstep
 from ..drafters import Drafter, HiddenDrafter, ModelDrafter
 from ..drafters.history import HiddenHistory
 from ..drafters.mtp import MTPDrafter
 from ..engine import Engine
 from ..hidden import decoder, embed
-from ..peers import ALONE
+from ..schedule import AutoDrafts
+from .mirror import NO_MIRROR, Mirror
 
 # A request continues a slot's conversation when it shares at least this share of
 # what the slot holds; below it (a common system prompt only) it takes another slot.
@@ -77,10 +80,10 @@ class Slots:
     drafters: dict[str, Drafter]  # the loaded drafters by name; the first is the default
     count: int = 2
     max_bytes: int = 4 << 30
-    lockstep: Lockstep | None = None  # a sharded target: every slot's engine keeps step with the other ranks
+    mirror: Mirror = NO_MIRROR  # who else holds these slots (a sharded target's other ranks)
+    autos: AutoDrafts = field(default_factory=AutoDrafts)  # the automatic draft lengths, shared by every slot
     _slots: list[Slot] = field(default_factory=list)
     _clock: int = 0
-    _emptied: set[int] = field(default_factory=set)  # slots trimmed since `emptied` was last asked
 
     def __post_init__(self) -> None:
         self._slots = [self._new() for _ in range(self.count)]
@@ -95,8 +98,8 @@ class Slots:
     def _new(self) -> Slot:
         # Every slot gets fresh instances: the loaded ones stay empty templates, so emptying a slot frees its caches.
         own = {name: d.fresh() for name, d in self.drafters.items()}
-        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer,
-                           peers=ALONE if self.lockstep is None else self.lockstep), own)
+        return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, peers=self.mirror.peers,
+                           autos=self.autos), own)
 
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
         """The slot for `owner`'s `prompt`, drafting with `drafter`: the one of its own whose
@@ -124,10 +127,10 @@ class Slots:
         return slot.turns > 1 and self._clock - slot.used < LIVE_FOR * len(self._slots)
 
     def _empty(self, slot: Slot) -> Slot:
-        """Replace `slot` by a new, empty one (its caches are freed); the other ranks of a sharded target too."""
+        """Replace `slot` by a new, empty one (its caches are freed), as the mirror's too."""
         index = self._slots.index(slot)
-        self._emptied.add(index)
         self._slots[index] = self._new()
+        self.mirror.emptied(index)
         return self._slots[index]
 
     def trim(self, keep: Slot | None = None) -> None:
@@ -141,11 +144,6 @@ class Slots:
 
     def index(self, slot: Slot) -> int:
         return self._slots.index(slot)
-
-    def emptied(self) -> list[int]:
-        """The slots trimmed since the last call: a sharded target's other ranks drop them too."""
-        out, self._emptied = sorted(self._emptied), set()
-        return out
 
     def owners(self) -> list[Hashable]:
         return [s.owner for s in self._slots]

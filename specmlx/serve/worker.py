@@ -6,6 +6,10 @@ through a callback (`Sink`) the request hands in, called on the MLX thread
 for each round and once at the end. A cancelled ticket (its client left, or
 the server is stopping) stops after the round running, and the
 caches keep only committed tokens (`Generation.close`).
+
+Other processes that hold the same slots (a sharded target's ranks) are the
+slots' `Mirror`'s business: the worker tells it when a job begins, asks it
+whether a failure leaves the server unable to answer again, and ends it last.
 """
 
 from __future__ import annotations
@@ -15,52 +19,18 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Callable, Hashable, Union
+from typing import Callable
 
-from ..engine import GenerationConfig
-from ..distributed.group import lost_link
-from ..errors import SpecmlxError, first_line
+from ..errors import SpecmlxError
 from ..log import user_error
-from ..events import RoundEvent
 from ..mlx_thread import MLXThread
-from ..stats import GenerationStats
 from .errors import APIError
-from .sharded import job_message
+from .mirror import Mirror
+from .protocol import Done, Failed, Job, Sink
 from .slots import Slots
 
 LOST = APIError(503, "the sharded target cannot go on (a rank was lost, or its ranks fell out of step); "
                      "the server is stopping", "server_shutdown")
-
-
-@dataclass(frozen=True)
-class Job:
-    """What to generate: prompt token ids, how, with which loaded drafter, and for whom
-    (the caller's API key's id: a request reuses only its own owner's caches)."""
-
-    prompt: tuple[int, ...]
-    config: GenerationConfig
-    drafter: str
-    owner: Hashable = None
-
-
-@dataclass(frozen=True)
-class Done:
-    """A finished generation: its stats, the text the detokenizer held to the
-    end, how many prompt tokens a slot already held, and the wait in the queue."""
-
-    stats: GenerationStats
-    tail: str
-    cached_tokens: int
-    queue_s: float
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: APIError
-
-
-Item = Union[RoundEvent, Done, Failed]
-Sink = Callable[[Item], None]
 
 
 @dataclass(frozen=True)
@@ -95,10 +65,10 @@ class Ticket:
 class Worker:
     def __init__(self, slots: Slots, max_queue: int = 32, mlx: MLXThread | None = None,
                  on_lost: Callable[[], None] = lambda: None) -> None:
-        """`on_lost`: called when a sharded target loses one of its ranks (the command line stops the server)."""
+        """`on_lost`: called when the server cannot answer again (the command line stops it)."""
         self.slots = slots
-        self.lost: str | None = None  # why a sharded target cannot go on, once it cannot
-        self._published = False
+        self.lost: str | None = None  # why the server cannot answer again, once it cannot (the mirror's line)
+        self._begun = False  # whether the mirror knows of the running job
         self.on_lost = on_lost
         self.max_queue = max_queue
         self.mlx = mlx or MLXThread()
@@ -132,24 +102,26 @@ class Worker:
         recent = [r.run_s for r in list(self.records)[-8:]]
         return max(1, math.ceil((self._waiting + 1) * sum(recent) / len(recent))) if recent else 1
 
-    def lose(self, err: Exception) -> None:
-        """A sharded target that lost a rank, or failed in the middle of a job, cannot answer again:
-        every job fails with 503, and the server stops. Called on the MLX thread when a job fails, or
-        on the group's liveness thread when a rank's process ends: the MLX thread may then be waiting
-        in a collective that never returns, so nothing here waits for it."""
+    @property
+    def mirror(self) -> Mirror:
+        return self.slots.mirror
+
+    def lose(self, why: str) -> None:
+        """The mirror's processes are lost or out of step (`why`, one line): every job fails with 503,
+        and the server stops. Called on the MLX thread when a job fails, or by the mirror's own watch
+        (a rank's process ended): the MLX thread may then be waiting in a collective that never
+        returns, so nothing here waits for it."""
         with self._lock:
-            if self.lost is not None:  # seen twice: by the liveness thread and by a failed collective
+            if self.lost is not None:  # seen twice: by the mirror's watch and by a failed job
                 return
-            # A lost rank says all in one line; anything else leaves its traceback in the log file.
-            self.lost = (f"lost the other ranks ({first_line(err)})" if lost_link(err) else
-                         f"{user_error(err, 'a generation failed')}, and the ranks are out of step")
+            self.lost = why
             live = list(self._live)
         for ticket in live:
             ticket.sink(Failed(LOST))
         self.on_lost()
 
     def _run(self, ticket: Ticket) -> None:
-        self._published = False  # whether the other ranks of a sharded target have this job
+        self._begun = False
         with self._lock:
             self._waiting -= 1
         started = perf_counter()
@@ -163,8 +135,9 @@ class Worker:
                 ticket.sink(done)
         except Exception as err:  # noqa: BLE001 - a bug fails this request, not the server
             finish = "error"
-            if self._published or lost_link(err):  # the ranks are gone, or somewhere in this job's collectives
-                self.lose(err)
+            lost = self.mirror.lost(err, self._begun)
+            if lost is not None:
+                self.lose(lost)
             elif isinstance(err, SpecmlxError):  # checked before queueing, so rare: still the client's input
                 ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
             else:
@@ -183,10 +156,8 @@ class Worker:
         slot = self.slots.take(job.prompt, job.drafter, job.owner)
         cached = slot.engine.reusable(job.prompt)
         run = slot.engine.generate(job.prompt, job.config)
-        lockstep = self.slots.lockstep
-        if lockstep is not None:  # the other ranks run it with us, in the same slot, from the same prefix
-            lockstep.publish(job_message(self.slots.index(slot), cached, job.prompt, job.config, self.slots.emptied()))
-            self._published = True
+        self.mirror.begin(self.slots.index(slot), cached, job.prompt, job.config)
+        self._begun = True
         try:
             for event in run:  # a round at a time: its tokens were computed together
                 ticket.sink(event)
@@ -206,6 +177,6 @@ class Worker:
             ticket.cancel(why)
 
     def close(self) -> None:
-        if self.slots.lockstep is not None and self.lost is None:
-            self.mlx.call(self.slots.lockstep.publish, None)  # the other ranks end with us
+        if self.lost is None:  # else the mirror's processes are gone, or wait in a collective
+            self.mlx.call(self.mirror.end)
         self.mlx.close()

@@ -11,11 +11,10 @@ from specmlx.drafters import NGRAM, NONE
 from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
 from specmlx.models.mtp import save_mtp
-from specmlx.serve.app import Access, build_app
-from specmlx.serve.jobs import Defaults
+from specmlx.serve.limits import Access
+from specmlx.serve.mirror import NO_MIRROR, Mirror
 from specmlx.serve.run import Background
-from specmlx.serve.slots import Slots
-from specmlx.serve.worker import Worker
+from specmlx.serve.serving import build
 
 from .. import tiny
 
@@ -42,15 +41,14 @@ def loaded(served_dirs):
 
 def start(loaded, *, slots: int = 2, max_queue: int = 32, api_key: str | tuple[str, ...] = (),
           max_body_bytes: int = 1 << 20, max_tokens: int = 64, cache_bytes: int = 1 << 30,
-          cors_origins: tuple[str, ...] = ()):
-    """A Background server over the loaded models (its own slots and worker, the shared MLX thread)."""
+          cors_origins: tuple[str, ...] = (), mirror: Mirror = NO_MIRROR):
+    """A Background server over the loaded models, as `specmlx serve` builds it (its own slots and
+    worker, the shared MLX thread)."""
     mlx, target, drafters = loaded
-    pool = mlx.call(Slots, target.model, target.tokenizer, drafters, slots, cache_bytes)
-    worker = Worker(pool, max_queue, mlx)
-    defaults = Defaults(target.name, next(iter(drafters)), max_tokens=max_tokens)
     keys = (api_key,) if isinstance(api_key, str) else api_key
-    app = build_app(worker, defaults, Access(keys, max_body_bytes, cors_origins=cors_origins))
-    return Background(app, worker), worker
+    built = build(mlx, target, list(drafters.values()), max_tokens=max_tokens, slots=slots, cache_bytes=cache_bytes,
+                  max_queue=max_queue, access=Access(keys, max_body_bytes, cors_origins=cors_origins), mirror=mirror)
+    return Background(built.app, built.worker), built.worker
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,24 @@ from __future__ import annotations
 
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import GenerationConfig
+from specmlx.peers import Alone
+from specmlx.policy import DraftPolicy
+from specmlx.serve.mirror import NoMirror
 from specmlx.serve.slots import (LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count,
                                  hidden_bytes_per_token, kv_bytes_per_token, slots_for)
 
 from .. import tiny
+
+
+class Emptied(NoMirror):
+    """A mirror that notes the slots it is told were emptied."""
+
+    def __init__(self) -> None:
+        self.peers = Alone()  # its own: the slots' engines must keep step with this one
+        self.slots: list[int] = []
+
+    def emptied(self, slot: int) -> None:
+        self.slots.append(slot)
 
 
 def run(mlx, slot, prompt: list[int], tokens: int = 6) -> None:
@@ -46,7 +60,8 @@ def test_a_third_conversation_takes_the_least_recently_used_slot(loaded):
 
 def test_slots_over_the_memory_cap_are_emptied_oldest_first(loaded):
     mlx, target, drafters = loaded
-    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2, 1)  # one byte: nothing idle is kept
+    mirror = Emptied()
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2, 1, mirror)  # one byte: nothing idle is kept
     one = mlx.call(slots.take, list(range(50, 80)), "drafter")
     run(mlx, one, list(range(50, 80)))
     two = mlx.call(slots.take, list(range(150, 180)), "drafter")
@@ -56,6 +71,8 @@ def test_slots_over_the_memory_cap_are_emptied_oldest_first(loaded):
     assert slots.contexts()[slots._slots.index(two)] > 0
     assert sorted(slots.contexts())[0] == 0
     assert one not in slots._slots
+    assert mirror.slots == [1 - slots.index(two)]  # the other ranks empty the same slot
+    assert all(s.engine.peers is mirror.peers for s in slots._slots)  # every engine, the new one too
 
 
 def test_one_off_requests_take_turns_beside_a_live_conversation(loaded):
@@ -121,21 +138,22 @@ def test_a_conversation_gone_quiet_makes_room(loaded):
 
 def test_a_request_reuses_only_its_own_owners_caches(loaded):
     """What a cache holds shows in cached_tokens and prefill time: another owner's is never reused,
-    not even a shared start, and a slot that changes hands is emptied (on every rank)."""
+    not even a shared start, and a slot that changes hands is emptied (the mirror's too)."""
     mlx, target, drafters = loaded
-    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    mirror = Emptied()
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2, mirror=mirror)
     secret = list(range(40, 80))
     mine = mlx.call(slots.take, secret, "ngram", 0)
-    assert slots.emptied() == []  # an empty slot is simply taken: nothing to drop on other ranks
+    assert mirror.slots == []  # an empty slot is simply taken: nothing to drop on other ranks
     run(mlx, mine, secret)
     probe = secret[:30] + [1, 2]
     theirs = mlx.call(slots.take, probe, "ngram", 1)
     assert theirs is not mine and theirs.engine.reusable(probe) == 0
     run(mlx, theirs, probe)
-    slots.emptied()
+    mirror.slots.clear()
     again = mlx.call(slots.take, probe + [3], "ngram", 2)  # a third owner: the least recently used slot...
     assert again.owner == 2 and again.engine.reusable(probe + [3]) == 0  # ...emptied
-    assert slots.emptied() == [slots.index(again)]
+    assert mirror.slots == [slots.index(again)]
     assert mlx.call(slots.take, secret + [9], "ngram", 2).engine.reusable(secret + [9]) == 0
 
 
@@ -188,3 +206,27 @@ def test_the_memory_cap_counts_an_mtp_heads_hidden_states(loaded):
     caches = [slot.engine.cache, head.cache, slot.drafters["drafter"].cache]
     kv = sum(layer.nbytes for cache in caches for layer in cache if layer.keys is not None)
     assert slot.held_bytes() == kv + head.history.length * target.model.args.hidden_size * 4
+
+
+def test_every_slot_starts_from_the_automatic_lengths_measurements(loaded):
+    """What the automatic draft length measures is the machine's and the drafter's: a second
+    conversation, in another slot or in a slot made anew, drafts from it and does not calibrate
+    again (a fresh one drafts `start` twice, then plainly)."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    auto = GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=None))
+
+    def lengths(slot, prompt: list[int]) -> list[int]:
+        return mlx.call(lambda: [e.num_draft for e in slot.engine.generate(prompt, auto)])
+
+    first = mlx.call(slots.take, list(range(40, 60)), "drafter", 0)
+    start = auto.policy.start
+    assert lengths(first, list(range(40, 60)))[:3] == [start, start, 0]  # the first conversation calibrates
+    measured = first.engine.auto_draft()
+    assert measured.calibration == [] and measured.estimate().costs is not None
+    second = mlx.call(slots.take, list(range(100, 130)), "drafter", 1)
+    assert second is not first and second.engine.auto_draft() is measured
+    lengths(second, list(range(100, 130)))
+    anew = mlx.call(slots.take, list(range(200, 230)), "drafter", 2)  # another owner's: a slot made anew
+    assert anew.engine is not first.engine and anew.engine is not second.engine
+    assert anew.engine.auto_draft() is measured and measured.calibration == []

@@ -186,9 +186,9 @@ def test_a_queued_stream_gets_keep_alives_until_its_turn(loaded, monkeypatch):
     which skips them, still reads the whole answer. The MLX thread is held busy meanwhile."""
     from openai import OpenAI
 
-    from specmlx.serve import app as served_app
+    from specmlx.serve import routes
 
-    monkeypatch.setattr(served_app, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(routes, "KEEPALIVE_S", 0.05)
     background, worker = start(loaded)
     with background as url:
         reference = httpx.post(url + CHAT, json=body(6), timeout=60).json()["choices"][0]["message"]["content"]
@@ -226,3 +226,89 @@ def test_a_bug_in_a_generation_is_a_500_and_its_traceback_goes_to_the_log_file(l
             assert ("internal_error" in r.text) and "Traceback" not in r.text
     assert "Traceback" not in capfd.readouterr().err
     assert "RuntimeError: a bug" in (tmp_path / "specmlx.log").read_text()
+
+
+class Recording:
+    """A mirror (`specmlx.serve.mirror`) that notes what the worker tells it, and can fail a job."""
+
+    def __init__(self, fail_begin: bool = False) -> None:
+        from specmlx.peers import ALONE
+
+        self.peers, self.fail_begin = ALONE, fail_begin
+        self.calls: list[tuple] = []
+
+    def emptied(self, slot: int) -> None:
+        self.calls.append(("emptied", slot))
+
+    def begin(self, slot, keep, prompt, config) -> None:
+        self.calls.append(("begin", slot, keep, len(prompt), config.max_tokens))
+        if self.fail_begin:
+            raise RuntimeError("a peer is gone")
+
+    def lost(self, err, begun) -> str | None:
+        self.calls.append(("lost", str(err), begun))
+        return f"out of step after {err}"
+
+    def watch(self, lose) -> None:
+        self.calls.append(("watch",))
+
+    def end(self) -> None:
+        self.calls.append(("end",))
+
+
+def test_the_worker_tells_its_mirror_where_each_job_runs(loaded):
+    mirror = Recording()
+    background, worker = start(loaded, mirror=mirror, cache_bytes=1)  # one byte: idle slots are emptied
+    with background as url:
+        first = httpx.post(url + CHAT, json=body(1, max_tokens=5), timeout=60).json()
+        prompt = first["usage"]["prompt_tokens"]
+        turn = body(1, max_tokens=5)
+        turn["messages"] += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": "and"}]
+        again = httpx.post(url + CHAT, json=turn, timeout=60).json()
+        httpx.post(url + CHAT, json=body(2, max_tokens=5), timeout=60)
+    cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached > 0 and mirror.calls[:2] == [("begin", 0, 0, prompt, 5),
+                                               ("begin", 0, cached, again["usage"]["prompt_tokens"], 5)]
+    # The third conversation takes slot 1, and with the caches capped, slot 0 is emptied after it.
+    assert mirror.calls[2:] == [("begin", 1, 0, mirror.calls[2][3], 5), ("emptied", 0)]
+
+
+def test_a_failure_the_mirror_cannot_survive_fails_every_job_and_stops_the_server(loaded, monkeypatch):
+    for fail_begin, begun in ((True, False), (False, True)):
+        mirror = Recording(fail_begin)
+        background, worker = start(loaded, mirror=mirror)
+        stopped = threading.Event()
+        worker.on_lost = stopped.set
+        if not fail_begin:  # it fails after the others began the job
+            monkeypatch.setattr(worker.slots, "trim", lambda keep: (_ for _ in ()).throw(RuntimeError("a bug")))
+        with background as url:
+            r = httpx.post(url + CHAT, json=body(3, max_tokens=5), timeout=60)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutdown", r.text
+        error = "a peer is gone" if fail_begin else "a bug"
+        assert ("lost", error, begun) in mirror.calls
+        assert worker.lost == f"out of step after {error}" and stopped.is_set()
+
+
+def test_closing_ends_the_mirror_unless_it_was_lost():
+    from specmlx.serve.worker import Worker
+
+    class Now:  # the MLX thread, run here
+        closed = False
+
+        def call(self, fn, *args):
+            return fn(*args)
+
+        def close(self):
+            self.closed = True
+
+    class Pool:
+        def __init__(self, mirror) -> None:
+            self.mirror = mirror
+
+    for lost in (None, "lost the other ranks"):
+        mirror, mlx = Recording(), Now()
+        worker = Worker(Pool(mirror), mlx=mlx)
+        worker.lost = lost
+        worker.close()
+        assert mirror.calls == ([("end",)] if lost is None else []) and mlx.closed

@@ -1,6 +1,6 @@
-"""`specmlx serve --distributed` on two local ranks, tiny models: rank 0 listens, the
-other rank runs each job with it; answers equal one process's, slots are mirrored,
-Ctrl+C ends both, and a lost rank stops the server with one line."""
+"""`specmlx serve --distributed`: rank 0's mirror of its slots and jobs, without ranks; then two
+local ranks, tiny models: rank 0 listens, the other rank runs each job with it; answers equal one
+process's, slots are mirrored, Ctrl+C ends both, and a lost rank stops the server with one line."""
 
 from __future__ import annotations
 
@@ -12,14 +12,68 @@ import time
 import httpx
 import pytest
 
-from ..distributed import ranks
-from ..distributed.conftest import single
+from specmlx.distributed.liveness import PeerGone
+from specmlx.distributed.serve import RankMirror
+from specmlx.engine import GenerationConfig
+
+from . import ranks
+from .conftest import single
 
 PROMPT = "def add(a, b):"
 TOKENS = 16
 LOST_WITHIN = 100  # a bound on the wait for rank 0 to stop (about a second here); its line says what noticed it
 LOST = "specmlx serve: error: rank 0 of 2: lost the other ranks ({}); stopping"
 GONE, RING = "rank 1 stopped", "[ring] connection to a peer was lost"  # seen by the liveness connection, by MLX
+
+
+class Lockstep:
+    """Rank 0's lockstep, as the mirror uses it: what it publishes, and its group's loss handler."""
+
+    def __init__(self) -> None:
+        self.published: list = []
+        self.group = self
+        self.on_lost = None
+
+    def publish(self, message) -> None:
+        self.published.append(message)
+
+    def name(self) -> str:
+        return "rank 0 of 2"
+
+    def when_lost(self, handler) -> None:
+        self.on_lost = handler
+
+
+def test_each_job_reaches_the_other_ranks_with_the_slots_emptied_since_the_last():
+    lockstep = Lockstep()
+    mirror = RankMirror(lockstep)
+    assert mirror.peers is lockstep  # every slot's engine keeps step with the other ranks
+    mirror.emptied(3)
+    mirror.emptied(1)
+    mirror.emptied(3)
+    mirror.begin(0, 5, (1, 2, 3, 4, 5, 6), GenerationConfig(max_tokens=7, stop=("\n",)))
+    mirror.begin(1, 0, [9], GenerationConfig(max_tokens=2))
+    mirror.end()
+    assert lockstep.published == [
+        {"slot": 0, "keep": 5, "prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 7, "stop": ["\n"], "emptied": [1, 3]},
+        {"slot": 1, "keep": 0, "prompt": [9], "max_tokens": 2, "stop": [], "emptied": []},
+        None]  # the other ranks end with rank 0
+
+
+def test_a_lost_rank_or_a_failure_inside_a_job_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECMLX_DATA_DIR", str(tmp_path))
+    lockstep = Lockstep()
+    mirror = RankMirror(lockstep)
+    assert mirror.lost(RuntimeError(RING), begun=False) == f"rank 0 of 2: lost the other ranks ({RING})"
+    assert mirror.lost(ValueError("a bug"), begun=False) is None  # before the others began it: this job's alone
+    out_of_step = mirror.lost(ValueError("a bug"), begun=True)
+    assert out_of_step.startswith("rank 0 of 2: a generation failed: an internal error (ValueError; ")
+    assert out_of_step.endswith(", and the ranks are out of step") and "ValueError: a bug" in (
+        tmp_path / "specmlx.log").read_text()
+    lines: list[str] = []
+    mirror.watch(lines.append)
+    lockstep.on_lost(PeerGone(GONE))  # the liveness connection saw rank 1 go
+    assert lines == [f"rank 0 of 2: lost the other ranks ({GONE})"]
 
 
 def wait_healthy(url: str, procs, within: float = ranks.TIMEOUT) -> None:

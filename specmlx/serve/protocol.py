@@ -1,19 +1,27 @@
-"""The request bodies the server accepts, as pydantic models.
+"""What crosses the server's boundaries: the request bodies it accepts, and a job's records.
 
-OpenAI's field names and ranges. Fields some clients always send but that
+The request bodies are pydantic models with OpenAI's field names and ranges. Fields some clients always send but that
 change nothing here (`user`, `store`, `metadata`...) are ignored, as OpenAI's
 own servers and vLLM do; fields that would change the answer and are not
 supported (`n` > 1, logprobs, tools, penalties) are accepted as types and
 refused as values by `unsupported`, so each refusal names its field.
+
+A request becomes a `Job` (`serving.py`); the worker hands what it runs back
+to the request's `Sink` as `Item`s: each round's `RoundEvent`, then `Done`
+or `Failed`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from ..engine import MAX_SEED, RANDOM_SEED
+from ..engine import MAX_SEED, RANDOM_SEED, GenerationConfig
+from ..events import RoundEvent
+from ..stats import GenerationStats
+from .errors import APIError
 
 # OpenAI allows 4 stop strings; editors send more to other hosts (Continue's FIM templates
 # for Qwen-coder have 9), and llama.cpp and vLLM set no cap. This bounds the work per token.
@@ -142,3 +150,37 @@ class CompletionRequest(Sampling):
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+
+# -- a job's records ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to generate: prompt token ids, how, with which loaded drafter, and for whom
+    (the caller's API key's id: a request reuses only its own owner's caches)."""
+
+    prompt: tuple[int, ...]
+    config: GenerationConfig
+    drafter: str
+    owner: Hashable = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished generation: its stats, the text the detokenizer held to the
+    end, how many prompt tokens a slot already held, and the wait in the queue."""
+
+    stats: GenerationStats
+    tail: str
+    cached_tokens: int
+    queue_s: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: APIError
+
+
+Item = Union[RoundEvent, Done, Failed]
+Sink = Callable[[Item], None]  # called on the MLX thread: for each round, then once at the end

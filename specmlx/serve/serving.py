@@ -1,24 +1,36 @@
-"""From a validated request to a `Job`: prompt token ids, generation settings, drafter.
+"""Serving: a validated request into a job for the worker, and the one place that builds a server.
 
 Everything a request can get wrong is refused here, before it waits in the
 queue: an unknown model or drafter, a value the engine cannot honour, a
-prompt and `max_tokens` past the context window.
+prompt and `max_tokens` past the context window. `build` makes a server of
+loaded models (its slots, worker and FastAPI app): the command line, the
+bench and the tests all serve what it makes.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, Sequence
 
-from ..drafters import NGRAM, NONE
+from fastapi import FastAPI
+
+from ..drafters import Drafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
+from ..loading import LoadedModel
+from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
 from ..prompting import encode_chat, encode_text, has_chat_template
 from ..sampling import SamplingParams
-from .errors import APIError
-from .schemas import ChatRequest, CompletionRequest, Sampling
-from .worker import Job
+from ..vocab import vocab_size
+from . import routes
+from .errors import APIError, install
+from .limits import Access, guard
+from .mirror import NO_MIRROR, Mirror
+from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
+from .slots import Slots, slots_for
+from .worker import Ticket, Worker
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
 
@@ -134,4 +146,71 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     return Job(tuple(prompt), config, drafter, owner)
 
 
-BUILTIN_DRAFTERS = (NGRAM, NONE)  # cheap enough that every server offers them
+@dataclass(frozen=True)
+class Serving:
+    """What the routes hand requests to. It lives on `app.state` and routes read it from each
+    request: FastAPI caches facts about endpoint functions in process-wide caches, so an endpoint
+    that closed over the worker would keep the models in memory after the server is gone."""
+
+    worker: Worker
+    defaults: Defaults
+    access: Access
+    tokenizer: Any
+    vocab: int
+    loaded: tuple[str, ...]
+    started: int
+
+    @property
+    def context_window(self) -> int | None:
+        return self.worker.slots.context_window
+
+    def model_card(self) -> dict:
+        return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
+                "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
+                "context_window": self.context_window}
+
+    # Encoding a long prompt takes seconds: the routes call these off the event loop.
+    def chat_prompt(self, request: ChatRequest) -> list[int]:
+        return chat_prompt(self.tokenizer, request, self.context_window)
+
+    def completion_prompt(self, request: CompletionRequest) -> list[int]:
+        return completion_prompt(self.tokenizer, request, self.vocab, self.context_window)
+
+    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink) -> Ticket:
+        """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
+        wrong or the queue is full."""
+        slots = self.worker.slots
+        job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
+                       slots.context_window, owner)
+        return self.worker.submit(job, sink)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A server ready to run: its FastAPI app, and the worker behind it (to stop, close and watch)."""
+
+    app: FastAPI
+    worker: Worker
+
+
+def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
+          policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
+          access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
+          mirror: Mirror = NO_MIRROR) -> Built:
+    """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
+    holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
+    default; `policy`, `sampling` and `max_tokens` are what a request leaves unset. `mirror`: who
+    else keeps the slots and runs each job (a sharded target's other ranks; none by default)."""
+    named = {d.name: d for d in drafters}
+    if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
+        slots = mlx.call(slots_for, target.model, drafters, cache_bytes)
+    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror)
+    worker = Worker(pool, max_queue, mlx)
+    defaults = Defaults(target.name, drafters[0].name, policy, sampling, max_tokens)
+    app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
+    install(app)
+    guard(app, access)
+    app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
+                                tuple(named), int(time.time()))
+    routes.include(app)
+    return Built(app, worker)

@@ -1,4 +1,4 @@
-"""From a request to a job: the draft policy and defaults a request does not set."""
+"""From a request to a job (the draft policy and defaults a request does not set), and the server builder."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import pytest
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.serve.errors import APIError
-from specmlx.serve.jobs import HEAD_CHARS_PER_TOKEN, Defaults, make_job, refuse_past_window
-from specmlx.serve.schemas import ChatRequest
+from specmlx.serve.limits import Access
+from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, Defaults, build, make_job, refuse_past_window
+from specmlx.serve.slots import MAX_SLOTS, MIN_SLOTS
+from specmlx.serve.protocol import ChatRequest
 
 DEFAULTS = Defaults("m", "small", DraftPolicy(num_draft=5), SamplingParams(0.3, 0.9), max_tokens=100)
 LOADED = ["small", "mtp", "ngram", "none"]
@@ -89,3 +91,16 @@ def test_a_requests_length_says_how_the_length_is_chosen_on_an_adaptive_server()
     request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], speculative={"lookup": 2})
     assert make_job(request, [1], adaptive, LOADED, None, None).config.policy == DraftPolicy.parse(
         "5+adaptive+pmin=0.5+lookup=2")
+
+
+def test_the_builder_serves_the_loaded_models_the_first_drafter_by_default(loaded):
+    mlx, target, drafters = loaded
+    built = build(mlx, target, list(drafters.values()), policy=DraftPolicy(num_draft=2), max_tokens=9,
+                  access=Access(("k",)), cache_bytes=1 << 40)
+    serving = built.app.state.serving
+    assert serving.worker is built.worker and serving.access.api_keys == ("k",)
+    assert serving.defaults == Defaults(target.name, "drafter", DraftPolicy(num_draft=2), max_tokens=9)
+    assert serving.loaded == ("drafter", "mtp", "ngram", "none") == tuple(built.worker.slots.drafters)
+    assert built.worker.slots.count == MAX_SLOTS  # no count given: as many as the cache bytes hold
+    assert build(mlx, target, list(drafters.values()), cache_bytes=1).worker.slots.count == MIN_SLOTS
+    assert build(mlx, target, list(drafters.values()), slots=3, cache_bytes=1).worker.slots.count == 3

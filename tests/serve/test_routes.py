@@ -190,9 +190,9 @@ def test_prompts_are_encoded_off_the_event_loop_and_one_past_the_window_only_in_
 
     background, _ = start(loaded, max_body_bytes=4 << 20)
     app = background.server.config.app
-    spy = Spy(app.state.served.tokenizer)
-    app.state.served = dataclasses.replace(app.state.served, tokenizer=spy)
-    window = app.state.served.worker.slots.context_window
+    spy = Spy(app.state.serving.tokenizer)
+    app.state.serving = dataclasses.replace(app.state.serving, tokenizer=spy)
+    window = app.state.serving.context_window
     with background as url:
         long = "word " * (3 * window)
         r = httpx.post(url + "/v1/chat/completions", timeout=60,

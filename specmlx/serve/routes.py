@@ -1,8 +1,9 @@
 """The HTTP routes: OpenAI's chat, completions and models, and a health check.
 
-Handlers only translate: a request becomes a `Job` (`jobs.py`), the worker
-runs it on the MLX thread, and its tokens come back through an asyncio queue
-to be rendered (`render.py`), streamed as Server-Sent Events or whole.
+Routes only speak HTTP: the body is parsed (`protocol.py`), the API key
+checked, the request handed to serving (`serving.py`), which queues its job;
+the worker runs it on the MLX thread, and its tokens come back through an
+asyncio queue to be rendered (`render.py`), streamed as Server-Sent Events or whole.
 """
 
 from __future__ import annotations
@@ -10,23 +11,20 @@ from __future__ import annotations
 import asyncio
 import hmac
 import threading
-import time
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..events import RoundEvent, TokenEvent
-from ..vocab import vocab_size
-from .errors import APIError, install, sse_error
-from .jobs import Defaults, chat_prompt, completion_prompt, make_job
-from .limits import BodyLimit, LoopbackHost
+from .errors import APIError, sse_error
+from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling
 from .render import DONE, Reply
-from .schemas import ChatRequest, CompletionRequest, Sampling
-from .worker import Done, Failed, Ticket, Worker
+
+if TYPE_CHECKING:
+    from .serving import Serving
+    from .worker import Ticket
 
 # How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5
@@ -34,21 +32,6 @@ DISCONNECT_POLL_S = 0.5
 # so that clients and proxies with read timeouts do not give up on it.
 KEEPALIVE_S = 10.0
 KEEPALIVE = ": keep-alive\n\n"
-
-
-@dataclass(frozen=True)
-class Access:
-    """Who may call and from where.
-
-    `api_keys`: none, anyone on the bound address; else a Bearer key among them, and each key's
-    conversations are kept apart. `loopback`: the server listens on this machine only, so a
-    `Host` header naming another (a DNS-rebinding web page) is refused. `cors_origins`: web
-    pages that may call it from a browser."""
-
-    api_keys: tuple[str, ...] = ()
-    max_body_bytes: int = 4 << 20
-    loopback: bool = True
-    cors_origins: tuple[str, ...] = ()
 
 
 class Mailbox:
@@ -76,51 +59,13 @@ class Mailbox:
         self.queue.put_nowait(held)
 
 
-@dataclass(frozen=True)
-class Served:
-    """What the routes serve. It lives on `app.state` and routes read it from each request:
-    FastAPI caches facts about endpoint functions in process-wide caches, so an endpoint that
-    closed over the worker would keep the models in memory after the server is gone."""
-
-    worker: Worker
-    defaults: Defaults
-    access: Access
-    tokenizer: Any
-    vocab: int
-    loaded: tuple[str, ...]
-    started: int
-
-    def model_card(self) -> dict:
-        return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
-                "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
-                "context_window": self.worker.slots.context_window}
-
-
-def build_app(worker: Worker, defaults: Defaults, access: Access = Access()) -> FastAPI:
-    app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
-    install(app)
-    # The last added runs first: the Host check, then CORS (whose preflights carry no key), then the cap.
-    app.add_middleware(BodyLimit, max_bytes=access.max_body_bytes)
-    if access.cors_origins:
-        # Any request header: browser SDKs add their own (X-Stainless-*); no cookies are ever allowed.
-        app.add_middleware(CORSMiddleware, allow_origins=list(access.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["*"])
-    if access.loopback:
-        app.add_middleware(LoopbackHost)
-    app.state.served = Served(worker, defaults, access, worker.slots.tokenizer, vocab_size(worker.slots.target),
-                              tuple(worker.slots.drafters), int(time.time()))
-    app.include_router(open_routes)
-    app.include_router(api)
-    return app
-
-
-def served(request: Request) -> Served:
-    return request.app.state.served
+def serving(request: Request) -> Serving:
+    return request.app.state.serving
 
 
 def authorized(request: Request) -> None:
     """Let the request in, or 401; `request.state.owner` is then the index of its key (None without keys)."""
-    keys = served(request).access.api_keys
+    keys = serving(request).access.api_keys
     request.state.owner = None
     if not keys:
         return
@@ -137,20 +82,26 @@ open_routes = APIRouter()
 api = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
 
 
+def include(app: FastAPI) -> None:
+    """Every route: /health for anyone, /v1 behind the API key."""
+    app.include_router(open_routes)
+    app.include_router(api)
+
+
 @open_routes.get("/health")
 async def health(request: Request) -> dict:
-    s = served(request)
+    s = serving(request)
     return {"status": "ok", "model": s.defaults.model, "waiting": s.worker.waiting}
 
 
 @api.get("/models")
 async def models(request: Request) -> dict:
-    return {"object": "list", "data": [served(request).model_card()]}
+    return {"object": "list", "data": [serving(request).model_card()]}
 
 
 @api.get("/models/{model:path}")
 async def model(model: str, request: Request) -> dict:
-    s = served(request)
+    s = serving(request)
     if model != s.defaults.model:
         raise APIError(404, f"the model {model!r} does not exist: this server serves {s.defaults.model!r}",
                        "model_not_found", "model")
@@ -161,27 +112,22 @@ async def model(model: str, request: Request) -> dict:
 # would wait for it on the event loop.
 @api.post("/chat/completions")
 async def chat(body: ChatRequest, request: Request):
-    s = served(request)
-    prompt = await run_in_threadpool(chat_prompt, s.tokenizer, body, s.worker.slots.context_window)
+    prompt = await run_in_threadpool(serving(request).chat_prompt, body)
     return await answer(body, prompt, request, chat=True)
 
 
 @api.post("/completions")
 async def completions(body: CompletionRequest, request: Request):
-    s = served(request)
-    prompt = await run_in_threadpool(completion_prompt, s.tokenizer, body, s.vocab, s.worker.slots.context_window)
+    prompt = await run_in_threadpool(serving(request).completion_prompt, body)
     return await answer(body, prompt, request, chat=False)
 
 
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
-    s = served(request)
-    slots = s.worker.slots
-    job = make_job(body, prompt, s.defaults, list(s.loaded), slots.room(len(prompt)), slots.context_window,
-                   request.state.owner)
-    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
+    s = serving(request)
     queue: asyncio.Queue = asyncio.Queue()
-    # A full queue raises 429 here, before any byte is sent.
-    ticket = s.worker.submit(job, Mailbox(queue, asyncio.get_running_loop()).post)
+    # A wrong request (400, 404) or a full queue (429) raises here, before any byte is sent.
+    ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post)
+    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(stream(reply, queue, ticket, usage), media_type="text/event-stream",
