@@ -21,7 +21,7 @@ from typing import Iterable
 import mlx.nn as nn
 
 from ..distributed import Lockstep
-from ..drafters import NGRAM, Drafter, ModelDrafter, NoDrafter
+from ..drafters import NGRAM, Drafter, ModelDrafter
 from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models, resolve_drafter
 from ..policy import AUTO, START_DRAFT, DraftPolicy, read_parts
 
@@ -45,7 +45,7 @@ class Entrant:
     @property
     def drafts(self) -> bool:
         """False for `none`: it runs once per temperature, not once per draft length."""
-        return not isinstance(self.drafter, NoDrafter)
+        return self.drafter.drafts
 
     def draft_lengths(self, num_drafts: Iterable[int]) -> list[int | None]:
         """The draft length of each of its runs: None for the automatic one."""
