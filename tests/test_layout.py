@@ -41,3 +41,21 @@ def test_no_function_of_the_core_is_longer_than_a_screen(core):
     long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(path.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > LONGEST]
     assert not long, f"{core}: {long}"
+
+
+def test_the_readme_layout_names_every_module_and_folder():
+    """README's "Code layout" is the map of the tree: every module of specmlx/ and
+    the app, and every folder, is named there (a new file that is not fails here)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Code layout")
+    layout = readme[start : readme.index("\n## ", start + 1)]
+    missing = []
+    for top in ("specmlx", "app"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if "__pycache__" in path.parts or path.name in ("__init__.py", "__main__.py"):
+                continue
+            if path.suffix == ".py" and path.name not in layout:
+                missing.append(str(path.relative_to(ROOT)))
+            elif path.is_dir() and path.parent.name != "bundled" and f"{path.name}/" not in layout:
+                missing.append(str(path.relative_to(ROOT)) + "/")
+    assert not missing, f"README's code layout does not name {missing}"

@@ -139,8 +139,8 @@ def rewriting(tokenizer) -> TokenizerWrapper:
 def test_every_front_end_gives_the_same_ids_for_the_same_messages(rewriting):
     from app.session import ChatMessage, Session
     from specmlx.generate import encode
-    from specmlx.serve.jobs import chat_prompt
-    from specmlx.serve.schemas import ChatRequest
+    from specmlx.serve.serving import chat_prompt
+    from specmlx.serve.protocol import ChatRequest
     from specmlx.train.answers import prompt_tokens
 
     from .app.fakes import FakeEngine
@@ -172,8 +172,8 @@ def test_every_front_end_gives_the_same_ids_for_the_same_messages(rewriting):
 def test_every_front_end_encodes_plain_text_alike(templateless, vocab):
     from app.session import ChatMessage, Session, plain_transcript
     from specmlx.generate import encode
-    from specmlx.serve.jobs import completion_prompt
-    from specmlx.serve.schemas import CompletionRequest
+    from specmlx.serve.serving import completion_prompt
+    from specmlx.serve.protocol import CompletionRequest
 
     from .app.fakes import FakeEngine
 
