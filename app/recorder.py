@@ -1,4 +1,4 @@
-"""Writes one streaming answer to the history, update by update, on the worker's thread.
+"""Writes one streaming answer to the history, round by round, on the thread that runs it.
 
 The worker saves each update before posting it to the UI, so whatever is on
 screen is already committed.
@@ -20,12 +20,12 @@ class AnswerRecorder:
     def save(self, update: Update) -> None:
         """Raises StoreError; the caller then sets `conversation` to None and goes on."""
         if isinstance(update, Streamed):
-            self.shown.extend(e.text for e in update.events)
+            self.shown.append(update.round.text)
         if self.conversation is None:
             return
         if isinstance(update, Started):
             self.message = self.store.begin_answer(self.conversation)
         elif isinstance(update, Streamed):
-            self.store.add_tokens(self.message, update.events, "".join(self.shown))
+            self.store.add_round(self.message, update.round, "".join(self.shown))
         elif isinstance(update, Finished):
             self.store.finish_answer(self.message, update.text, update.stats)

@@ -18,7 +18,7 @@ from jinja2 import TemplateError
 from specmlx.drafters import NONE
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
-from specmlx.events import TokenEvent
+from specmlx.events import RoundEvent
 from specmlx.policy import DraftPolicy
 from specmlx.prompting import encode_chat, encode_text, has_chat_template
 from specmlx.stats import GenerationStats
@@ -51,12 +51,11 @@ class Started:
 
 @dataclass(frozen=True)
 class Streamed:
-    """Tokens emitted since the last update; `elapsed` is seconds since the first
-    token; `draft_length` the draft length chosen for the round they end."""
+    """One round of the answer, as the engine reported it; `elapsed` is
+    seconds since the first round arrived."""
 
-    events: tuple[TokenEvent, ...]
+    round: RoundEvent
     elapsed: float
-    draft_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -150,10 +149,11 @@ class Session:
     # -- running the engine ----------------------------------------------------
 
     def stream(self, text: str, settings: ChatSettings, stop: Callable[[], bool] = lambda: False) -> Iterator[Update]:
-        """Answer `text`: yields Started, then Streamed batches, then Finished.
+        """Answer `text`: yields Started, then one Streamed a round, then Finished.
 
-        After `stop()` turns true, the generation is closed at the next token
-        and what was emitted is kept, in the history too.
+        `stop()` is asked after each round: once it turns true the generation
+        is closed before the next round, and what was emitted is kept, in the
+        history too.
         """
         self.history.append(ChatMessage("user", text))
         try:
@@ -172,11 +172,11 @@ class Session:
         emitted: list[str] = []
         try:
             first = None
-            for event in generation:  # a round at a time: its tokens were computed together
+            for event in generation:
                 now = perf_counter()
                 first = now if first is None else first
                 emitted.append(event.text)
-                yield Streamed(event.tokens, now - first, event.num_draft)
+                yield Streamed(event, now - first)
                 if stop():
                     break
         finally:

@@ -1,9 +1,9 @@
-"""Chat history in SQLite: conversations and their settings, messages, each token's text and source, stats.
+"""Chat history in SQLite: conversations and their settings, messages, answers' rounds and tokens, stats.
 
-Writes are committed as they happen (the user's message at once, an answer's
-tokens batch by batch, before the batch is shown), so a crash or kill loses
-nothing that was on screen. WAL with synchronous=NORMAL makes a commit cheap
-and survives a killed process. One connection is shared by the UI thread and
+Writes are committed as they happen (the user's message at once, an answer
+round by round, each before it is shown), so a crash or kill loses nothing
+that was on screen. WAL with synchronous=NORMAL makes a commit cheap and
+survives a killed process. One connection is shared by the UI thread and
 the workers, behind a lock.
 """
 
@@ -16,10 +16,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator
 
 from specmlx.errors import SpecmlxError
-from specmlx.events import Source, TokenEvent
+from specmlx.events import RoundEvent, Source, TokenEvent
 from specmlx.stats import GenerationStats
 
 from .settings import ChatSettings
@@ -52,8 +52,21 @@ CREATE TABLE IF NOT EXISTS tokens (
     source TEXT NOT NULL,
     PRIMARY KEY (message_id, position)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rounds (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    num_draft INTEGER NOT NULL,
+    drafted INTEGER NOT NULL,
+    accepted INTEGER NOT NULL,
+    looked_up INTEGER NOT NULL,
+    probe REAL,
+    PRIMARY KEY (message_id, position)
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
+# `rounds` came after version 1 and is ignored by it, so older apps still open the file:
+# `tokens` holds each round's tokens in order, `rounds.tokens` how many of them a round emitted.
 
 
 class StoreError(Exception):
@@ -70,12 +83,16 @@ class ConversationInfo:
 
 @dataclass(frozen=True)
 class StoredMessage:
+    """`events` are an answer's tokens; `rounds` hold the same tokens by round,
+    and are empty for an answer saved before rounds were kept."""
+
     role: str
     content: str
     events: tuple[TokenEvent, ...] = ()
     tail: str = ""
     stats: GenerationStats | None = None
     finished: bool = True
+    rounds: tuple[RoundEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,7 +113,7 @@ class Store:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=5)
         self._lock = threading.Lock()
-        self._positions: dict[int, int] = {}  # answer id -> next token position
+        self._positions: dict[int, tuple[int, int]] = {}  # answer id -> next token and round positions
         try:
             self._setup()
         except BaseException:
@@ -179,17 +196,23 @@ class Store:
     def begin_answer(self, conversation: int) -> int:
         """An empty assistant message that tokens are appended to as they stream."""
         message = self._insert_message(conversation, "assistant", "", finished=False)
-        self._positions[message] = 0
+        self._positions[message] = (0, 0)
         return message
 
-    def add_tokens(self, message: int, events: Sequence[TokenEvent], content: str) -> None:
-        """Append streamed tokens; `content` is the answer's text so far."""
-        start = self._positions.get(message, 0)
-        rows = [(message, start + i, e.token, e.text, e.source.value) for i, e in enumerate(events)]
+    def add_round(self, message: int, event: RoundEvent, content: str) -> None:
+        """Append one streamed round with its tokens; `content` is the answer's text so far."""
+        token, position = self._positions.get(message, (0, 0))
+        rows = [(message, token + i, t.token, t.text, t.source.value) for i, t in enumerate(event.tokens)]
         with self._write() as db:
             db.executemany("INSERT INTO tokens VALUES (?, ?, ?, ?, ?)", rows)
+            db.execute(
+                "INSERT INTO rounds (message_id, position, tokens, num_draft, drafted, accepted, looked_up, probe) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (message, position, len(rows), event.num_draft, event.drafted, event.accepted,
+                 int(event.looked_up), event.probe),
+            )
             db.execute("UPDATE messages SET content = ? WHERE id = ?", (content, message))
-        self._positions[message] = start + len(rows)
+        self._positions[message] = (token + len(rows), position + 1)
 
     def finish_answer(self, message: int, content: str, stats: GenerationStats) -> None:
         with self._write() as db:
@@ -234,14 +257,14 @@ class Store:
                 "SELECT id, role, content, stats, finished FROM messages WHERE conversation_id = ? ORDER BY id",
                 (conversation,),
             ).fetchall()
-            tokens = {
-                message: db.execute(
-                    "SELECT token, text, source FROM tokens WHERE message_id = ? ORDER BY position", (message,)
-                ).fetchall()
-                for message, role, *_ in rows if role == "assistant"
-            }
+            answers = [message for message, role, *_ in rows if role == "assistant"]
+            tokens = {message: db.execute("SELECT token, text, source FROM tokens WHERE message_id = ? "
+                                          "ORDER BY position", (message,)).fetchall() for message in answers}
+            rounds = {message: db.execute("SELECT tokens, num_draft, drafted, accepted, looked_up, probe "
+                                          "FROM rounds WHERE message_id = ? ORDER BY position", (message,)).fetchall()
+                      for message in answers}
         try:
-            messages = tuple(_message(role, content, tokens.get(i, []), stats, finished)
+            messages = tuple(_message(role, content, tokens.get(i, []), rounds.get(i, []), stats, finished)
                              for i, role, content, stats, finished in rows)
         except ValueError as err:  # a token source this version does not know
             raise StoreError(f"cannot read conversation {conversation}: {err}") from None
@@ -252,11 +275,24 @@ class Store:
             self._db.close()
 
 
-def _message(role: str, content: str, tokens: list[tuple], stats: str | None, finished: int) -> StoredMessage:
+def _message(role: str, content: str, tokens: list[tuple], rounds: list[tuple], stats: str | None,
+             finished: int) -> StoredMessage:
     events = tuple(TokenEvent(token, text, Source(source)) for token, text, source in tokens)
     shown = "".join(e.text for e in events)
     tail = content[len(shown):] if content.startswith(shown) else ""
-    return StoredMessage(role, content, events, tail, _stats(stats), bool(finished))
+    return StoredMessage(role, content, events, tail, _stats(stats), bool(finished), _rounds(events, rounds))
+
+
+def _rounds(events: tuple[TokenEvent, ...], rows: list[tuple]) -> tuple[RoundEvent, ...]:
+    """The answer's rounds, its tokens dealt out to them in order; none when
+    their counts do not cover the tokens (an answer saved before rounds were kept)."""
+    if sum(row[0] for row in rows) != len(events):
+        return ()
+    out, start = [], 0
+    for count, num_draft, drafted, accepted, looked_up, probe in rows:
+        out.append(RoundEvent(events[start:start + count], num_draft, drafted, accepted, bool(looked_up), probe))
+        start += count
+    return tuple(out)
 
 
 def _settings_json(settings: ChatSettings) -> str:

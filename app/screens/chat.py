@@ -1,7 +1,7 @@
 """The chat: transcript, prompt, stats and legend; answers stream in from a worker.
 
-Workers hand MLX work to the app's MLX thread, commit each batch of tokens to
-the history, and only then post it here as a message: widgets are touched on
+Workers hand MLX work to the app's MLX thread, commit each round to the
+history, and only then post it here as a message: widgets are touched on
 the event loop alone, and nothing on screen is missing from the history.
 """
 
@@ -187,15 +187,15 @@ class ChatScreen(Screen):
             if note:
                 self._add(Note(note), before=answer)  # about what this answer sees, so above it
         elif isinstance(update, Streamed):
-            answer.append(update.events)
-            if not self._tally.tokens:  # the first round also paid for the prefill: not counted
-                self._first_round = len(update.events)
-            self._tally.add((e.source for e in update.events), update.draft_length)
+            answer.append(update.round.tokens)
+            if not self._tally.rounds:  # the first round also paid for the prefill: not counted
+                self._first_round = len(update.round.tokens)
+            self._tally.add(update.round)
             decoded = self._tally.tokens - self._first_round
             tps = decoded / update.elapsed if decoded and update.elapsed > 0 else None
             self.figures = replace(
                 self.figures, tokens=self._tally.tokens, tps=tps, mean_accepted=self._tally.mean_accepted,
-                accepted_per_round=tuple(self._tally.accepted_per_round),
+                rounds=self._tally.rounds, accepted_per_round=tuple(self._tally.accepted_per_round),
                 draft_lengths=tuple(self._tally.draft_lengths),
             )
         else:
@@ -346,8 +346,7 @@ class ChatScreen(Screen):
                 widgets.append(Note("interrupted: the answer up to here was saved"))
             elif message.stats is not None and message.stats.finish_reason == "cancelled":
                 widgets.append(Note("stopped; the answer so far is kept", classes="stopped"))
-            self._tally = Tally()
-            self._tally.add(e.source for e in message.events)
+            self._tally = Tally.of(message.rounds)  # none for answers saved before rounds were kept
             stats = message.stats
         self._show(widgets or [Note(self._welcome(), id="welcome")])
         self.figures = self._final_figures(stats, self._tally) if stats else self._idle_figures()
@@ -427,13 +426,13 @@ class ChatScreen(Screen):
         )
 
     def _final_figures(self, stats: GenerationStats, tally: Tally) -> Figures:
-        """The engine's own numbers; the per-round sparkline comes from the sources."""
+        """The engine's own numbers; the per-round sparklines come from the rounds."""
         drafted = stats.drafter != NONE
         draft = ("auto" if stats.auto else str(stats.num_draft)) if drafted else "off"  # as this answer ran
         return replace(
             self.figures, drafter=drafter_label(stats.drafter), tokens=stats.generation_tokens,
             tps=stats.generation_tps, acceptance=stats.acceptance_rate if stats.drafted else None,
-            mean_accepted=stats.mean_accepted, draft=draft,
+            mean_accepted=stats.mean_accepted, draft=draft, rounds=stats.rounds,
             accepted_per_round=tuple(tally.accepted_per_round), draft_lengths=tuple(tally.draft_lengths),
             baseline_tps=self.baseline_tps, measuring=False, finished=True,
         )

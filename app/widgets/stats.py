@@ -28,7 +28,8 @@ class Figures:
     tps: float | None = None
     acceptance: float | None = None
     mean_accepted: float | None = None
-    accepted_per_round: tuple[int, ...] = ()
+    rounds: int = 0
+    accepted_per_round: tuple[int, ...] = ()  # empty for an answer saved before rounds were kept
     prompt_tokens: int = 0
     reused: int = 0
     baseline_tps: float | None = None  # plain decoding on this answer's prompt
@@ -104,7 +105,7 @@ class StatsPanel(Static):
                 ("draft len", draft_length(f)),
                 ("accepted", accepted(f)),
                 ("mean len", number(f.mean_accepted if f.tokens else None, "{:.2f} tok/round")),
-                ("rounds", str(len(f.accepted_per_round))),
+                ("rounds", str(f.rounds)),
             ),
             Text(bars, style="green") if bars else Text("accepted drafts per round", style="dim"),
             *([Text(lengths, style="cyan")] if lengths else []),

@@ -10,6 +10,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine
+from specmlx.events import RoundEvent, TokenEvent
 
 from .. import tiny
 from .fakes import FakeEngine
@@ -46,26 +47,30 @@ def turn_checking(tokenizer) -> TokenizerWrapper:
 
 
 class RecordingEngine(Engine):
-    """The real engine; keeps every event it reported, generation by generation."""
+    """The real engine; keeps every round it reported, generation by generation."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.reported: list[list] = []
+        self.rounds: list[list[RoundEvent]] = []
+
+    def tokens(self, generation: int = -1) -> list[TokenEvent]:
+        """The tokens of one generation's rounds, in order."""
+        return [t for event in self.rounds[generation] for t in event.tokens]
 
     def generate(self, prompt, config=None):
         generation = super().generate(prompt, config) if config else super().generate(prompt)
-        events: list = []
-        self.reported.append(events)
-        inner = generation._events
+        rounds: list[RoundEvent] = []
+        self.rounds.append(rounds)
+        inner = generation._rounds
 
         def record():
             try:
                 for event in inner:
-                    events.append(event)
+                    rounds.append(event)
                     yield event
             finally:
                 inner.close()  # runs the engine's cleanup: rewind, stats
-        generation._events = record()
+        generation._rounds = record()
         return generation
 
 

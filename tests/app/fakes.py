@@ -1,8 +1,9 @@
 """A scripted engine for UI tests where the model does not matter.
 
 It speaks the Engine's interface (generate, drafter, context, tokenizer) and
-emits given (text, source) tokens, optionally slowly or endlessly, and records
-every call so tests can check what the app asked for.
+emits given (text, source) tokens, one `RoundEvent` a round as the real
+Generation does, optionally slowly or endlessly, and records every call so
+tests can check what the app asked for.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Sequence
 from mlx_lm.utils import common_prefix_len
 
 from specmlx.engine import GenerationConfig
-from specmlx.events import Source, TokenEvent
+from specmlx.events import RoundEvent, Source, TokenEvent
 from specmlx.stats import GenerationStats
 
 DEMO_ANSWER = (
@@ -71,49 +72,62 @@ class Call:
 
 
 class FakeGeneration:
+    """Rounds of the script: each ends with a token of the target's own, or where
+    the script or `max_tokens` ends. `emitted` and `rounds` are what was yielded."""
+
     def __init__(self, engine: "FakeEngine", prompt: list[int], config: GenerationConfig) -> None:
         self.engine, self.prompt, self.config = engine, prompt, config
         self.emitted: list[TokenEvent] = []
+        self.rounds: list[RoundEvent] = []
         self.stats: GenerationStats | None = None
         self.tail = ""
         self.closed = False
-        self.draft_lengths: list[int] = []  # as Generation's: one per round, before its tokens
-        self._tokens = self._run()
+        self._rounds = self._run()
 
     def _run(self):
-        tokens = list(self.engine.tokens)
-        i = 0
+        tokens, i, pending = list(self.engine.tokens), 0, []
         try:
-            while self.engine.endless or i < len(tokens):
-                if len(self.emitted) >= self.config.max_tokens:
-                    break
+            more = lambda: self.engine.endless or i < len(tokens)  # noqa: E731
+            while more() and len(self.emitted) < self.config.max_tokens:  # a round ends at max_tokens
                 if self.engine.gate is not None:
                     self.engine.gate.acquire()
                 elif self.engine.delay:
                     time.sleep(self.engine.delay)
                 text, source = tokens[i % len(tokens)]
-                if not self.emitted or self.emitted[-1].source is not Source.DRAFT:  # a round begins
-                    self.draft_lengths.append(self.engine.draft_length(self.config))
-                event = TokenEvent(1000 + i, text, source)
-                self.emitted.append(event)
+                pending.append(TokenEvent(1000 + i, text, source))
                 i += 1
-                yield event
+                ends = source is not Source.DRAFT or len(self.emitted) + len(pending) >= self.config.max_tokens
+                if ends or not more():
+                    yield self._round(pending)
+                    pending = []
             self.tail = self.engine.tail
         finally:
-            self.stats = self.engine.stats_for(self.emitted, self.config, self.closed)
+            self.stats = self.engine.stats_for(self.rounds, self.config, self.closed)
             self.engine.context = self.prompt + [e.token for e in self.emitted]
+
+    def _round(self, tokens: list[TokenEvent]) -> RoundEvent:
+        accepted = sum(t.source is Source.DRAFT for t in tokens)
+        k = self.engine.draft_length(self.config)
+        event = RoundEvent(tuple(tokens), k, max(k, accepted) if k else 0, accepted)
+        self.emitted.extend(tokens)
+        self.rounds.append(event)
+        return event
 
     def __iter__(self):
         return self
 
-    def __next__(self) -> TokenEvent:
-        return next(self._tokens)
+    def __next__(self) -> RoundEvent:
+        return next(self._rounds)
+
+    def token_events(self):
+        for event in self:
+            yield from event.tokens
 
     def close(self) -> None:
         self.closed = self.stats is None
-        self._tokens.close()
+        self._rounds.close()
         if self.stats is None:  # closed before it started
-            self.stats = self.engine.stats_for(self.emitted, self.config, True)
+            self.stats = self.engine.stats_for(self.rounds, self.config, True)
 
 
 class FakeEngine:
@@ -151,18 +165,18 @@ class FakeEngine:
         """What every round of the script drafts: the policy's start, or 0 for no drafter."""
         return config.policy.start if getattr(self.drafter, "name", "") != "none" else 0
 
-    def stats_for(self, events: list[TokenEvent], config: GenerationConfig, cancelled: bool) -> GenerationStats:
-        """Counts as the engine would make them; a fixed speed keeps snapshots stable."""
-        rounds = sum(e.source is not Source.DRAFT for e in events)
-        accepted = sum(e.source is Source.DRAFT for e in events)
+    def stats_for(self, events: list[RoundEvent], config: GenerationConfig, cancelled: bool) -> GenerationStats:
+        """Counts as the engine would make them from its rounds; a fixed speed keeps snapshots stable."""
+        rounds, tokens = len(events), sum(len(e.tokens) for e in events)
+        accepted = sum(e.accepted for e in events)
         k = self.draft_length(config)
         histogram = [0] * (config.policy.start + 1)
         return GenerationStats(
             drafter=self.drafter.name, num_draft=config.policy.start, prompt_tokens=0,
-            generation_tokens=len(events), rounds=rounds, drafted=max(rounds * k, accepted), accepted=accepted,
+            generation_tokens=tokens, rounds=rounds, drafted=sum(e.drafted for e in events), accepted=accepted,
             accepted_histogram=tuple(histogram), target_forwards=rounds, host_syncs=rounds,
-            prefill_s=0.0, decode_s=len(events) / self.tps, draft_s=0.0, verify_s=0.0, profiled=False,
-            finish_reason="cancelled" if cancelled else ("length" if len(events) >= config.max_tokens else "eos"),
+            prefill_s=0.0, decode_s=tokens / self.tps, draft_s=0.0, verify_s=0.0, profiled=False,
+            finish_reason="cancelled" if cancelled else ("length" if tokens >= config.max_tokens else "eos"),
             draft_histogram=tuple(rounds if i == k else 0 for i in range(len(histogram))),
             plain_rounds=rounds if k == 0 else 0, auto=config.policy.auto,
         )

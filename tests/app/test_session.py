@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 from mlx_lm.utils import common_prefix_len
 
-from app.session import ChatMessage, Finished, Session, Started, Streamed, batched, in_turn, plain_transcript
+from app.session import ChatMessage, Finished, Session, Started, Streamed, in_turn, plain_transcript
 from app.settings import ChatSettings
 from specmlx.cache import cache_length
 from specmlx.drafters import NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
-from specmlx.events import Source, TokenEvent
 
 GREEDY = ChatSettings(max_tokens=24)  # with the drafter the engine came with: "noisy"
 
@@ -31,15 +30,14 @@ def test_prompt_is_the_chat_template_over_the_whole_conversation(tiny_engine, wr
     assert session.prompt_ids("Be brief.") == list(expected)
 
 
-def test_stream_reports_start_batches_and_the_full_answer(tiny_engine):
+def test_stream_reports_start_each_round_and_the_full_answer(tiny_engine):
     session = Session(tiny_engine())
     updates = answer(session, "for i in range(10):")
-    started, *batches, finished = updates
+    started, *rounds, finished = updates
     assert isinstance(started, Started) and started.drafter == "noisy"
-    assert all(isinstance(b, Streamed) for b in batches) and isinstance(finished, Finished)
-    events = [e for b in batches for e in b.events]
-    assert events == session.engine.reported[0]  # nothing lost or reordered on the way
-    assert finished.text == "".join(e.text for e in events) + finished.tail
+    assert all(isinstance(r, Streamed) for r in rounds) and isinstance(finished, Finished)
+    assert [r.round for r in rounds] == session.engine.rounds[0]  # the engine's rounds, none lost or reordered
+    assert finished.text == "".join(r.round.text for r in rounds) + finished.tail
     assert [m.role for m in session.history] == ["user", "assistant"]
     assert session.history[-1].content == finished.text
 
@@ -58,15 +56,16 @@ def test_next_turn_reuses_the_caches_of_the_previous_one(tiny_engine):
 
 def test_stop_keeps_what_was_emitted(tiny_engine):
     session = Session(tiny_engine())
-    seen, updates = [], []
-    for update in session.stream("hello", ChatSettings(max_tokens=200), stop=lambda: len(seen) > 0):
+    rounds, updates = [], []
+    for update in session.stream("hello", ChatSettings(max_tokens=200), stop=lambda: len(rounds) > 0):
         updates.append(update)
         if isinstance(update, Streamed):
-            seen.extend(update.events)
+            rounds.append(update.round)
     finished = updates[-1]
     assert finished.stats.finish_reason == "cancelled"
     # One round went out, then the generation was closed: nothing pulled was held back.
-    assert seen == session.engine.reported[0] and len(seen) == finished.stats.generation_tokens
+    seen = [t for r in rounds for t in r.tokens]
+    assert rounds == session.engine.rounds[0] and len(seen) == finished.stats.generation_tokens
     assert session.history[-1].content == finished.text
     # The caches hold the prompt and exactly what was emitted.
     assert session.engine.context[-len(seen):] == [e.token for e in seen]
@@ -106,7 +105,7 @@ def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine)
     prompt, last = session._last[0], updates[-1]
     plain = Engine(session.engine.target, NoDrafter(), session.engine.tokenizer)
     expected = [e.token for e in plain.generate(prompt, GenerationConfig(max_tokens=16)).token_events()]
-    assert [e.token for u in updates if isinstance(u, Streamed) for e in u.events] == expected
+    assert [e.token for u in updates if isinstance(u, Streamed) for e in u.round.tokens] == expected
     assert last.stats.drafter == "noisy" and last.stats.drafted > 0
 
 
@@ -131,20 +130,21 @@ def test_speculative_turns_after_swaps_still_equal_plain_greedy_decoding(tiny_en
     last = answer(session, "the lazy dog")
     plain = Engine(target, NoDrafter(), wrapped)
     expected = [e.token for e in plain.generate(session._last[0], GenerationConfig(max_tokens=24)).token_events()]
-    assert [e.token for e in session.engine.reported[-1]] == expected
+    assert [e.token for e in session.engine.tokens()] == expected
     assert isinstance(last[-1], Finished)
 
 
-def test_batches_end_with_each_round_and_a_stop_ends_them_at_once():
-    D, C, B, T = Source.DRAFT, Source.CORRECTED, Source.BONUS, Source.TARGET
-    sources = [D, D, C, T, D, D, D, D, B, D, D]  # the last round was cut (EOS)
-    events = [TokenEvent(i, str(i), s) for i, s in enumerate(sources)]
-    batches = list(batched(events, lambda: False))
-    assert [[e.source for e in b.events] for b in batches] == [[D, D, C], [T], [D, D, D, D, B], [D, D]]
-    seen = []
-    for batch in batched(events, lambda: len(seen) >= 1):
-        seen.append(batch)
-    assert [len(b.events) for b in seen] == [3]
+def test_each_update_is_one_round_and_a_stop_ends_the_answer_after_its_round(fake_engine):
+    engine = fake_engine()
+    session = Session(engine)
+    rounds = [u.round for u in answer(session, "hi") if isinstance(u, Streamed)]
+    yielded = engine.calls[0].generation.rounds
+    assert len(rounds) == len(yielded) > 1
+    assert all(mine is theirs for mine, theirs in zip(rounds, yielded))  # the very events, not copies
+    updates = answer(session, "again", stop=lambda: True)  # asked after each round
+    generation = engine.calls[1].generation
+    assert [u.round for u in updates if isinstance(u, Streamed)] == generation.rounds[:1] == generation.rounds
+    assert generation.closed and updates[-1].stats.finish_reason == "cancelled"
 
 
 def test_without_a_chat_template_the_chat_is_a_plain_transcript(fake_engine):
@@ -229,13 +229,12 @@ def test_an_answer_that_fails_midway_keeps_its_turn(fake_engine):
 
     def failing(prompt, config):
         generation = generate(prompt, config)
-        tokens = generation._tokens
+        rounds = generation._rounds
 
         def one_round_then_fail():
-            for _ in range(6):  # the script's first round, and a draft of the next
-                yield next(tokens)
-            raise RuntimeError("the device went away")
-        generation._tokens = one_round_then_fail()
+            yield next(rounds)
+            raise RuntimeError("the device went away")  # in the next round
+        generation._rounds = one_round_then_fail()
         return generation
 
     engine.generate = failing
@@ -244,6 +243,6 @@ def test_an_answer_that_fails_midway_keeps_its_turn(fake_engine):
     with pytest.raises(RuntimeError):
         for update in session.stream("hi", GREEDY):
             if isinstance(update, Streamed):
-                shown.extend(e.text for e in update.events)
+                shown.append(update.round.text)
     assert [m.role for m in session.history] == ["user", "assistant"]
     assert session.history[-1].content == "".join(shown) and shown

@@ -30,7 +30,7 @@ def chat_app(factory, **kwargs) -> SpecApp:
     return SpecApp(engine_factory=factory, cursor_blink=False, **kwargs)
 
 
-def test_an_answer_streams_in_token_by_token(fake_engine):
+def test_an_answer_streams_in_round_by_round(fake_engine):
     engine = fake_engine()
     engine.gate = threading.Semaphore(0)
 
@@ -69,7 +69,10 @@ def test_highlighted_spans_match_the_sources_the_engine_reported(tiny_engine):
             await answered(pilot)
             await send(pilot, "for i in range(10):")
             await answered(pilot, 2)
-            for view, reported in zip(app.screen.query(AnswerView), engines[0].reported):
+            views = list(app.screen.query(AnswerView))
+            assert len(views) == len(engines[0].rounds) == 2
+            for i, view in enumerate(views):
+                reported = engines[0].tokens(i)
                 assert view.events == reported
                 styles = view.token_styles()
                 text = view.styled_text()
@@ -77,7 +80,11 @@ def test_highlighted_spans_match_the_sources_the_engine_reported(tiny_engine):
                 assert [(text.plain[s.start:s.end], s.style) for s in text.spans] == [x for x in shown if x[0]]
             figures = app.screen.query_one(StatsPanel).figures
             assert figures.reused > 0  # the second turn reused the first turn's caches
-            assert figures.acceptance is not None and figures.tokens == len(engines[0].reported[1])
+            assert figures.acceptance is not None and figures.tokens == len(engines[0].tokens(1))
+            rounds = engines[0].rounds[1]  # the sparklines are the engine's rounds, as it reported them
+            assert figures.accepted_per_round == tuple(r.accepted for r in rounds)
+            assert figures.draft_lengths == tuple(r.num_draft for r in rounds)
+            assert figures.rounds == len(rounds)
     run(scenario)
 
 
