@@ -10,10 +10,11 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from specmlx.engine import Engine
+from specmlx.mlx_thread import MLXThread
 from specmlx.paths import data_dir
 
+from .chat import Chat
 from .loader import LoadFailure, ModelChoice, load_session
-from specmlx.mlx_thread import MLXThread
 from .screens.chat import ChatScreen
 from .screens.loading import LoadingScreen, Typed
 from .screens.missing import MissingModelScreen
@@ -52,7 +53,7 @@ class SpecApp(App[int]):
         self.cursor_blink = cursor_blink  # off in snapshot tests
         self.mlx = MLXThread()
         self.store: Store | None = None
-        self.session: Session | None = None
+        self.chat: Chat | None = None
 
     def on_mount(self) -> None:
         self.store, warning = Store.open((self.data_dir or data_dir()) / "history.db")
@@ -71,7 +72,6 @@ class SpecApp(App[int]):
         if isinstance(result, LoadFailure):
             self.push_screen(MissingModelScreen(result, typed.text))
             return
-        self.session = result
         settings = self.initial_settings or ChatSettings()
         if settings.drafter not in result.drafters.names:  # None: the one loaded, by its name
             if settings.drafter is not None:
@@ -80,7 +80,8 @@ class SpecApp(App[int]):
             settings = replace(settings, drafter=result.default_drafter)
         if self.system:
             settings = replace(settings, system=self.system)
-        self.push_screen(ChatScreen(result, self.store, self.mlx, settings, typed))
+        self.chat = Chat(result, self.store, settings)
+        self.push_screen(ChatScreen(self.chat, self.mlx, typed))
 
     def action_quit_missing(self) -> None:
         self.exit(return_code=2)
@@ -110,4 +111,4 @@ class SpecApp(App[int]):
         if self.store is not None:
             self.store.close()
             self.store = None
-        self.session = None
+        self.chat = None

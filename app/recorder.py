@@ -1,7 +1,7 @@
 """Writes one streaming answer to the history, round by round, on the thread that runs it.
 
-The worker saves each update before posting it to the UI, so whatever is on
-screen is already committed.
+`Chat.send` saves each update before handing it on to the screen, so
+whatever is on screen is already committed.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ async def shoot(args: argparse.Namespace) -> str:
         await wait(pilot, idle, args.timeout, "the answer")
         if args.baseline:
             await pilot.press("ctrl+b")
-            await wait(pilot, lambda: screen.baseline_tps is not None, args.timeout, "the baseline")
+            await wait(pilot, lambda: screen.figures.baseline_tps is not None, args.timeout, "the baseline")
         if args.markdown:
             await pilot.press("ctrl+r")
         await pilot.pause(0.5)

@@ -3,8 +3,13 @@
 Writes are committed as they happen (the user's message at once, an answer
 round by round, each before it is shown), so a crash or kill loses nothing
 that was on screen. WAL with synchronous=NORMAL makes a commit cheap and
-survives a killed process. One connection is shared by the UI thread and
-the workers, behind a lock.
+survives a killed process.
+
+One thread writes: in the app, the MLX thread, where `Chat` runs, so writes
+happen in the order the chat asked for them. The first write names the
+writer; a write from another thread is a bug and raises RuntimeError. Reads
+(the history list) may come from the event loop too: the one connection is
+shared behind a lock.
 """
 
 from __future__ import annotations
@@ -113,6 +118,7 @@ class Store:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=5)
         self._lock = threading.Lock()
+        self._writer: int | None = None  # the one thread that writes (see above)
         self._positions: dict[int, tuple[int, int]] = {}  # answer id -> next token and round positions
         try:
             self._setup()
@@ -157,6 +163,11 @@ class Store:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One transaction, committed on exit; SQLite errors become StoreError."""
+        writer = threading.get_ident()
+        if self._writer is None:
+            self._writer = writer
+        elif writer != self._writer:
+            raise RuntimeError("the history is written from one thread only (in the app, the MLX thread)")
         with self._lock:
             try:
                 with self._db:

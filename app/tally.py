@@ -17,6 +17,7 @@ from specmlx.events import RoundEvent
 @dataclass
 class Tally:
     tokens: int = 0  # emitted: a round cut by end of sequence or a stop string emits fewer than it accepted
+    first_round: int = 0  # tokens of the first round, which also paid for the prefill
     accepted_per_round: list[int] = field(default_factory=list)
     draft_lengths: list[int] = field(default_factory=list)  # the length planned for each round
 
@@ -28,6 +29,8 @@ class Tally:
         return tally
 
     def add(self, event: RoundEvent) -> None:
+        if not self.rounds:
+            self.first_round = len(event.tokens)
         self.tokens += len(event.tokens)
         self.accepted_per_round.append(event.accepted)
         self.draft_lengths.append(event.num_draft)

@@ -1,15 +1,19 @@
-"""The chat: transcript, prompt, stats and legend; answers stream in from a worker.
+"""The chat on screen: transcript, prompt, stats and legend. What the chat is
+(conversation, stored chat, settings) is `Chat`'s; this screen keeps what it shows.
 
-Workers hand MLX work to the app's MLX thread, commit each round to the
-history, and only then post it here as a message: widgets are touched on
-the event loop alone, and nothing on screen is missing from the history.
+Every call to `Chat` is queued on the app's MLX thread, in order: answers and
+baselines from thread workers, the rest straight from the event loop, and
+what comes back is posted here as a message. So widgets are touched on the
+event loop alone, and since `Chat` saves each round before handing it on,
+nothing on screen is missing from the history.
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -22,23 +26,24 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
-from specmlx.drafters import NONE
 from specmlx.log import user_error
-from specmlx.stats import GenerationStats
-
 from specmlx.mlx_thread import MLXThread
-from ..recorder import AnswerRecorder
-from ..session import Baseline, ChatMessage, Session, Started, Streamed, Update, in_turn
+
+from ..chat import Chat, Reopened, Unsaved
+from ..figures import finished_figures, idle_figures, started_figures, streaming_figures
+from ..session import Baseline, Started, Streamed, Update
 from ..settings import ChatSettings, drafter_label
-from ..store import Conversation, Store, StoreError
+from ..store import StoreError
 from ..tally import Tally
 from ..widgets.answer import AnswerView
 from ..widgets.legend import Legend
 from ..widgets.messages import Note, UserMessage
-from ..widgets.stats import Figures, StatsPanel
+from ..widgets.stats import StatsPanel
 from .history import HistoryScreen
 from .loading import Typed
 from .settings import SettingsScreen
+
+T = TypeVar("T")
 
 
 class ChatScreen(Screen):
@@ -52,14 +57,14 @@ class ChatScreen(Screen):
         Binding("ctrl+b", "baseline", "Baseline"),
     ]
 
-    busy: reactive[str] = reactive("")  # "", "answering", "measuring" or "stopping"
+    busy: reactive[str] = reactive("")  # "", "answering", "measuring", "opening" or "stopping"
     highlight: reactive[bool] = reactive(True)
     markdown: reactive[bool] = reactive(False)
 
     class AnswerUpdate(Message):
         bubble = False  # handled by this screen alone
 
-        def __init__(self, update: Update) -> None:
+        def __init__(self, update: Update | Unsaved) -> None:
             super().__init__()
             self.update = update
 
@@ -78,27 +83,32 @@ class ChatScreen(Screen):
             self.baseline = baseline
             self.error = error
 
-    class StoreFailed(Message):
+    class Opened(Message):
         bubble = False  # handled by this screen alone
 
-        def __init__(self, error: str) -> None:
+        def __init__(self, reopened: Reopened | None, error: str = "") -> None:
             super().__init__()
+            self.reopened = reopened
             self.error = error
 
-    def __init__(self, session: Session, store: Store, mlx: MLXThread, settings: ChatSettings,
-                 typed: Typed = Typed()) -> None:
+    class ChatDone(Message):
+        """Chat work queued from the event loop has ended (`_queue`)."""
+
+        bubble = False  # handled by this screen alone
+
+        def __init__(self, done: Future, then: Callable[[Any], None] | None) -> None:
+            super().__init__()
+            self.done = done
+            self.then = then
+
+    def __init__(self, chat: Chat, mlx: MLXThread, typed: Typed = Typed()) -> None:
         super().__init__()
-        self.session = session
-        self.store = store
+        self.chat = chat
         self.mlx = mlx
-        self.settings = settings
         self.typed = typed  # from the loading screen
-        self.conversation: int | None = None  # created with the first message
-        self.baseline_tps: float | None = None  # plain decoding on the last answer's prompt; None: not measured
-        self.figures = self._idle_figures()
+        self.figures = idle_figures(chat.settings)
         self._answer: AnswerView | None = None
         self._tally = Tally()
-        self._first_round = 0  # tokens of the answer's first round, left out of the live tokens/s
         self._stop = threading.Event()
         self._after_busy: Callable[[], None] | None = None
         self._store_warned = False
@@ -137,70 +147,44 @@ class ChatScreen(Screen):
             self.notify("Still working on the last answer: press Esc to stop it.", severity="warning")
             return
         prompt.clear()
-        self._save_user(text)
         self._add(UserMessage(text))
-        drafter = self.settings.active_drafter
-        if not self.session.drafters.is_loaded(drafter):
+        drafter = self.chat.settings.active_drafter
+        if not self.chat.session.drafters.is_loaded(drafter):
             self._add(Note(f"loading drafter {drafter_label(drafter)} for its first use…"))
         self._answer = AnswerView(highlight=self.highlight, markdown=self.markdown)
         self._add(self._answer)
         self._tally = Tally()
         self._stop.clear()
-        self.baseline_tps = None  # measured on the last answer's prompt: not this one's
         self.busy = "answering"
-        self.run_answer(text, self.settings, self.conversation)
+        self.run_answer(text)
 
     @work(thread=True, group="mlx", exit_on_error=False)
-    def run_answer(self, text: str, settings: ChatSettings, conversation: int | None) -> None:
+    def run_answer(self, text: str) -> None:
         worker = get_current_worker()
         stop = lambda: self._stop.is_set() or worker.is_cancelled  # noqa: E731
-        record = AnswerRecorder(self.store, conversation)
         try:
-            for update in self.mlx.iterate(self.session.stream(text, settings, stop)):
-                try:
-                    record.save(update)
-                except StoreError as err:
-                    record.conversation = None  # stop writing this answer; keep chatting
-                    self.post_message(self.StoreFailed(str(err)))
-                self.post_message(self.AnswerUpdate(update))  # after the commit
+            for update in self.mlx.iterate(self.chat.send(text, stop)):
+                self.post_message(self.AnswerUpdate(update))  # saved by now
         except Exception as err:  # an engine or MLX failure ends this answer, not the app
             self.post_message(self.AnswerFailed(str(user_error(err, "the answer failed"))))
 
-    def _saving(self, write: Callable, *args) -> object | None:
-        """A history write from the event loop; on failure, a warning and None."""
-        try:
-            return write(*args)
-        except StoreError as err:
-            self.post_message(self.StoreFailed(str(err)))
-            return None
-
     def on_chat_screen_answer_update(self, message: AnswerUpdate) -> None:
         update, answer = message.update, self._answer
+        if isinstance(update, Unsaved):
+            self._warn_unsaved(update.error)
+            return
         if isinstance(update, Started):
-            self.figures = replace(
-                self._idle_figures(), prompt_tokens=update.prompt_tokens, reused=update.reused,
-                drafter=drafter_label(update.drafter),
-                draft="off" if update.drafter == NONE else
-                "auto" if update.config.policy.auto else str(update.config.policy.num_draft),
-            )
+            self.figures = started_figures(update)
             note = self._window_note(update)
             if note:
                 self._add(Note(note), before=answer)  # about what this answer sees, so above it
         elif isinstance(update, Streamed):
             answer.append(update.round.tokens)
-            if not self._tally.rounds:  # the first round also paid for the prefill: not counted
-                self._first_round = len(update.round.tokens)
             self._tally.add(update.round)
-            decoded = self._tally.tokens - self._first_round
-            tps = decoded / update.elapsed if decoded and update.elapsed > 0 else None
-            self.figures = replace(
-                self.figures, tokens=self._tally.tokens, tps=tps, mean_accepted=self._tally.mean_accepted,
-                rounds=self._tally.rounds, accepted_per_round=tuple(self._tally.accepted_per_round),
-                draft_lengths=tuple(self._tally.draft_lengths),
-            )
+            self.figures = streaming_figures(self.figures, self._tally, update.elapsed)
         else:
             answer.finish(update.tail)
-            self.figures = self._final_figures(update.stats, self._tally)
+            self.figures = finished_figures(self.figures, update.stats, self._tally)
             if update.stats.finish_reason == "cancelled":
                 self._add(Note("stopped; the answer so far is kept", classes="stopped"))
             elif update.stats.finish_reason == "length":
@@ -214,10 +198,10 @@ class ChatScreen(Screen):
         self._add(Note(f"error: {message.error}", classes="error"))
         self.busy = ""
 
-    def on_chat_screen_store_failed(self, message: StoreFailed) -> None:
+    def _warn_unsaved(self, error: str) -> None:
         if not self._store_warned:
             self._store_warned = True
-            self.notify(f"{message.error}; the chat goes on unsaved.", severity="warning", timeout=10)
+            self.notify(f"{error}; the chat goes on unsaved.", severity="warning", timeout=10)
 
     def watch_busy(self, busy: str) -> None:
         self.refresh_bindings()
@@ -241,20 +225,22 @@ class ChatScreen(Screen):
     def action_new_chat(self) -> None:
         if self._when_idle(self.action_new_chat):
             return
-        self.session.reset()
-        self.conversation = None
+        self._queue(self.chat.new, then=self._cleared)
+
+    def _cleared(self, _: None) -> None:
         self._show([Note(self._welcome(), id="welcome")])
-        self.figures = self._idle_figures()
+        self.figures = idle_figures(self.chat.settings)
         self.query_one(StatsPanel).show(self.figures)
 
     def action_history(self) -> None:
-        self.app.push_screen(HistoryScreen(self.store), self._open)
+        delete = lambda conversation: self._queue(self.chat.delete, conversation)  # noqa: E731
+        self.app.push_screen(HistoryScreen(self.chat.store, delete), self._open)
 
     def action_settings(self) -> None:
-        drafters = self.session.drafters
+        drafters = self.chat.session.drafters
         offered = [(name, drafter_label(name) + ("" if drafters.is_loaded(name) else " (loads when first used)"))
                    for name in drafters.names]
-        self.app.push_screen(SettingsScreen(self.settings, offered), self._apply_settings)
+        self.app.push_screen(SettingsScreen(self.chat.settings, offered), self._apply_settings)
 
     def action_toggle_highlight(self) -> None:
         self.highlight = not self.highlight
@@ -287,17 +273,18 @@ class ChatScreen(Screen):
         worker = get_current_worker()
         stop = lambda: self._stop.is_set() or worker.is_cancelled  # noqa: E731
         try:
-            self.post_message(self.BaselineDone(self.mlx.call(self.session.measure_baseline, stop)))
+            self.post_message(self.BaselineDone(self.mlx.call(self.chat.measure_baseline, stop)))
         except Exception as err:  # a sentence for the screen; a traceback, if any, for the log
             self.post_message(self.BaselineDone(None, str(user_error(err, "measuring plain decoding failed"))))
 
     def on_chat_screen_baseline_done(self, message: BaselineDone) -> None:
-        if message.baseline is not None:
-            self.baseline_tps = message.baseline.tps
-            self.notify(f"Plain decoding: {message.baseline.tps:.1f} tok/s over {message.baseline.tokens} tokens.")
+        baseline = message.baseline
+        if baseline is not None:  # for the answer on screen: the next one starts without it
+            self.figures = replace(self.figures, baseline_tps=baseline.tps)
+            self.notify(f"Plain decoding: {baseline.tps:.1f} tok/s over {baseline.tokens} tokens.")
         else:
             self.notify(message.error, severity="warning")
-        self.figures = replace(self.figures, measuring=False, baseline_tps=self.baseline_tps)
+        self.figures = replace(self.figures, measuring=False)
         self.query_one(StatsPanel).show(self.figures)
         self.busy = ""
 
@@ -305,39 +292,37 @@ class ChatScreen(Screen):
 
     def _open(self, conversation: int | None) -> None:
         if conversation is None:
-            self._forget_if_deleted()
             return
         if self._when_idle(lambda: self._open(conversation)):
             return
-        try:
-            stored = self.store.load(conversation)
-        except StoreError as err:
-            self.notify(str(err), severity="error")
-            return
-        self.show_conversation(stored)
+        self.busy = "opening"  # until it is on screen: a message sent now would be wiped
+        self.reopen(conversation)
 
-    def _forget_if_deleted(self) -> None:
-        """The open chat was deleted in the history: the next message starts a new one."""
+    @work(thread=True, group="mlx", exit_on_error=False)
+    def reopen(self, conversation: int) -> None:
         try:
-            if self.conversation is not None and self.conversation not in {c.id for c in self.store.conversations()}:
-                self.conversation = None
-        except StoreError:
-            pass
+            self.post_message(self.Opened(self.mlx.call(self.chat.open, conversation)))
+        except Exception as err:  # a sentence for the screen; a traceback, if any, for the log
+            self.post_message(self.Opened(None, said(err, "reopening the chat failed")))
 
-    def show_conversation(self, stored: Conversation) -> None:
-        """Put a stored chat on screen and continue it (its prompt is prefilled anew)
-        with the settings it was using."""
-        history = [ChatMessage(m.role, m.content) for m in stored.messages]
-        self.session.reset(history)
-        self._restore_settings(stored)
-        self.conversation = stored.id
-        self.baseline_tps = None
+    def on_chat_screen_opened(self, message: Opened) -> None:
+        self.busy = ""
+        if message.reopened is None:
+            self.notify(message.error, severity="error")
+        else:
+            self.show_conversation(message.reopened)
+
+    def show_conversation(self, reopened: Reopened) -> None:
+        """Put a reopened chat on screen, with the figures of its last answer."""
+        if reopened.note:
+            self.notify(reopened.note, severity="warning")
+        self._show_drafter()
         widgets: list[Widget] = []
-        self._tally, stats = Tally(), None
-        for message, kept in zip(stored.messages, in_turn(history)):
+        last = None
+        for message, seen in zip(reopened.conversation.messages, reopened.seen):
             if message.role == "user":
                 widgets.append(UserMessage(message.content))
-                if not kept:
+                if not seen:
                     widgets.append(Note("not answered: the model does not see this message"))
                 continue
             widgets.append(AnswerView(message.events, message.tail, finished=True,
@@ -346,41 +331,38 @@ class ChatScreen(Screen):
                 widgets.append(Note("interrupted: the answer up to here was saved"))
             elif message.stats is not None and message.stats.finish_reason == "cancelled":
                 widgets.append(Note("stopped; the answer so far is kept", classes="stopped"))
-            self._tally = Tally.of(message.rounds)  # none for answers saved before rounds were kept
-            stats = message.stats
+            last = message
         self._show(widgets or [Note(self._welcome(), id="welcome")])
-        self.figures = self._final_figures(stats, self._tally) if stats else self._idle_figures()
+        self._tally = Tally.of(last.rounds if last else ())  # none for answers saved before rounds were kept
+        stats = last.stats if last else None
+        idle = idle_figures(self.chat.settings)
+        self.figures = finished_figures(idle, stats, self._tally) if stats else idle
         self.query_one(StatsPanel).show(self.figures)
-
-    def _restore_settings(self, stored: Conversation) -> None:
-        """The stored chat's settings; a chat saved before chats kept them takes
-        the current ones, with its own system prompt."""
-        settings = stored.settings or replace(self.settings, system=stored.system)
-        if settings.drafter not in self.session.drafters.names:
-            self.notify(f"This chat drafted with {settings.drafter}, which these models do not offer; "
-                        f"it goes on with {drafter_label(self.settings.drafter)}.", severity="warning")
-            settings = replace(settings, drafter=self.settings.drafter)
-        self.settings = settings
-        self._show_drafter()
 
     def _apply_settings(self, settings: ChatSettings | None) -> None:
         if settings is None:
             return
-        if self.conversation is not None:
-            self._saving(self.store.set_settings, self.conversation, settings)
-        self.settings = settings
-        self._show_drafter()
+        self._queue(self.chat.apply_settings, settings)
+        self._show_drafter(settings)
         self.notify("Settings apply from the next answer.")
 
-    def _save_user(self, text: str) -> None:
-        """The user's message is committed before anything else happens."""
-        if self.conversation is None:
-            self.conversation = self._saving(
-                self.store.new_conversation, text[:60], self.settings, self.session.target_name)
-        if self.conversation is not None:
-            self._saving(self.store.add_message, self.conversation, "user", text)
-
     # -- helpers -------------------------------------------------------------------
+
+    def _queue(self, work: Callable[..., T], *args: object, then: Callable[[T], None] | None = None) -> None:
+        """Run Chat work on the MLX thread after all queued before it (an answer
+        under way included), so the chat changes in the order the user asked;
+        `then` shows its result here, and a failure is shown instead."""
+        done = self.mlx.submit(work, *args)
+        done.add_done_callback(lambda _: self.post_message(self.ChatDone(done, then)))
+
+    def on_chat_screen_chat_done(self, message: ChatDone) -> None:
+        try:
+            result = message.done.result()
+        except Exception as err:  # a sentence for the screen; a traceback, if any, for the log
+            self.notify(said(err, "changing the chat failed"), severity="error")
+            return
+        if message.then is not None:
+            message.then(result)
 
     def _when_idle(self, action: Callable[[], None]) -> bool:
         """If busy, stop and run `action` once idle; True when deferred."""
@@ -406,43 +388,31 @@ class ChatScreen(Screen):
 
     def _window_note(self, started: Started) -> str:
         """What fitting the context window changed for this answer, if anything."""
-        window = self.session.engine.context_window
+        window = self.chat.session.engine.context_window
         limit = started.config.max_tokens
-        short = f"at most {limit} tokens long" if limit < self.settings.max_tokens else ""
+        short = f"at most {limit} tokens long" if limit < self.chat.settings.max_tokens else ""
         if not started.dropped:
             return f"in the model's context window of {window} tokens, the answer below can be {short}" if short else ""
         oldest = "the oldest message" if started.dropped == 1 else f"the {started.dropped} oldest messages"
         return (f"to fit the model's context window of {window} tokens, the answer below does not see {oldest}"
                 + (f" and can be {short}" if short else ""))
 
-    def _show_drafter(self) -> None:
-        self.sub_title = f"{self.session.target_name} · drafter {drafter_label(self.settings.active_drafter)}"
-
-    def _idle_figures(self) -> Figures:
-        choice = self.settings.active_drafter
-        return Figures(
-            drafter=drafter_label(choice), draft="off" if choice == NONE else self.settings.draft_label,
-            baseline_tps=self.baseline_tps,
-        )
-
-    def _final_figures(self, stats: GenerationStats, tally: Tally) -> Figures:
-        """The engine's own numbers; the per-round sparklines come from the rounds."""
-        drafted = stats.drafter != NONE
-        draft = ("auto" if stats.auto else str(stats.num_draft)) if drafted else "off"  # as this answer ran
-        return replace(
-            self.figures, drafter=drafter_label(stats.drafter), tokens=stats.generation_tokens,
-            tps=stats.generation_tps, acceptance=stats.acceptance_rate if stats.drafted else None,
-            mean_accepted=stats.mean_accepted, draft=draft, rounds=stats.rounds,
-            accepted_per_round=tuple(tally.accepted_per_round), draft_lengths=tuple(tally.draft_lengths),
-            baseline_tps=self.baseline_tps, measuring=False, finished=True,
-        )
+    def _show_drafter(self, settings: ChatSettings | None = None) -> None:
+        """The target and drafter in the title: of `settings` when just chosen, else the chat's."""
+        choice = (settings or self.chat.settings).active_drafter
+        self.sub_title = f"{self.chat.session.target_name} · drafter {drafter_label(choice)}"
 
     def _welcome(self) -> str:
-        template = "" if self.session.has_chat_template else (
+        template = "" if self.chat.session.has_chat_template else (
             "\nThis model has no chat template: the chat is sent as a plain 'User:/Assistant:' transcript.")
         return (
-            f"Chatting with {self.session.target_name}; drafter: "
-            f"{drafter_label(self.settings.active_drafter)}.{template}\n"
+            f"Chatting with {self.chat.session.target_name}; drafter: "
+            f"{drafter_label(self.chat.settings.active_drafter)}.{template}\n"
             "Type a message and press Enter; Esc stops an answer and keeps what was written.\n"
             "ctrl+s settings · ctrl+o history · ctrl+b measure plain decoding · ctrl+p all commands"
         )
+
+
+def said(err: BaseException, doing: str) -> str:
+    """What the screen says of a failure: a history error as it is, anything else as `user_error` puts it."""
+    return str(err) if isinstance(err, StoreError) else str(user_error(err, doing))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -23,16 +24,20 @@ def describe(info: ConversationInfo) -> Text:
 
 
 class HistoryScreen(ModalScreen[int | None]):
-    """Dismissed with the chosen conversation's id, or None."""
+    """Dismissed with the chosen conversation's id, or None.
+
+    It reads the store; `delete` removes a chat, through the chat screen, as
+    the store is written by one thread (see store.py)."""
 
     BINDINGS = [
         Binding("escape", "close", "Close"),
         Binding("delete", "delete", "Delete chat"),
     ]
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, delete: Callable[[int], None]) -> None:
         super().__init__()
         self.store = store
+        self.delete = delete
 
     def compose(self) -> ComposeResult:
         with Vertical(id="history-dialog"):
@@ -64,11 +69,7 @@ class HistoryScreen(ModalScreen[int | None]):
         if options.highlighted is None:
             return
         option = options.get_option_at_index(options.highlighted)
-        try:
-            self.store.delete(int(option.id))
-        except StoreError as err:
-            self.notify(str(err), severity="error")
-            return
+        self.delete(int(option.id))  # a failure is notified when it happens
         options.remove_option(option.id)
         self._show_empty()
 

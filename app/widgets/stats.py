@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from rich.console import Group
@@ -10,31 +9,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from ..figures import Figures
+
 BARS = "▁▂▃▄▅▆▇█"
-
-
-@dataclass(frozen=True)
-class Figures:
-    """What the panel shows about the latest answer.
-
-    `acceptance` is None while an answer streams: it needs the number of
-    drafted tokens, which only the engine's final stats hold (`finished`).
-    """
-
-    drafter: str = ""
-    draft: str = "off"  # the draft length setting: "off" (no speculation), "auto" or a number
-    draft_lengths: tuple[int, ...] = ()  # the length chosen for each round so far
-    tokens: int = 0
-    tps: float | None = None
-    acceptance: float | None = None
-    mean_accepted: float | None = None
-    rounds: int = 0
-    accepted_per_round: tuple[int, ...] = ()  # empty for an answer saved before rounds were kept
-    prompt_tokens: int = 0
-    reused: int = 0
-    baseline_tps: float | None = None  # plain decoding on this answer's prompt
-    measuring: bool = False
-    finished: bool = False
 
 
 def sparkline(values: Sequence[int], top: int, width: int) -> str:

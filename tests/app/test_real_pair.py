@@ -38,12 +38,12 @@ def test_a_short_answer_with_acceptance_stats(tmp_path):
             drafted = sum(1 for e in view.events if e.source is Source.DRAFT)
             assert drafted > 0  # the 0.5B drafter's tokens were accepted and shown as such
             # The preset's MTP head is offered too, and loads when first chosen.
-            chat = app.screen
-            assert chat.session.drafters.names == ("qwen2.5-coder-0.5b", "mtp", "ngram", "none")
-            chat._apply_settings(replace(chat.settings, drafter="mtp"))  # as the settings screen dismisses
+            screen = app.screen
+            assert screen.chat.session.drafters.names == ("qwen2.5-coder-0.5b", "mtp", "ngram", "none")
+            screen._apply_settings(replace(screen.chat.settings, drafter="mtp"))  # as the settings screen dismisses
             await send(pilot, "And the cube?")
-            await wait_until(pilot, lambda: len(chat.query(AnswerView)) == 2 and not chat.busy, timeout=600,
+            await wait_until(pilot, lambda: len(screen.query(AnswerView)) == 2 and not screen.busy, timeout=600,
                              what="the MTP-drafted answer")
-            assert not chat.query(".error") and chat.query_one(StatsPanel).figures.drafter == "mtp"
+            assert not screen.query(".error") and screen.query_one(StatsPanel).figures.drafter == "mtp"
 
     run(scenario)

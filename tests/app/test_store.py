@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from app.settings import ChatSettings
@@ -142,3 +143,22 @@ def test_an_answer_saved_before_rounds_were_kept_opens_with_its_tokens_and_no_ro
     (answer,) = Store(path).load(1).messages
     assert list(answer.events) == EVENTS[:2] and answer.rounds == ()
 
+
+def test_the_store_is_written_from_one_thread_and_read_from_any(tmp_path):
+    store = Store(tmp_path / "h.db")
+    chat = store.new_conversation("mine")  # the first write names the writer
+    outcome = {}
+
+    def elsewhere():
+        outcome["read"] = [c.title for c in store.conversations()]
+        try:
+            store.add_message(chat, "user", "from another thread")
+        except RuntimeError as err:
+            outcome["write"] = str(err)
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert outcome == {"read": ["mine"], "write": "the history is written from one thread only (in the app, "
+                                                  "the MLX thread)"}
+    store.add_message(chat, "user", "from the writer")
+    assert [m.content for m in store.load(chat).messages] == ["from the writer"]

@@ -103,9 +103,9 @@ def test_esc_stops_at_once_and_keeps_what_was_written(fake_engine, data_dir):
             generation = engine.calls[0].generation
             assert generation.closed and generation.stats.finish_reason == "cancelled"
             assert view.events == generation.emitted  # exactly what the engine emitted, all shown
-            assert app.screen.session.history[-1].content == view.text
+            assert app.screen.chat.session.history[-1].content == view.text
             assert app.screen.query(Note).filter(".stopped")
-            stored = app.store.load(app.screen.conversation).messages[-1]
+            stored = app.store.load(app.screen.chat.conversation).messages[-1]
             assert stored.content == view.text and stored.stats.finish_reason == "cancelled"
     run(scenario)
 
@@ -120,9 +120,9 @@ def test_a_new_chat_clears_the_conversation(fake_engine, wrapped):
             await send(pilot, "first question")
             await answered(pilot)
             await pilot.press("ctrl+n")
-            await pilot.pause()
-            assert not app.screen.query(AnswerView) and not app.screen.query(UserMessage)
-            assert app.screen.session.history == [] and app.screen.conversation is None
+            await wait_until(pilot, lambda: not app.screen.query(AnswerView), what="the new chat")
+            assert not app.screen.query(UserMessage)
+            assert app.screen.chat.session.history == [] and app.screen.chat.conversation is None
             await send(pilot, "second question")
             await answered(pilot)
             prompt = wrapped.decode(engine.calls[-1].prompt)
@@ -174,7 +174,7 @@ def test_bad_settings_are_refused_with_a_message(fake_engine):
         app = chat_app(lambda: fake_engine())
         async with app.run_test(size=SIZE) as pilot:
             await chat_ready(pilot)
-            chat = app.screen
+            screen = app.screen
             await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: app.screen.query("#top_p"), what="the settings screen")
             app.screen.query_one("#top_p").value = "0"
@@ -188,8 +188,8 @@ def test_bad_settings_are_refused_with_a_message(fake_engine):
             error = str(app.screen.query_one("#settings-error").render())
             assert 'draft tokens: draft policy "lots": unknown part lots' in error
             await pilot.press("escape")
-            await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
-            assert chat.settings.top_p == 1.0
+            await wait_until(pilot, lambda: app.screen is screen, what="back to the chat")
+            assert screen.chat.settings.top_p == 1.0
     run(scenario)
 
 
@@ -343,7 +343,7 @@ def test_an_mtp_drafted_answer_then_plain_decoding_shows_a_measured_speedup(targ
                 assert panel.figures.baseline_tps is not None, notes
             assert "×" in speedup(panel.figures) and "vs plain" in speedup(panel.figures)
             assert not app.screen.query(".error")  # no error note in the transcript
-            assert app.screen.session.engine.drafter.name == "none"  # the baseline's; the next answer swaps back
+            assert app.screen.chat.session.engine.drafter.name == "none"  # the baseline's; the next answer swaps back
     run(scenario)
     assert not [n for n in notes if n[1] in ("warning", "error")], notes
 
@@ -414,7 +414,8 @@ def test_a_chat_with_unanswered_messages_goes_on_once_reopened(fake_engine, turn
             await send(pilot, "short")
             await answered(pilot)
             assert "too long" in str(app.screen.query_one(".error").render())
-            app.store.add_message(app.screen.conversation, "user", "closed before its answer began")
+            # As the app leaves it when closed before an answer began; on the thread that writes the history.
+            app.mlx.call(app.store.add_message, app.screen.chat.conversation, "user", "closed before its answer began")
 
     async def after():
         app = chat_app(lambda: second)
@@ -480,7 +481,7 @@ def test_the_drafter_list_starts_on_the_chosen_drafter_and_marks_it_without_colo
         app = chat_app(lambda: fake_engine(), settings=ChatSettings(drafter="ngram"))
         async with app.run_test(size=SIZE) as pilot:
             await chat_ready(pilot)
-            chat = app.screen
+            screen = app.screen
             await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: app.screen.query("#drafter"), what="the settings screen")
             marks = {b.name: b.render().plain[:3] for b in app.screen.query(ChosenButton)}
@@ -488,8 +489,8 @@ def test_the_drafter_list_starts_on_the_chosen_drafter_and_marks_it_without_colo
             app.screen.query_one("#drafter").focus()
             await pilot.press("space")  # on the chosen entry: the choice stays
             await pilot.press("ctrl+s")
-            await wait_until(pilot, lambda: app.screen is chat, what="back to the chat")
-            assert chat.settings.drafter == "ngram"
+            await wait_until(pilot, lambda: app.screen is screen, what="back to the chat")
+            assert screen.chat.settings.drafter == "ngram"
     run(scenario)
 
 
@@ -552,9 +553,9 @@ def test_a_reopened_chat_keeps_its_settings(fake_engine, data_dir):
         app = chat_app(lambda: second)
         async with app.run_test(size=SIZE) as pilot:
             await chat_ready(pilot)
-            assert app.screen.settings == ChatSettings(drafter="fake-0.5b")  # a new chat: the defaults
+            assert app.screen.chat.settings == ChatSettings(drafter="fake-0.5b")  # a new chat: the defaults
             await reopen_newest(pilot)
-            assert app.screen.settings == chosen
+            assert app.screen.chat.settings == chosen
             assert app.screen.sub_title.endswith("drafter prompt lookup")
             await send(pilot, "three")
             await answered(pilot, 3)
@@ -563,3 +564,32 @@ def test_a_reopened_chat_keeps_its_settings(fake_engine, data_dir):
             assert isinstance(call.drafter, PromptLookupDrafter)
     run(before)
     run(after)
+
+
+def test_the_history_is_written_from_the_mlx_thread_alone(fake_engine, data_dir):
+    """Every write (question, rounds, settings, deletion) goes through Chat on
+    the MLX thread; deleting the open chat from the history makes the next
+    message start a new stored chat."""
+    engine, notes = fake_engine(), []
+
+    async def scenario():
+        app = chat_app(lambda: engine)
+        app.notify = lambda message, **kwargs: notes.append((message, kwargs.get("severity")))
+        async with app.run_test(size=SIZE) as pilot:
+            await chat_ready(pilot)
+            await send(pilot, "one")
+            await answered(pilot)
+            app.screen._apply_settings(ChatSettings(temp=0.5, drafter="fake-0.5b"))
+            await pilot.press("ctrl+o")
+            await wait_until(pilot, lambda: app.screen.query("#conversations"), what="the history")
+            await pilot.press("delete")  # the newest: the open chat
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.chat.conversation is None,
+                             what="the open chat deleted")
+            await send(pilot, "two")
+            await answered(pilot, 2)
+            assert app.store._writer == app.mlx._ident and engine.threads == {app.mlx._ident}
+            assert [c.title for c in app.store.conversations()] == ["two"]
+            assert app.store.load(app.screen.chat.conversation).settings.temp == 0.5
+    run(scenario)
+    assert not [n for n in notes if n[1] in ("warning", "error")], notes

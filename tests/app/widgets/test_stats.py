@@ -1,6 +1,7 @@
 """The stats panel's figures: sparkline on a fixed scale, speedup only when measured."""
 
-from app.widgets.stats import Figures, accepted, sparkline, speedup
+from app.figures import Figures
+from app.widgets.stats import accepted, sparkline, speedup
 
 
 def test_sparkline_scale_is_zero_to_num_draft():
