@@ -4,4 +4,8 @@
 `session`, `settings`, `store`, `tally`, `figures` and `loader` know nothing
 of Textual; `screens/` and `widgets/` know nothing of MLX and only hear from
 it through messages.
+
+This folder is `app` in a checkout (`python -m app`) and installs as
+`specmlx_chat` (pyproject's package-dir), so its modules import each other
+relatively: they work under either name.
 """

@@ -30,8 +30,10 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "def add(a, b):\n    return"
+# The chat app's folder app/ installs as this package (pyproject's package-dir).
+CHAT = "specmlx_chat"
 # Package data read at run time (pyproject's [tool.setuptools.package-data]).
-DATA = ["specmlx/presets/presets.toml", "specmlx/bench/prompts.jsonl", "app/app.tcss"]
+DATA = ["specmlx/presets/presets.toml", "specmlx/bench/prompts.jsonl", f"{CHAT}/app.tcss"]
 BUNDLED_FILES = ["config.json", "model.safetensors"]
 DEFAULT = presets.default_preset_name()
 
@@ -145,12 +147,17 @@ def test_the_bundled_weights_are_whole(wheel):
             assert archive.getinfo(name).file_size == source.stat().st_size > 1 << 20, name
 
 
+def installed_name(path: str) -> str:
+    """Where a checkout file lands in the wheel: app/ becomes the chat's own package."""
+    return f"{CHAT}/{path[len('app/'):]}" if path.startswith("app/") else path
+
+
 def test_the_wheel_has_every_module_and_no_tests(wheel_names):
     tops = {name.split("/")[0] for name in wheel_names}
-    assert {top for top in tops if not top.endswith(".dist-info")} == {"specmlx", "app"}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"specmlx", CHAT}  # no package called app
     assert not any(name.startswith("tests/") or "/tests/" in name for name in wheel_names)
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in wheel_names)
-    sources = {p.relative_to(ROOT).as_posix() for package in ("specmlx", "app")
+    sources = {installed_name(p.relative_to(ROOT).as_posix()) for package in ("specmlx", "app")
                for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts}
     assert sources - set(wheel_names) == set()
 
@@ -160,19 +167,21 @@ def test_the_wheel_declares_both_console_scripts(wheel, wheel_names):
     with zipfile.ZipFile(wheel) as archive:
         entry_points = archive.read(name).decode()
     assert "specmlx = specmlx.cli:main" in entry_points
-    assert "specmlx-chat = app.__main__:main" in entry_points
+    assert f"specmlx-chat = {CHAT}.__main__:main" in entry_points
 
 
 # The installed copy, run from outside the checkout.
 
 def test_the_new_environment_imports_the_installed_copy(env_dir, sandbox):
-    code = ("import json, app, specmlx, specmlx.paths as p; "
-            "print(json.dumps([specmlx.__file__, app.__file__, str(p.checkout_root()), str(p.models_dir())]))")
+    code = (f"import json, importlib.util, {CHAT} as chat, specmlx, specmlx.paths as p; "
+            "print(json.dumps([specmlx.__file__, chat.__file__, str(p.checkout_root()), str(p.models_dir()), "
+            "importlib.util.find_spec('app') is None]))")
     result = run([env_dir / "bin" / "python", "-c", code], cwd=sandbox["cwd"], env=sandbox["env"])
     assert result.returncode == 0, result.stderr
-    package, app, checkout, models = json.loads(result.stdout)
+    package, chat, checkout, models, no_app = json.loads(result.stdout)
+    assert no_app  # the chat app took no top-level name `app` from its users
     site = env_dir.resolve()
-    for path in (package, app):
+    for path in (package, chat):
         assert Path(path).resolve().is_relative_to(site), path
         assert not Path(path).resolve().is_relative_to(ROOT), path
     assert checkout == "None"
@@ -241,3 +250,31 @@ def test_the_chat_app_answers_help(user):
     result = user("specmlx-chat", "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: specmlx-chat")
+
+
+# Headless, on a model that is not there: the app starts (its stylesheet is
+# package data) and shows how to get one.
+CHAT_STARTS = f"""
+import asyncio, os
+from {CHAT}.app import SpecApp
+from {CHAT}.screens.missing import MissingModelScreen
+
+async def main():
+    app = SpecApp(target=os.path.abspath("no-such-model"), cursor_blink=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(1200):
+            if isinstance(app.screen, MissingModelScreen):
+                break
+            await pilot.pause(0.05)
+        print(type(app.screen).__name__, len(app.stylesheet.rules) > 0)
+        await pilot.press("q")
+    print(app.return_code)
+
+asyncio.run(main())
+"""
+
+
+def test_the_installed_chat_app_starts_with_its_stylesheet(env_dir, sandbox):
+    result = run([env_dir / "bin" / "python", "-c", CHAT_STARTS], cwd=sandbox["cwd"], env=sandbox["env"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["MissingModelScreen", "True", "2"]
