@@ -119,7 +119,19 @@ def test_stop_strings_end_the_answer_before_them(client):
     assert stopped.choices[0].finish_reason == "stop"
 
 
-def test_a_conversations_next_turn_is_prefilled_only_past_what_its_slot_holds(client):
+def test_a_conversations_next_turn_is_prefilled_only_past_what_its_slot_holds(loaded):
+    """On a server of its own: which slot a new conversation takes depends on what the
+    slots already hold, so another test's requests must not be there first."""
+    from openai import OpenAI
+
+    from .conftest import start
+
+    background, _ = start(loaded)
+    with background as url, OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
+        check_turns(client)
+
+
+def check_turns(client) -> None:
     def turn(history: list[dict]) -> tuple[str, int, int]:
         reply = client.chat.completions.create(model=MODEL, messages=history, max_tokens=8, temperature=0)
         return (reply.choices[0].message.content, reply.usage.prompt_tokens,
