@@ -131,6 +131,12 @@ class Engine:
         A prompt and `max_tokens` that do not fit the target's context window
         are refused: past it a model's positions mean nothing and it writes
         garbage. Callers that can shorten (the chat) check `room` first."""
+        self.check(prompt, config)
+        return Generation(self, list(prompt), config)
+
+    def check(self, prompt: Sequence[int], config: GenerationConfig) -> None:
+        """Refuse, in one line, a prompt this engine cannot answer: empty, or with
+        `max_tokens`, past the context window (every rank of a sharded target checks it)."""
         if len(prompt) == 0:
             raise SpecmlxError("the prompt is empty")
         room = self.room(len(prompt))
@@ -139,7 +145,6 @@ class Engine:
             raise SpecmlxError(
                 f"the prompt ({len(prompt)} tokens) and max tokens ({config.max_tokens}) do not fit the "
                 f"target's context window of {self.context_window} tokens; {fits}")
-        return Generation(self, list(prompt), config)
 
     def prefill(self, prompt: list[int]) -> None:
         """Bring both caches to hold prompt[:-1], reusing what they share with it."""

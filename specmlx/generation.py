@@ -78,9 +78,13 @@ class Generation:
         return next(self._rounds)
 
     def token_events(self) -> Iterator[TokenEvent]:
-        """The rounds' tokens one by one, for consumers that read tokens, not rounds."""
-        for event in self:
-            yield from event.tokens
+        """The rounds' tokens one by one, for consumers that read tokens, not rounds.
+        A consumer that stops early ends the generation (its stats, its caches)."""
+        try:
+            for event in self:
+                yield from event.tokens
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Stop early; the caches keep what was emitted."""
@@ -146,7 +150,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             rec.resume()
             schedule.update(done, perf_counter() - began - away)
     finally:
-        engine.peers.stop()
+        engine.peers.stop()  # rank 0's word that the generation is over (other ranks run `follow`, not this)
         engine.rewind(len(tokens))  # whatever stopped us, the caches keep only committed tokens
         out.tail = text.finish()
         out.stats = rec.freeze(config.profile, finish or "cancelled", schedule.estimate())

@@ -354,3 +354,13 @@ def test_a_prompt_and_max_tokens_past_the_context_window_are_refused(tokenizer, 
 def test_a_target_whose_config_names_no_window_is_not_limited(vocab):
     args = tiny.qwen2_args(vocab, max_position_embeddings=None)  # as configs that do not say
     assert Engine(tiny.build(args, seed=0), NoDrafter(), eos_token_ids=[]).room(10**6) is None
+
+
+def test_a_token_consumer_that_stops_early_ends_the_generation(tokenizer, vocab, target, noisy_drafter):
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    generation = engine.generate(tokenizer.encode(PROMPTS[0]), GenerationConfig(max_tokens=40))
+    for i, _ in enumerate(generation.token_events()):
+        if i == 2:
+            break
+    assert generation.stats is not None and generation.stats.finish_reason == "cancelled"
+    assert cache_length(engine.cache) == len(engine.context) - 1  # only committed tokens are held

@@ -8,6 +8,7 @@ verdict, so its caches hold exactly rank 0's tokens.
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Sequence
 
 import mlx.core as mx
@@ -53,8 +54,11 @@ def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
     says it is over (not before: rank 0 may be cancelled). Tokens are committed
     by the stop rules rank 0 applies, so both ranks' contexts end alike.
     Returns the tokens emitted and this rank's stats."""
+    engine.check(prompt, config)  # refused here as on rank 0, before any collective
     rec = StatsRecorder(drafter=engine.drafter.name, num_draft=config.policy.start)
+    start = perf_counter()
     engine.prefill(list(prompt))
+    rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
     tokens, text, emitted, finish = engine.context, TextStream(engine.tokenizer, config.stop), [], ""
     rec.resume()
     while (control := lockstep.follow()) is not None:
@@ -71,6 +75,7 @@ def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
 def follow_round(engine: Engine, tokens: list[int], control: Control, lockstep: Lockstep,
                  rec: StatsRecorder) -> Round:
     """Score rank 0's proposal with this rank's shard, then rewind by rank 0's verdict."""
+    start = perf_counter()
     draft = lockstep.share(mx.zeros((control.size,), dtype=mx.uint32))
     hidden, logits = score(engine, tokens, draft)
     # A rank holding part of the head computes its logits whenever rank 0 does; otherwise they stay unevaluated.
@@ -78,4 +83,5 @@ def follow_round(engine: Engine, tokens: list[int], control: Control, lockstep: 
     accepted, following = lockstep.decide(mx.array(0), mx.array(0), after=scored)
     proposal, accepted, following = engine.sync(rec, draft, accepted, following, keep=(scored,))
     engine.rewind(len(tokens) + accepted)
+    rec.verify_s += perf_counter() - start
     return Round(tuple(proposal[:accepted]) + (following,), control.size, control.looked_up)

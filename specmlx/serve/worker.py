@@ -53,7 +53,7 @@ class Ticket:
         self._cancelled = threading.Event()
 
     def cancel(self, why: APIError | None = None) -> None:
-        """Stop at the next token; `why`, if given, is sent to the client (the server is stopping)."""
+        """Stop after the round running; `why`, if given, is sent to the client (the server is stopping)."""
         self._stop = why
         self._cancelled.set()
 
