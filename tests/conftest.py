@@ -60,13 +60,3 @@ def model_dirs(tmp_path_factory, tokenizer, target, target_args, noisy_drafter) 
         "drafter": tiny.save_model(noisy_drafter, target_args, tokenizer, root / "drafter"),
     }
 
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`-n`, with `--dist loadgroup`), a module's tests run on one
-    worker, in order, as they were written to (module fixtures, a server's slots); and
-    every real-checkpoint test runs on one worker: they share what is loaded, and two
-    workers holding real models at once would not fit in memory."""
-    for item in items:
-        group = "real-checkpoints" if item.get_closest_marker("slow") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))

@@ -129,7 +129,7 @@ def test_the_automatic_length_is_exact_and_drops_only_the_drafter_that_does_not_
     # On the real clock the choices follow the machine's load; the output may not.
     prompt = chat(target.tokenizer, rows[0]["prompt"])
     timed = Engine(target.model, drafter, target.tokenizer).generate(prompt, auto)
-    assert [e.token for e in timed] == target_greedy(target.model, prompt, eos) and timed.stats.auto
+    assert [e.token for e in timed.token_events()] == target_greedy(target.model, prompt, eos) and timed.stats.auto
     engine = Engine(target.model, drafter, target.tokenizer)
     engine.auto_draft(drafter, auto.policy).costs = FixedCosts(**MEASURED_COSTS[drafter_name])
     rounds = plain = 0
