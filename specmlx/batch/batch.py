@@ -1,0 +1,126 @@
+"""A running batch: members join and leave between rounds; each round serves all.
+
+`add` prefills a member in its slot's own caches (reusing what they hold),
+then moves its target rows into the batch's cache; `step` plans every
+row's draft length, runs one batched round and commits each row's tokens;
+a member that finished, or is `remove`d, takes its rows back to its slot's
+cache, where its conversation's next turn finds them.
+
+Draft lengths: a member alone plans as a generation alone does (its own
+schedule: `AutoDraft`, or a fixed or adaptive length). With others, the
+members on the automatic length are chosen together for the batch
+(`schedule.load`): a fuller batch drafts less. Each drafter runs on its own
+row (a drafter step per row and per drafted token); the target's forward
+is the one shared.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import mlx.nn as nn
+
+from ..drafters.gemma4_assistant import Gemma4AssistantDrafter
+from ..events import RoundEvent
+from ..plan import Plan
+from ..schedule.auto import TIMED_EVERY, AutoDraft
+from ..schedule.load import Lane, choose
+from .cache import BatchCache
+from .member import Member
+from .round import BatchRound, run_batch
+
+
+class Batch:
+    """The members decoding together, at most `max_rows` of them."""
+
+    def __init__(self, target: nn.Module, layers: int, max_rows: int = 8) -> None:
+        self.target, self.max_rows = target, max_rows
+        self.cache = BatchCache(layers)
+        self.members: list[Member] = []
+        self.rounds = 0  # batched rounds run with more than one member
+        self._drafting = 0  # load-aware rounds that drafted, for the timed-apart cadence
+
+    @property
+    def full(self) -> bool:
+        return len(self.members) >= self.max_rows
+
+    def add(self, member: Member) -> None:
+        """Prefill `member` in its slot's caches and move its target rows into the batch."""
+        member.prefill()
+        engine = member.engine
+        self.cache.join(engine.cache, engine.cache_length())
+        for layer in engine.cache:  # the rows live in the batch now: the slot's copy is freed
+            layer.keys = layer.values = None
+            layer.offset = 0
+        member.row.index = len(self.members)
+        self.members.append(member)
+        if isinstance(engine.drafter, Gemma4AssistantDrafter):  # it reads the target's cache in place
+            engine.drafter.attach(self.target, self.cache.view(member.row))
+
+    def remove(self, member: Member) -> None:
+        """Take `member` out (finished or cancelled): its rows go back to its slot's cache."""
+        engine = member.engine
+        rows = self.cache.leave(member.row.index)
+        for layer, row in zip(engine.cache, rows):
+            layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+        self.members.remove(member)
+        for i, m in enumerate(self.members):
+            m.row.index = i
+        if isinstance(engine.drafter, Gemma4AssistantDrafter):
+            engine.drafter.attach(self.target, engine.cache)
+        engine.rewind(len(member.tokens))
+        member.rec.pause()
+        member.close()
+
+    def step(self) -> list[tuple[Member, RoundEvent]]:
+        """One round for every member; members that finished leave the batch after it."""
+        members = list(self.members)
+        plans = self._plans(members)
+        timed = any(p.timed for p in plans) or any(m.config.profile for m in members)
+        began = perf_counter()
+        done = run_batch(self.target, self.cache, members, plans, timed)
+        seconds = perf_counter() - began
+        alone = len(members) == 1
+        events = [(m, m.commit(plan, r, seconds if alone else None))
+                  for m, plan, r in zip(members, plans, done.rounds)]
+        if not alone:
+            self._learn(members, done, seconds)
+        for m in members:
+            if m.finish:
+                self.remove(m)
+        return events
+
+    def _plans(self, members: list[Member]) -> list[Plan]:
+        """Alone: the member's own schedule. Together: the automatic lengths chosen for the batch."""
+        if len(members) == 1 or not any(m.auto for m in members):
+            return [m.schedule.plan(m.room) for m in members]
+        lead = next(m.auto for m in members if m.auto)
+        fixed = [None if m.auto else m.schedule.plan(m.room) for m in members]
+        lanes = [Lane(tuple(m.auto.acceptance.rates()), max(min(m.auto.limit, m.room), 0), m.auto.costs.step)
+                 if m.auto else Lane((), 0, 0.0, fixed=plan.num_draft) for m, plan in zip(members, fixed)]
+        ks = choose(lanes, lambda n: lead.costs.verify(n - 1))
+        timed = any(ks) and (not lead.costs.timed or self._drafting % TIMED_EVERY == 0)
+        self._drafting += any(ks)
+        return [plan if plan is not None else
+                Plan(k, timed, k == 0 and lane.cap > 0 and (m.hit or m.idle + 1 >= m.auto.probe_every))
+                for m, plan, lane, k in zip(members, fixed, lanes, ks)]
+
+    def _learn(self, members: list[Member], done: BatchRound, seconds: float) -> None:
+        """What a batched round teaches: each row's acceptance, and the batch's costs."""
+        self.rounds += 1
+        autos: dict[int, AutoDraft] = {}
+        for m, r in zip(members, done.rounds):
+            if not m.auto:
+                m.schedule.update(r, seconds)
+                continue
+            autos[id(m.auto)] = m.auto
+            if r.probe is not None:
+                m.auto.acceptance.observe_first(r.probe)
+                m.hit = r.probe >= 0.5
+            elif not r.looked_up:
+                m.auto.acceptance.update(r.drafted, r.accepted)
+                m.hit = m.hit or r.drafted > 0
+            m.idle = 0 if r.steps else m.idle + 1
+        scored = len(members) * done.width - 1  # positions the forward ran beyond one, padding included
+        for auto in autos.values():
+            auto.costs.update(seconds, done.steps, scored, done.draft_s)

@@ -1,0 +1,141 @@
+"""The target's KV cache for a batch of rows: mlx-lm's `BatchKVCache`, one per layer.
+
+mlx-lm keeps rows right-aligned with left padding, and offers `merge`,
+`extend`, `extract` and `filter` for rows that join and leave, and a roll
+(`prepare(right_padding=...)`, `finalize()`) that moves a row's tail into
+its left padding. What it lacks is a rewind that differs per row, which
+speculation needs each round: a row keeps its last token and its accepted
+drafts and drops the rest. `keep` does it: the part every row drops is a
+plain O(1) trim, and only the difference between rows is rolled (a copy of
+the cache; none for a batch of one, or when every row drops the same).
+Lengths and padding are mirrored on the host so that nothing here syncs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from ..errors import SpecmlxError
+
+COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
+
+
+class BatchCache:
+    """Rows of one target's cache; row i holds `lengths[i]` tokens."""
+
+    def __init__(self, layers: int) -> None:
+        self.layers: list[BatchKVCache] = [BatchKVCache([]) for _ in range(layers)]
+        self.lengths: list[int] = []
+        self.padding: list[int] = []  # each row's left padding, as in every layer
+        self.size = 0  # positions every layer holds (mlx-lm's `_idx`)
+
+    @property
+    def rows(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.layers)
+
+    def join(self, cache: Sequence[KVCache], length: int) -> None:
+        """Add a row holding the first `length` tokens of a single-row cache (copied)."""
+        if len(cache) != len(self.layers) or not all(type(c) is KVCache for c in cache):
+            raise SpecmlxError("only a target whose every layer keeps a plain KV cache can be batched")
+        for layer, one in zip(self.layers, cache):
+            one.trim(max(one.offset - length, 0))
+            row = BatchKVCache.merge([one]) if one.keys is not None else BatchKVCache([0])
+            if self.rows:
+                layer.extend(row)
+            else:
+                layer.state = row.state
+        padding = max(self.size - length, 0)
+        self.padding = [p + max(length - self.size, 0) for p in self.padding] + [padding]
+        self.lengths.append(length)
+        self.size = max(self.size, length)
+
+    def leave(self, row: int) -> list[KVCache]:
+        """Remove row `row`; its tokens come back as a single-row cache."""
+        out = []
+        for layer in self.layers:
+            one = KVCache()
+            if layer.keys is not None and self.lengths[row]:
+                start = self.padding[row]
+                one.keys = mx.contiguous(layer.keys[row : row + 1, :, start : self.size])
+                one.values = mx.contiguous(layer.values[row : row + 1, :, start : self.size])
+                one.offset = self.lengths[row]
+            out.append(one)
+        rest = [i for i in range(self.rows) if i != row]
+        del self.lengths[row], self.padding[row]
+        if rest:
+            self._filter(rest)
+        else:
+            self.__init__(len(self.layers))
+        return out
+
+    def _filter(self, rows: list[int]) -> None:
+        index = mx.array(rows)
+        for layer in self.layers:
+            layer.filter(index)  # also drops the left padding every row has
+        drop = min(self.padding)
+        self.padding = [p - drop for p in self.padding]
+        self.size -= drop
+
+    def keep(self, lengths: Sequence[int]) -> None:
+        """After a forward of `width` positions a row: row i keeps its first `lengths[i]` tokens."""
+        excess = [self.size - self.padding[i] - n for i, n in enumerate(lengths)]
+        if min(excess) < 0:
+            raise SpecmlxError("a row cannot keep more than it holds")
+        common = min(excess)
+        roll = [e - common for e in excess]
+        for layer in self.layers:
+            layer.trim(common)  # O(1): every row drops this much
+            if max(roll):
+                layer.prepare(right_padding=roll)
+                layer.finalize()  # each row's own tail becomes left padding (a copy)
+        self.size -= common
+        self.padding = [p + r for p, r in zip(self.padding, roll)]
+        self.lengths = list(lengths)
+        if min(self.padding) >= COMPACT_AT:
+            self._filter(list(range(self.rows)))
+
+    def grown(self, width: int) -> None:
+        """Every row was fed `width` positions (padding included)."""
+        self.size += width
+        self.lengths = [n + width for n in self.lengths]
+
+    def view(self, row: "RowRef") -> list["RowView"]:
+        """Each layer's cache as one row of it reads (what a Gemma 4 assistant attends over)."""
+        return [RowView(self, i, row) for i in range(len(self.layers))]
+
+
+class RowRef:
+    """Where a row sits in the batch now; rows move as others leave."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class RowView:
+    """One row of one layer, read like a single-row `KVCache` (keys from position 0)."""
+
+    def __init__(self, cache: BatchCache, layer: int, row: RowRef) -> None:
+        self.cache, self.layer, self.row = cache, layer, row
+
+    @property
+    def offset(self) -> int:
+        return self.cache.lengths[self.row.index]
+
+    def _slice(self, array: mx.array) -> mx.array:
+        i, start = self.row.index, self.cache.padding[self.row.index]
+        return array[i : i + 1, :, start : self.cache.size]
+
+    @property
+    def keys(self) -> mx.array:
+        return self._slice(self.cache.layers[self.layer].keys)
+
+    @property
+    def values(self) -> mx.array:
+        return self._slice(self.cache.layers[self.layer].values)
