@@ -72,6 +72,16 @@ class Batch:
         member.rec.pause()
         member.close()
 
+    def clear(self) -> list[Member]:
+        """Drop every member, their rows unrecoverable (a shared forward failed): the members
+        are closed, their slots' caches must be emptied. Returns them."""
+        members, self.members = self.members, []
+        self.cache = BatchCache(len(self.cache.layers))
+        for member in members:
+            member.rec.pause()
+            member.close()
+        return members
+
     def step(self) -> list[tuple[Member, RoundEvent]]:
         """One round for every member; members that finished leave the batch after it."""
         members = list(self.members)

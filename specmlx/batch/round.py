@@ -27,6 +27,15 @@ from .cache import BatchCache
 from .member import Member
 
 
+class RowFailure(Exception):
+    """One member's own work failed (its drafter raised): the round did not run,
+    and no other row's state changed. The batch takes that member out."""
+
+    def __init__(self, member: Member, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.member, self.error = member, error
+
+
 @dataclass(frozen=True)
 class BatchRound:
     """What one batched round did: each member's `Round`, the positions fed a row
@@ -46,7 +55,14 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
     """One round for every member, as `plans` say; with `timed`, drafting is synced and timed apart."""
     start = perf_counter()
     keys = [mx.random.split(m.next_key()) for m in members]
-    proposals = [_propose(m, plan, key[0]) for m, plan, key in zip(members, plans, keys)]
+    proposals = []
+    for m, plan, key in zip(members, plans, keys):
+        try:
+            proposals.append(_propose(m, plan, key[0]))
+        except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
+            for other in members:  # drafters that already drafted drop it: nothing was committed
+                other.engine.drafter.rewind(len(other.tokens))
+            raise RowFailure(m, err) from err
     if timed:
         mx.eval([d.tokens for d, _, _ in proposals], [d.probs for d, _, _ in proposals if d.probs is not None])
     draft_s = perf_counter() - start

@@ -28,7 +28,7 @@ from ..sampling import SamplingParams
 from .limits import Access
 from .run import Server, bind
 from .mirror import NO_MIRROR
-from .serving import build
+from .serving import MAX_BATCH, build
 from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
 API_KEY_ENV = "SPECMLX_API_KEY"
@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a web page origin (e.g. http://localhost:3000, or *) whose scripts may call the server "
                    "from a browser; repeatable (default: none)")
     p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 (default 32)")
+    p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="requests decoded at once, in one batch; 1 "
+                   f"serves one at a time, as a sharded target always does (default {MAX_BATCH})")
     p.add_argument("--slots", type=int, default=None, help="conversations whose KV caches are kept between "
                    f"requests (default: as many as --cache-gb holds at {TOKENS_PER_SLOT} tokens each, "
                    f"{MIN_SLOTS} to {MAX_SLOTS})")
@@ -98,7 +100,7 @@ def access(args: argparse.Namespace, keys: tuple[str, ...]) -> Access:
 
 
 def serve(args: argparse.Namespace) -> int:
-    for name in ("max_queue", "slots", "max_tokens", "port"):
+    for name in ("max_queue", "max_batch", "slots", "max_tokens", "port"):
         if getattr(args, name) is not None and getattr(args, name) < (0 if name == "port" else 1):
             raise SpecmlxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     keys, key_note = api_keys(args.api_key, dict(os.environ))
@@ -129,7 +131,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, targ
     mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
     built = build(mlx, target, drafters, policy=defaults_policy, sampling=sampling, max_tokens=args.max_tokens,
                   access=allowed, slots=args.slots, cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                  mirror=mirror)
+                  mirror=mirror, max_batch=args.max_batch)
     worker = built.worker
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"

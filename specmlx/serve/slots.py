@@ -60,6 +60,7 @@ class Slot:
     used: int = 0  # when it last served a request (a counter, for LRU)
     turns: int = 0  # requests it served in one conversation: 1 is a one-off, more a conversation
     owner: Hashable = None  # whose requests it serves (an API key's id; None without keys)
+    busy: bool = False  # a request runs in it (taken, not yet released)
 
     def held_bytes(self) -> int:
         """The target's KV cache, each drafter's own, and the target's hidden states that a
@@ -101,26 +102,38 @@ class Slots:
         return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, peers=self.mirror.peers,
                            autos=self.autos), own)
 
+    def free(self) -> bool:
+        """Whether a slot is free for another request (requests run at once in a batch)."""
+        return any(not s.busy for s in self._slots)
+
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
-        """The slot for `owner`'s `prompt`, drafting with `drafter`: the one of its own whose
-        conversation it continues, else an empty one, else the one cheapest to lose (see above)."""
-        own = [s for s in self._slots if s.owner == owner and s.engine.context]
+        """The slot for `owner`'s `prompt`, drafting with `drafter`, among the free ones: the one of
+        its own whose conversation it continues, else an empty one, else the one cheapest to lose
+        (see above). It is busy until `release`d."""
+        own = [s for s in self._slots if s.owner == owner and s.engine.context and not s.busy]
         best = max(own, key=lambda s: (common_prefix_len(s.engine.context, prompt), s.used), default=None)
         shared = common_prefix_len(best.engine.context, prompt) if best is not None else 0
         if shared and shared >= CONTINUES * len(best.engine.context):
             best.turns += 1
         else:
-            empty = [s for s in self._slots if not s.engine.context]
-            loose = [s for s in self._slots if not self._live(s)]
+            free = [s for s in self._slots if not s.busy]
+            empty = [s for s in free if not s.engine.context]
+            loose = [s for s in free if not self._live(s)]
             small = [s for s in loose if len(s.engine.context) <= LONGER * len(prompt)]
-            best = empty[0] if empty else min(small or loose or self._slots, key=lambda s: s.used)
+            best = empty[0] if empty else min(small or loose or free, key=lambda s: s.used)
             if best.owner != owner and best.engine.context:  # another owner's: not even a shared start is reused
                 best = self._empty(best)
             best.turns, best.owner = 1, owner
         self._clock += 1
-        best.used = self._clock
+        best.used, best.busy = self._clock, True
         best.engine.use(best.drafters[drafter])
         return best
+
+    def release(self, slot: Slot, broken: bool = False) -> None:
+        """The request in `slot` ended; a `broken` one (its request failed midway) is emptied."""
+        slot.busy = False
+        if broken and slot in self._slots:
+            self._empty(slot)
 
     def _live(self, slot: Slot) -> bool:
         """A conversation (continued at least once) used within the last `LIVE_FOR` × `count` requests."""
@@ -133,10 +146,11 @@ class Slots:
         self.mirror.emptied(index)
         return self._slots[index]
 
-    def trim(self, keep: Slot | None = None) -> None:
-        """Empty the least recently used slots until the caches fit `max_bytes`."""
-        while sum(s.held_bytes() for s in self._slots) > self.max_bytes:
-            idle = [s for s in self._slots if s is not keep and s.held_bytes()]
+    def trim(self, keep: Slot | None = None, extra_bytes: int = 0) -> None:
+        """Empty the least recently used free slots until the caches, and `extra_bytes` (a running
+        batch's cache, which holds its requests' target rows), fit `max_bytes`."""
+        while sum(s.held_bytes() for s in self._slots) + extra_bytes > self.max_bytes:
+            idle = [s for s in self._slots if s is not keep and not s.busy and s.held_bytes()]
             if not idle:
                 return
             self._empty(min(idle, key=lambda s: (self._live(s), s.used)))  # what is not live first, oldest first

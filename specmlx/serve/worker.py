@@ -1,4 +1,6 @@
-"""One MLX thread runs every generation, one at a time, in arrival order.
+"""One MLX thread runs every generation: together in a continuous batch
+(`batching.py`), or one at a time, in arrival order, for a sharded target
+or `max_batch` 1.
 
 Requests wait in a FIFO queue of bounded length; a full queue is refused with
 429 and a `Retry-After`, never a hang. A ticket's output reaches its request
@@ -25,7 +27,8 @@ from ..errors import SpecmlxError
 from ..log import user_error
 from ..mlx_thread import MLXThread
 from .errors import APIError
-from .mirror import Mirror
+from .batching import Batching
+from .mirror import NO_MIRROR, Mirror
 from .protocol import Done, Failed, Job, Sink
 from .slots import Slots
 
@@ -61,11 +64,18 @@ class Ticket:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
+    @property
+    def stop_reason(self) -> APIError | None:
+        """What to tell the client of a cancelled ticket (the server is stopping), or None."""
+        return self._stop
+
 
 class Worker:
     def __init__(self, slots: Slots, max_queue: int = 32, mlx: MLXThread | None = None,
-                 on_lost: Callable[[], None] = lambda: None) -> None:
-        """`on_lost`: called when the server cannot answer again (the command line stops it)."""
+                 on_lost: Callable[[], None] = lambda: None, max_batch: int = 1) -> None:
+        """`on_lost`: called when the server cannot answer again (the command line stops it).
+        `max_batch`: requests decoded at once; a sharded target's (a mirror's) run one at a time,
+        since its ranks follow one generation."""
         self.slots = slots
         self.lost: str | None = None  # why the server cannot answer again, once it cannot (the mirror's line)
         self._begun = False  # whether the mirror knows of the running job
@@ -77,6 +87,9 @@ class Worker:
         self._waiting = 0
         self._live: set[Ticket] = set()
         self._closing: APIError | None = None
+        batching = max_batch > 1 and slots.mirror is NO_MIRROR
+        self.batching = Batching(self, max_batch) if batching else None
+        self.max_batch = self.batching.batch.max_rows if batching else 1
 
     @property
     def waiting(self) -> int:
@@ -93,14 +106,30 @@ class Worker:
             self._waiting += 1
             ticket = Ticket(job, sink)
             self._live.add(ticket)
-        self.mlx.submit(self._run, ticket)
+        if self.batching is not None:
+            self.batching.enqueue(ticket)
+        else:
+            self.mlx.submit(self._run, ticket)
         return ticket
 
+    def dequeued(self) -> None:
+        """A ticket left the queue (to run, or cancelled before its turn)."""
+        with self._lock:
+            self._waiting -= 1
+
+    def finished(self, ticket: Ticket, finish: str, tokens: int, started: float, ended: float) -> None:
+        """A ticket ended: it is no longer live, and its record is kept."""
+        with self._lock:
+            self._live.discard(ticket)
+        self.records.append(Record(finish, tokens, started - ticket.submitted, ended - started))
+
     def _retry_after(self) -> int:
-        """Seconds a request sent now would wait: the running job and those waiting, each at the
-        recent mean run time (jobs run one at a time), at least 1."""
+        """Seconds a request sent now would wait: the running jobs and those waiting, at the recent
+        mean run time, `max_batch` at a time, at least 1."""
         recent = [r.run_s for r in list(self.records)[-8:]]
-        return max(1, math.ceil((self._waiting + 1) * sum(recent) / len(recent))) if recent else 1
+        if not recent:
+            return 1
+        return max(1, math.ceil((self._waiting + 1) / self.max_batch * sum(recent) / len(recent)))
 
     @property
     def mirror(self) -> Mirror:
@@ -122,8 +151,7 @@ class Worker:
 
     def _run(self, ticket: Ticket) -> None:
         self._begun = False
-        with self._lock:
-            self._waiting -= 1
+        self.dequeued()
         started = perf_counter()
         finish, tokens = "cancelled", 0
         try:
@@ -145,26 +173,27 @@ class Worker:
                 ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
                                                  "the server's log has the details", "internal_error")))
         finally:
-            if ticket._stop is not None and finish == "cancelled":
-                ticket.sink(Failed(ticket._stop))
-            with self._lock:
-                self._live.discard(ticket)
-            self.records.append(Record(finish, tokens, started - ticket.submitted, perf_counter() - started))
+            if ticket.stop_reason is not None and finish == "cancelled":
+                ticket.sink(Failed(ticket.stop_reason))
+            self.finished(ticket, finish, tokens, started, perf_counter())
 
     def _generate(self, ticket: Ticket, queue_s: float) -> Done:
         job = ticket.job
         slot = self.slots.take(job.prompt, job.drafter, job.owner)
-        cached = slot.engine.reusable(job.prompt)
-        run = slot.engine.generate(job.prompt, job.config)
-        self.mirror.begin(self.slots.index(slot), cached, job.prompt, job.config)
-        self._begun = True
         try:
-            for event in run:  # a round at a time: its tokens were computed together
-                ticket.sink(event)
-                if ticket.cancelled:
-                    break
+            cached = slot.engine.reusable(job.prompt)
+            run = slot.engine.generate(job.prompt, job.config)
+            self.mirror.begin(self.slots.index(slot), cached, job.prompt, job.config)
+            self._begun = True
+            try:
+                for event in run:  # a round at a time: its tokens were computed together
+                    ticket.sink(event)
+                    if ticket.cancelled:
+                        break
+            finally:
+                run.close()  # the caches keep only what was committed
         finally:
-            run.close()  # the caches keep only what was committed
+            self.slots.release(slot)
             self.slots.trim(keep=slot)
         return Done(run.stats, run.tail, cached, queue_s)
 

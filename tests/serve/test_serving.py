@@ -8,7 +8,7 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.serve.errors import APIError
 from specmlx.serve.limits import Access
-from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, Defaults, build, make_job, refuse_past_window
+from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, MAX_BATCH, Defaults, build, make_job, refuse_past_window
 from specmlx.serve.slots import MAX_SLOTS, MIN_SLOTS
 from specmlx.serve.protocol import ChatRequest
 
@@ -102,5 +102,7 @@ def test_the_builder_serves_the_loaded_models_the_first_drafter_by_default(loade
     assert serving.defaults == Defaults(target.name, "drafter", DraftPolicy(num_draft=2), max_tokens=9)
     assert serving.loaded == ("drafter", "mtp", "ngram", "none") == tuple(built.worker.slots.drafters)
     assert built.worker.slots.count == MAX_SLOTS  # no count given: as many as the cache bytes hold
-    assert build(mlx, target, list(drafters.values()), cache_bytes=1).worker.slots.count == MIN_SLOTS
+    # Each request of a batch needs a slot: the default count is at least the batch size.
+    assert build(mlx, target, list(drafters.values()), cache_bytes=1).worker.slots.count == MAX_BATCH
+    assert build(mlx, target, list(drafters.values()), cache_bytes=1, max_batch=1).worker.slots.count == MIN_SLOTS
     assert build(mlx, target, list(drafters.values()), slots=3, cache_bytes=1).worker.slots.count == 3

@@ -24,6 +24,13 @@ class Emptied(NoMirror):
         self.slots.append(slot)
 
 
+def take(mlx, slots: Slots, *args):
+    """A request's slot, released at once: these requests run one after another."""
+    slot = mlx.call(slots.take, *args)
+    slots.release(slot)
+    return slot
+
+
 def run(mlx, slot, prompt: list[int], tokens: int = 6) -> None:
     mlx.call(lambda: list(slot.engine.generate(prompt, GenerationConfig(max_tokens=tokens))))
 
@@ -32,18 +39,33 @@ def test_a_conversation_returns_to_its_slot_and_another_takes_an_empty_one(loade
     mlx, target, drafters = loaded
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
     a, b = list(range(40, 60)), [40, 41] + list(range(100, 130))  # b shares only a short start with a
-    first = mlx.call(slots.take, a, "drafter")
+    first = take(mlx, slots, a, "drafter")
     run(mlx, first, a)
-    assert mlx.call(slots.take, b, "drafter") is not first
+    assert take(mlx, slots, b, "drafter") is not first
     run(mlx, slots._slots[1], b)
     continued = a + first.engine.context[len(a):] + [7, 8]
-    again = mlx.call(slots.take, continued, "ngram")
+    again = take(mlx, slots, continued, "ngram")
     assert again is first
     assert again.engine.reusable(continued) >= len(a)
     assert again.engine.drafter is first.drafters["ngram"]
     # A drafter that reads hidden states needs them for the whole context: the slot is kept,
     # its target cache cut back for the prefill (Engine.use).
-    assert mlx.call(slots.take, continued, "mtp") is first and first.engine.drafter is first.drafters["mtp"]
+    assert take(mlx, slots, continued, "mtp") is first and first.engine.drafter is first.drafters["mtp"]
+
+
+def test_a_busy_slot_is_not_taken_even_by_its_own_conversation(loaded):
+    """Requests run at once in a batch: a slot holds one of them until released."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
+    chat = list(range(40, 60))
+    first = take(mlx, slots, chat, "ngram")
+    run(mlx, first, chat)
+    busy = mlx.call(slots.take, first.engine.context + [5], "ngram")
+    assert busy is first and slots.free()
+    other = mlx.call(slots.take, first.engine.context + [6], "ngram")  # the same conversation, while busy
+    assert other is not first and not slots.free()
+    slots.release(busy)
+    assert slots.free() and mlx.call(slots.take, first.engine.context + [7], "ngram") is first
 
 
 def test_a_third_conversation_takes_the_least_recently_used_slot(loaded):
@@ -52,19 +74,19 @@ def test_a_third_conversation_takes_the_least_recently_used_slot(loaded):
     prompts = [list(range(s, s + 20)) for s in (30, 60, 90)]
     held = []
     for prompt in prompts[:2]:
-        held.append(mlx.call(slots.take, prompt, "ngram"))
+        held.append(take(mlx, slots, prompt, "ngram"))
         run(mlx, held[-1], prompt)
-    mlx.call(slots.take, prompts[0] + held[0].engine.context[20:], "ngram")  # the first is used again
-    assert mlx.call(slots.take, prompts[2], "ngram") is held[1]
+    take(mlx, slots, prompts[0] + held[0].engine.context[20:], "ngram")  # the first is used again
+    assert take(mlx, slots, prompts[2], "ngram") is held[1]
 
 
 def test_slots_over_the_memory_cap_are_emptied_oldest_first(loaded):
     mlx, target, drafters = loaded
     mirror = Emptied()
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2, 1, mirror)  # one byte: nothing idle is kept
-    one = mlx.call(slots.take, list(range(50, 80)), "drafter")
+    one = take(mlx, slots, list(range(50, 80)), "drafter")
     run(mlx, one, list(range(50, 80)))
-    two = mlx.call(slots.take, list(range(150, 180)), "drafter")
+    two = take(mlx, slots, list(range(150, 180)), "drafter")
     run(mlx, two, list(range(150, 180)))
     assert all(n > 0 for n in slots.contexts())
     mlx.call(slots.trim, two)  # the one in use is kept
@@ -81,17 +103,17 @@ def test_one_off_requests_take_turns_beside_a_live_conversation(loaded):
     mlx, target, drafters = loaded
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
     chat = list(range(40, 70))
-    first = mlx.call(slots.take, chat, "ngram")
+    first = take(mlx, slots, chat, "ngram")
     run(mlx, first, chat)
     chat = first.engine.context + [5, 6]
-    assert mlx.call(slots.take, chat, "ngram") is first  # the second turn: a conversation now
+    assert take(mlx, slots, chat, "ngram") is first  # the second turn: a conversation now
     run(mlx, first, chat)
     for start in (100, 200, 300):  # title, tags, follow-ups
-        one_off = mlx.call(slots.take, list(range(start, start + 40)), "ngram")
+        one_off = take(mlx, slots, list(range(start, start + 40)), "ngram")
         assert one_off is not first
         run(mlx, one_off, list(range(start, start + 40)))
     chat = first.engine.context + [7, 8]
-    assert mlx.call(slots.take, chat, "ngram") is first
+    assert take(mlx, slots, chat, "ngram") is first
     assert first.engine.reusable(chat) == len(chat) - 3
 
 
@@ -101,14 +123,14 @@ def test_short_one_off_requests_do_not_push_out_a_longer_first_turn(loaded):
     mlx, target, drafters = loaded
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
     chat = list(range(40, 140))  # a pasted file and a question
-    first = mlx.call(slots.take, chat, "ngram")
+    first = take(mlx, slots, chat, "ngram")
     run(mlx, first, chat)
     for start in (300, 400, 500):
-        one_off = mlx.call(slots.take, list(range(start, start + 40)), "ngram")
+        one_off = take(mlx, slots, list(range(start, start + 40)), "ngram")
         assert one_off is not first
         run(mlx, one_off, list(range(start, start + 40)))
     chat = first.engine.context + [7, 8]
-    assert mlx.call(slots.take, chat, "ngram") is first
+    assert take(mlx, slots, chat, "ngram") is first
 
 
 def test_a_long_new_request_may_take_a_first_turns_slot(loaded):
@@ -117,7 +139,7 @@ def test_a_long_new_request_may_take_a_first_turns_slot(loaded):
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
     taken = []
     for start in (0, 200, 400):
-        taken.append(mlx.call(slots.take, list(range(start, start + 100)), "ngram"))
+        taken.append(take(mlx, slots, list(range(start, start + 100)), "ngram"))
         run(mlx, taken[-1], list(range(start, start + 100)))
     assert taken[2] is taken[0]
 
@@ -126,12 +148,12 @@ def test_a_conversation_gone_quiet_makes_room(loaded):
     mlx, target, drafters = loaded
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
     chat = list(range(40, 70))
-    first = mlx.call(slots.take, chat, "ngram")
+    first = take(mlx, slots, chat, "ngram")
     run(mlx, first, chat)
-    mlx.call(slots.take, first.engine.context + [5], "ngram")
+    take(mlx, slots, first.engine.context + [5], "ngram")
     taken = []
     for start in range(100, 100 + 50 * (LIVE_FOR * 2 + 1), 50):  # requests about as long as the chat
-        taken.append(mlx.call(slots.take, list(range(start, start + 30)), "ngram"))
+        taken.append(take(mlx, slots, list(range(start, start + 30)), "ngram"))
         run(mlx, taken[-1], list(range(start, start + 30)))
     assert first not in taken[:LIVE_FOR * 2 - 1] and first is taken[-1]
 
@@ -143,18 +165,18 @@ def test_a_request_reuses_only_its_own_owners_caches(loaded):
     mirror = Emptied()
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2, mirror=mirror)
     secret = list(range(40, 80))
-    mine = mlx.call(slots.take, secret, "ngram", 0)
+    mine = take(mlx, slots, secret, "ngram", 0)
     assert mirror.slots == []  # an empty slot is simply taken: nothing to drop on other ranks
     run(mlx, mine, secret)
     probe = secret[:30] + [1, 2]
-    theirs = mlx.call(slots.take, probe, "ngram", 1)
+    theirs = take(mlx, slots, probe, "ngram", 1)
     assert theirs is not mine and theirs.engine.reusable(probe) == 0
     run(mlx, theirs, probe)
     mirror.slots.clear()
-    again = mlx.call(slots.take, probe + [3], "ngram", 2)  # a third owner: the least recently used slot...
+    again = take(mlx, slots, probe + [3], "ngram", 2)  # a third owner: the least recently used slot...
     assert again.owner == 2 and again.engine.reusable(probe + [3]) == 0  # ...emptied
     assert mirror.slots == [slots.index(again)]
-    assert mlx.call(slots.take, secret + [9], "ngram", 2).engine.reusable(secret + [9]) == 0
+    assert take(mlx, slots, secret + [9], "ngram", 2).engine.reusable(secret + [9]) == 0
 
 
 def test_the_default_count_keeps_a_few_thousand_tokens_a_slot_in_the_memory_cap(loaded):
@@ -199,7 +221,7 @@ def test_the_memory_cap_counts_an_mtp_heads_hidden_states(loaded):
     mlx, target, drafters = loaded
     slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 2)
     prompt = list(range(50, 80))
-    slot = mlx.call(slots.take, prompt, "mtp")
+    slot = take(mlx, slots, prompt, "mtp")
     run(mlx, slot, prompt)
     head = slot.drafters["mtp"]
     assert head.history.length > len(prompt)  # a row for every position the target scored and kept
@@ -219,14 +241,14 @@ def test_every_slot_starts_from_the_automatic_lengths_measurements(loaded):
     def lengths(slot, prompt: list[int]) -> list[int]:
         return mlx.call(lambda: [e.num_draft for e in slot.engine.generate(prompt, auto)])
 
-    first = mlx.call(slots.take, list(range(40, 60)), "drafter", 0)
+    first = take(mlx, slots, list(range(40, 60)), "drafter", 0)
     start = auto.policy.start
     assert lengths(first, list(range(40, 60)))[:3] == [start, start, 0]  # the first conversation calibrates
     measured = first.engine.auto_draft()
     assert measured.calibration == [] and measured.estimate().costs is not None
-    second = mlx.call(slots.take, list(range(100, 130)), "drafter", 1)
+    second = take(mlx, slots, list(range(100, 130)), "drafter", 1)
     assert second is not first and second.engine.auto_draft() is measured
     lengths(second, list(range(100, 130)))
-    anew = mlx.call(slots.take, list(range(200, 230)), "drafter", 2)  # another owner's: a slot made anew
+    anew = take(mlx, slots, list(range(200, 230)), "drafter", 2)  # another owner's: a slot made anew
     assert anew.engine is not first.engine and anew.engine is not second.engine
     assert anew.engine.auto_draft() is measured and measured.calibration == []
