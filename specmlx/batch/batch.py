@@ -38,6 +38,7 @@ class Batch:
         self.cache = BatchCache(layers)
         self.members: list[Member] = []
         self.rounds = 0  # batched rounds run with more than one member
+        self.widest = 0  # the most members one round served
         self._drafting = 0  # load-aware rounds that drafted, for the timed-apart cadence
 
     @property
@@ -85,6 +86,7 @@ class Batch:
     def step(self) -> list[tuple[Member, RoundEvent]]:
         """One round for every member; members that finished leave the batch after it."""
         members = list(self.members)
+        self.widest = max(self.widest, len(members))
         plans = self._plans(members)
         timed = any(p.timed for p in plans) or any(m.config.profile for m in members)
         began = perf_counter()

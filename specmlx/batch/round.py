@@ -60,8 +60,8 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
         try:
             proposals.append(_propose(m, plan, key[0]))
         except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
-            for other in members:  # drafters that already drafted drop it: nothing was committed
-                other.engine.drafter.rewind(len(other.tokens))
+            for other in members:  # drafters that already drafted drop it: back to what the target scored
+                other.engine.drafter.rewind(len(other.tokens) - 1)
             raise RowFailure(m, err) from err
     if timed:
         mx.eval([d.tokens for d, _, _ in proposals], [d.probs for d, _, _ in proposals if d.probs is not None])

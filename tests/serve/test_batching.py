@@ -1,0 +1,84 @@
+"""Many requests at once: the server's continuous batch, over real HTTP on 127.0.0.1.
+
+Every answer must equal the same request served alone, whatever else shares
+its rounds; a request that continues a kept conversation starts from its
+slot's cached prefix inside the batch; a request whose own work fails fails
+alone. Each test bounds its requests in count and its waits in time.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from openai import OpenAI
+
+from .conftest import MODEL, start
+from .test_worker import CHAT, body
+
+DRAFTERS = ["drafter", "mtp", "ngram", "none"]
+
+
+def request(i: int, **fields) -> dict:
+    """Request i: its own prompt, drafter and draft length (auto for some), greedy."""
+    speculative = {"drafter": DRAFTERS[i % 4]} | ({"auto": True} if i % 3 == 0 else {"num_draft": 1 + i % 4})
+    return body(i, max_tokens=10 + i % 7, speculative=speculative) | fields
+
+
+def test_sixteen_openai_streams_at_once_each_equal_their_answer_alone(loaded):
+    background, worker = start(loaded, slots=16, max_batch=16)
+    with background as url, OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
+        def answer(i: int, stream: bool) -> str:
+            extra = {"speculative": request(i)["speculative"]}
+            fields = {k: v for k, v in request(i).items() if k != "speculative"}
+            if not stream:
+                return client.chat.completions.create(**fields, extra_body=extra).choices[0].message.content
+            chunks = client.chat.completions.create(**fields, extra_body=extra, stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+        alone = [answer(i, stream=False) for i in range(16)]  # one after another: a batch of one each
+        assert worker.batching.batch.widest == 1
+        start_line = threading.Barrier(16, timeout=30)
+
+        def together(i: int) -> str:
+            start_line.wait()
+            return answer(i, stream=True)
+
+        with ThreadPoolExecutor(16) as pool:
+            batched = list(pool.map(together, range(16)))
+    assert batched == alone
+    assert worker.batching.batch.widest > 4  # they did share rounds
+    assert worker.waiting == 0 and not worker.batching.running
+
+
+def test_a_conversation_continued_inside_a_batch_starts_from_its_cached_prefix(loaded):
+    background, worker = start(loaded, slots=4, max_batch=4)
+    with background as url:
+        first = httpx.post(url + CHAT, json=body(1, max_tokens=8), timeout=60).json()
+        turn = body(1, max_tokens=8)
+        turn["messages"] += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": "and"}]
+        alone = httpx.post(url + CHAT, json=turn, timeout=60).json()["choices"][0]["message"]["content"]
+        with ThreadPoolExecutor(4) as pool:  # the second turn again, beside three others
+            replies = list(pool.map(lambda p: httpx.post(url + CHAT, json=p, timeout=60).json(),
+                                    [turn, body(2, max_tokens=30), body(3, max_tokens=30), body(4, max_tokens=30)]))
+    assert replies[0]["choices"][0]["message"]["content"] == alone
+    assert replies[0]["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"]
+    assert worker.batching.batch.widest >= 2
+
+
+def test_a_request_whose_drafter_fails_fails_alone(loaded, monkeypatch):
+    background, worker = start(loaded, slots=4, max_batch=4)
+    with background as url:
+        alone = [httpx.post(url + CHAT, json=body(i, max_tokens=24), timeout=60).json() for i in (5, 6)]
+        for slot in worker.slots._slots:  # every slot's MTP head raises when asked to draft
+            monkeypatch.setattr(slot.drafters["mtp"], "draft", lambda *a, **k: (_ for _ in ()).throw(
+                RuntimeError("a broken drafter")))
+        payloads = [body(5, max_tokens=24), body(7, max_tokens=24, speculative={"drafter": "mtp"}),
+                    body(6, max_tokens=24)]
+        with ThreadPoolExecutor(3) as pool:
+            replies = list(pool.map(lambda p: httpx.post(url + CHAT, json=p, timeout=60), payloads))
+    assert replies[1].status_code == 500 and replies[1].json()["error"]["code"] == "internal_error"
+    assert [replies[0].json()["choices"], replies[2].json()["choices"]] == [a["choices"] for a in alone]
+    assert worker.waiting == 0 and not worker.batching.running
