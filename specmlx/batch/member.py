@@ -57,7 +57,7 @@ class Member:
     def prefill(self) -> None:
         """Bring the slot's caches to hold the prompt but its last token (reusing what they share)."""
         start = perf_counter()
-        self.engine.prefill(self.prompt)
+        self.engine.prefill(list(self.prompt))  # the engine keeps and grows the list it is given
         self.rec.prefill_s, self.rec.prompt_tokens = perf_counter() - start, len(self.prompt)
         self.tokens = self.engine.context
         self.rec.resume()

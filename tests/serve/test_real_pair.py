@@ -65,3 +65,51 @@ def test_a_greedy_chat_through_the_openai_client_equals_specmlx_generate(real):
     assert reply.speculative["tokens"] == expected == alone.speculative["tokens"]
     assert reply.speculative["drafter"] == default and reply.speculative["accepted"] > 0
     assert reply.usage.completion_tokens == TOKENS
+
+
+CHATS = [PROMPT, "Explain what a hash map is in two sentences.",
+         "Write a bash one-liner that counts the lines of every .py file.", "List three uses of Python's zip."]
+
+
+def tie_note(model, prompt: list[int], alone: list[int], batched: list[int]) -> str:
+    """Where a batched answer parts from the answer alone, how close the target's own top two
+    logits were there (one row, no batch): only a near-tie may flip under batched arithmetic."""
+    at = next(i for i, (a, b) in enumerate(zip(alone, batched)) if a != b)
+    logits = model(mx.array(prompt + alone[:at])[None])[0, -1]
+    top = mx.sort(logits)[-2:].tolist()
+    return f"parts at token {at}: {alone[at]} alone, {batched[at]} batched; top two logits there {top}"
+
+
+def test_four_greedy_chats_at_once_each_equal_specmlx_generate_alone(real):
+    """Four requests share every round (a batch of four); each is what `specmlx generate --chat`
+    writes alone, and each accepted drafts."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from openai import OpenAI
+
+    mlx, target, drafters = real
+    default = next(iter(drafters))
+    prompts = [encode(target.tokenizer, text, chat=True, system=None) for text in CHATS]
+
+    def direct(prompt: list[int]) -> list[int]:
+        engine = Engine(target.model, drafters[default].fresh(), target.tokenizer)
+        return [e.token for e in engine.generate(prompt, GenerationConfig(max_tokens=TOKENS)).token_events()]
+
+    alone = [mlx.call(direct, p) for p in prompts]
+    background, worker = start(real, max_tokens=TOKENS, slots=4, max_batch=4)
+    line = Barrier(4, timeout=60)
+    with background as url, OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=600) as client:
+        def served(text: str):
+            line.wait()
+            return client.chat.completions.create(
+                model=target.name, messages=[{"role": "user", "content": text}], temperature=0,
+                extra_body={"speculative": {"sources": True}})
+
+        with ThreadPoolExecutor(4) as pool:
+            replies = list(pool.map(served, CHATS))
+    assert worker.batching.batch.widest == 4
+    for prompt, expected, reply in zip(prompts, alone, replies):
+        tokens = reply.speculative["tokens"]
+        assert tokens == expected, mlx.call(tie_note, target.model, prompt, expected, tokens)
+        assert reply.speculative["accepted"] > 0

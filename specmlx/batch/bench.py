@@ -1,0 +1,92 @@
+"""`python -m specmlx.batch.bench`: what the ragged rewind costs against the round it follows.
+
+After each batched round every row keeps its own number of tokens. The part
+every row drops is an O(1) trim; the rest is a roll of the whole cache
+(`BatchCache.keep`), a copy. This times, on the real target, a verify
+forward of `--rows` rows of `--width` positions over `--context` tokens each,
+and that roll, each evaluated alone, interleaved `--repeats` times, and
+prints the medians and their ratio. A round folds the roll into its own
+graph, so the ratio is an upper bound of what it adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from time import perf_counter
+from typing import Sequence
+
+import mlx.core as mx
+
+from ..cache import make_cache
+from ..cli import run_cli
+from ..hidden import decoder
+from ..loading import load_models
+from ..drafters import NONE
+from .cache import BatchCache
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specmlx.batch.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--context", type=int, default=512, help="tokens each row holds (default 512)")
+    p.add_argument("--width", type=int, default=5, help="positions a round feeds a row: 1 + k (default 5)")
+    p.add_argument("--repeats", type=int, default=5)
+    return p
+
+
+def filled(target, rows: int, context: int) -> BatchCache:
+    """A batch of `rows` rows of `context` random tokens each, a row's length apart by one."""
+    cache = BatchCache(len(make_cache(target)))
+    for i in range(rows):
+        one = make_cache(target)
+        tokens = mx.random.randint(0, 1000, (1, context - i), dtype=mx.uint32)
+        decoder(target, tokens, one)
+        mx.eval([c.state for c in one])
+        cache.join(one, context - i)
+    return cache
+
+
+def timed(fn) -> float:
+    began = perf_counter()
+    fn()
+    return perf_counter() - began
+
+
+def bench(args: argparse.Namespace) -> int:
+    target = load_models(args.target, [NONE], lambda s: print(f"{s}...", file=sys.stderr)).target.model
+    cache = filled(target, args.rows, args.context)
+    rounds, rewinds = [], []
+    for _ in range(args.repeats):
+        lengths = list(cache.lengths)
+
+        def forward() -> None:
+            fed = mx.zeros((args.rows, args.width), dtype=mx.uint32)
+            mx.eval(decoder(target, fed, cache.layers), [c.state for c in cache.layers])
+            cache.grown(args.width)
+
+        def rewind() -> None:  # row i keeps i % width of the fed positions: every row differs
+            cache.keep([n + i % args.width for i, n in enumerate(lengths)])
+            mx.eval([c.state for c in cache.layers])
+
+        rounds.append(timed(forward))
+        rewinds.append(timed(rewind))
+    rnd, rew = statistics.median(rounds), statistics.median(rewinds)
+    print(f"{args.rows} rows x {args.context} tokens, {args.width} positions a row: verify forward "
+          f"{rnd * 1e3:.1f} ms, ragged rewind {rew * 1e3:.1f} ms ({100 * rew / rnd:.1f}% of the forward), "
+          f"median of {args.repeats}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli("specmlx batch bench", lambda: bench(args))
+
+
+if __name__ == "__main__":
+    from ..blas import ensure_fast_blas
+
+    ensure_fast_blas()
+    sys.exit(main())
