@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -73,9 +74,16 @@ def shared_prompts() -> Path:
     return shared if shared is not None and shared.is_file() else packaged_prompts_path()
 
 
+def last_words(log: Path) -> str:
+    """The last line of mlx_lm.server's output that is not http.server's access log (its error, usually)."""
+    lines = [line for line in log.read_text().splitlines() if line.strip() and " - - [" not in line]
+    return lines[-1].strip() if lines else "no output"
+
+
 class MlxLmServer:
     """`mlx_lm.server` on a model directory, a subprocess on 127.0.0.1 at a free port: `with ... as url`.
-    Its output goes to `log`; it inherits this process's environment (its BLAS preload too)."""
+    Its output goes to `log`, kept only if something failed; it inherits this process's environment
+    (its BLAS preload too), offline."""
 
     def __init__(self, model: Path, decode_concurrency: int, max_tokens: int, log: Path) -> None:
         sock = bind("127.0.0.1", 0)
@@ -91,23 +99,29 @@ class MlxLmServer:
         import httpx
 
         self.out = self.log.open("w")
-        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT)
+        env = dict(os.environ, HF_HUB_OFFLINE="1")  # a local directory only: a bad path must not become a download
+        self.proc = subprocess.Popen(self.argv, stdout=self.out, stderr=subprocess.STDOUT, env=env)
         url, deadline = f"http://127.0.0.1:{self.port}", time.monotonic() + READY_S
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.__exit__()
-                tail = (self.log.read_text().strip().splitlines() or ["no output"])[-1]
-                raise SpecmlxError(f"mlx_lm.server exited with {self.proc.returncode}: {tail} (see {self.log})")
             try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    return url
+                health = httpx.get(f"{url}/health", timeout=2).status_code
             except httpx.TransportError:
-                pass
+                health = None
+            if health == 200:
+                return url
+            if health == 503 or self.proc.poll() is not None:  # 503: its generation thread died (a bad model)
+                self.stop()
+                raise SpecmlxError(f"mlx_lm.server failed ({last_words(self.log)}); its output: {self.log}")
             time.sleep(0.25)
-        self.__exit__()
+        self.stop()
         raise SpecmlxError(f"mlx_lm.server did not answer /health within {READY_S} s (see {self.log})")
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
+        self.stop()
+        if kind is None:
+            self.log.unlink(missing_ok=True)
+
+    def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -195,7 +209,7 @@ def serve_and_run(args, mlx: MLXThread, loaded, clients: list[int], texts: list[
             ways.append(Way("mlx-lm", f"mlx_lm.server (decode-concurrency {max_batch}, prompt-concurrency "
                             f"{PROMPT_CONCURRENCY}), no drafter", stack.enter_context(server), "default_model",
                             drafts=False))
-            out["mlx_lm_argv"], out["mlx_lm_log"] = server.argv, str(log)
+            out["mlx_lm_argv"] = server.argv
         away = stack.enter_context(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
         out["rows"] = {w.name: w.label for w in ways}
         out["waves"] = run_waves(away, ways, texts, clients, args.max_tokens)

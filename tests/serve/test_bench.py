@@ -7,7 +7,8 @@ import json
 import pytest
 
 from specmlx.serve.bench import build_parser, main, percentile
-from specmlx.serve.sweep import table
+from specmlx.errors import SpecmlxError
+from specmlx.serve.sweep import MlxLmServer, table
 
 
 def prompts_file(tmp_path, count: int = 3):
@@ -84,3 +85,11 @@ def test_bad_client_counts_are_refused(text, capsys):
 def test_percentiles_are_of_the_sorted_values():
     assert percentile([5, 1, 3, 2, 4], 0.5) == 3
     assert percentile([5, 1, 3, 2, 4], 0.95) == 5
+
+
+def test_an_mlx_lm_server_that_cannot_load_is_one_line_naming_its_log(tmp_path):
+    log = tmp_path / "mlx_lm.log"
+    with pytest.raises(SpecmlxError, match=r"^mlx_lm.server failed \(.*\); its output: .*mlx_lm.log$"):
+        with MlxLmServer(tmp_path / "no-model", 2, 4, log):
+            pass
+    assert log.exists()  # kept: it says why
