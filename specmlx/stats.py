@@ -58,6 +58,12 @@ class GenerationStats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
+    def mean_chosen(self) -> float:
+        """The mean draft length chosen a round (0 for plain rounds): `num_draft` when fixed."""
+        rounds = sum(self.draft_histogram)
+        return sum(k * n for k, n in enumerate(self.draft_histogram)) / rounds if rounds else 0.0
+
+    @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 
@@ -77,7 +83,7 @@ class GenerationStats:
         out = asdict(self)
         out["accepted_histogram"] = list(self.accepted_histogram)
         out["draft_histogram"] = list(self.draft_histogram)
-        for name in ("mean_accepted", "acceptance_rate", "other_s", "prompt_tps", "generation_tps"):
+        for name in ("mean_accepted", "mean_chosen", "acceptance_rate", "other_s", "prompt_tps", "generation_tps"):
             out[name] = getattr(self, name)
         return out
 

@@ -9,6 +9,14 @@ Two figures, from one run with the models loaded once:
   and how many were refused with 429.
 The clients run in a process of their own, as a user's editor or script
 would: in this one they would take the GIL and the cores from the server.
+
+`--clients` with a list (`1,2,4,8,16`; `4,` for one N) runs the client sweep
+instead (`sweep.py`): for each N, N clients at once against this server
+batched with the automatic draft length, the same without a drafter, a
+server of the same models one request at a time, and mlx_lm.server, in one
+table (tok/s, time to first token p50 and p95, mean chosen draft length).
+Its prompts default to ../shared/prompts/bench.jsonl beside the checkout
+when that exists, else the packaged ones (the figures' default).
 """
 
 from __future__ import annotations
@@ -19,68 +27,56 @@ import multiprocessing
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
 from ..cli import run_cli
 from ..drafters import NGRAM, NONE
 from ..engine import Engine, GenerationConfig
+from ..errors import SpecmlxError
 from ..loading import load_models
 from ..mlx_thread import MLXThread
 from ..prompting import encode_chat, packaged_prompts_path, read_prompts
+from .clients import load_clients, percentile, streamed
 from .run import Background
 from .serving import build
+from .sweep import MIN_BATCH, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specmlx.serve.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m specmlx.serve.bench", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n")[2])
     p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
     p.add_argument("--drafter", help="the drafter (default: the preset's)")
-    p.add_argument("--prompts", type=Path, default=packaged_prompts_path(), help="JSONL prompts (id, kind, prompt)")
+    p.add_argument("--prompts", type=Path, help="JSONL prompts (id, kind, prompt); default: the packaged ones, "
+                   "or for the sweep ../shared/prompts/bench.jsonl beside the checkout if it exists")
     p.add_argument("--limit", type=int, default=4, help="prompts for the overhead figure (default 4)")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--clients", type=int, default=8, help="concurrent clients in the load figure (default 8)")
-    p.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens a request in the overhead figure and the "
+                   "sweep (default 64)")
+    p.add_argument("--clients", type=clients_spec, default=8, metavar="N|N1,N2,...",
+                   help="N: concurrent clients in the load figure (default 8); a list (1,2,4,8,16, or 4, for one "
+                   "N): the client sweep instead of both figures, N clients at once for each N")
+    p.add_argument("--requests", type=int, default=2, help="requests per client in the load figure (default 2)")
     p.add_argument("--load-tokens", type=int, default=16, help="tokens per load request (default 16)")
     p.add_argument("--max-queue", type=int, default=32)
+    p.add_argument("--max-batch", type=int, help="the sweep's batched server: requests decoded at once, and "
+                   f"mlx_lm.server's --decode-concurrency (default: the largest N, at least {MIN_BATCH})")
+    p.add_argument("--no-mlx-lm", dest="mlx_lm", action="store_false",
+                   help="the sweep without its mlx_lm.server row")
     p.add_argument("--json", type=Path, help="also write the figures here")
     return p
 
 
-def streamed(url: str, model: str, text: str, max_tokens: int) -> dict:
-    """One streamed chat: tokens, wall time to the last byte, time to the first text, queue wait; or the refusal."""
-    import httpx
-
-    body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-    began, first, last = time.perf_counter(), None, {}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=3600) as r:
-        if r.status_code != 200:
-            r.read()
-            return {"status": r.status_code}
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                event = json.loads(line[6:])
-                if first is None and any(c.get("delta", {}).get("content") for c in event.get("choices", [])):
-                    first = time.perf_counter()
-                last = event if "timings" in event else last
-                usage = event.get("usage") or {}
-    wall = time.perf_counter() - began
-    return {"status": 200, "tokens": usage["completion_tokens"], "wall_s": wall,
-            "first_s": (first or began) - began, "queue_s": last["timings"]["queue_ms"] / 1000}
-
-
-def load_clients(url: str, model: str, texts: list[str], clients: int, requests: int,
-                 max_tokens: int) -> tuple[list[dict], float]:
-    """`clients` threads each sending `requests` streamed chats at once: their results and the wall time."""
-    def client(c: int) -> list[dict]:
-        return [streamed(url, model, texts[(c * requests + j) % len(texts)], max_tokens) for j in range(requests)]
-
-    began = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        results = [r for rs in pool.map(client, range(clients)) for r in rs]
-    return results, time.perf_counter() - began
+def clients_spec(text: str) -> int | list[int]:
+    """`8` is a count (the load figure); `1,2,4` or `4,` a list (the sweep)."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or a comma-separated list, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"client counts must be >= 1, got {text!r}")
+    return counts if "," in text else counts[0]
 
 
 def direct(engine: Engine, prompt: list[int], max_tokens: int) -> dict:
@@ -98,54 +94,41 @@ def rate(runs: list[dict], decode: bool = False) -> float:
     return tokens / sum(r["wall_s"] - (r["first_s"] if decode else 0) for r in runs)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def bench(args: argparse.Namespace) -> int:
-    rows = read_prompts(args.prompts)
-    mlx = MLXThread()
-    say = lambda step: print(f"{step}...", file=sys.stderr)  # noqa: E731
-    loaded = mlx.call(load_models, args.target, [args.drafter, NGRAM, NONE], say)
-    target, drafters = loaded.target, loaded.drafters
-    built = build(mlx, target, drafters, max_tokens=args.max_tokens, slots=2, max_queue=args.max_queue)
-    worker = built.worker
-    figures: dict = {"target": target.name, "drafter": drafters[0].name, "max_tokens": args.max_tokens}
-    away = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    with Background(built.app, worker, timeout=60) as url, away:
-        # Overhead: the same prompts, direct and served, interleaved.
-        engine = mlx.call(Engine, target.model, drafters[0].fresh(), target.tokenizer)
-        runs: dict[str, list[dict]] = {"direct": [], "server": []}
-        for i, row in enumerate(rows[: args.limit]):
-            prompt = encode_chat(target.tokenizer, [{"role": "user", "content": row.prompt}])  # as the server does
-            order = ["direct", "server"] if i % 2 == 0 else ["server", "direct"]
-            for way in order:
-                run = (mlx.call(direct, engine, prompt, args.max_tokens) if way == "direct"
-                       else away.submit(streamed, url, target.name, row.prompt, args.max_tokens).result())
-                runs[way].append(run | {"id": row.id})
-                print(f"{row.id} {way}: {run['tokens']} tokens in {run['wall_s']:.1f} s", file=sys.stderr)
-        figures["overhead"] = {
-            "direct_tps": rate(runs["direct"]), "server_tps": rate(runs["server"]),
+def overhead(mlx: MLXThread, target, drafter, away: ProcessPoolExecutor, url: str, rows, max_tokens: int) -> dict:
+    """The same prompts, direct and served, interleaved (which goes first alternates)."""
+    engine = mlx.call(Engine, target.model, drafter.fresh(), target.tokenizer)
+    runs: dict[str, list[dict]] = {"direct": [], "server": []}
+    for i, row in enumerate(rows):
+        prompt = encode_chat(target.tokenizer, [{"role": "user", "content": row.prompt}])  # as the server does
+        order = ["direct", "server"] if i % 2 == 0 else ["server", "direct"]
+        for way in order:
+            run = (mlx.call(direct, engine, prompt, max_tokens) if way == "direct"
+                   else away.submit(streamed, url, target.name, row.prompt, max_tokens).result())
+            runs[way].append(run | {"id": row.id})
+            print(f"{row.id} {way}: {run['tokens']} tokens in {run['wall_s']:.1f} s", file=sys.stderr)
+    return {"direct_tps": rate(runs["direct"]), "server_tps": rate(runs["server"]),
             "ratio": rate(runs["server"]) / rate(runs["direct"]),
-            "decode_ratio": rate(runs["server"], decode=True) / rate(runs["direct"], decode=True),
-            "runs": runs}
-        # Load: many clients at once.
-        results, wall = away.submit(load_clients, url, target.name, [r.prompt for r in rows], args.clients,
-                                    args.requests, args.load_tokens).result()
-        done = [r for r in results if r["status"] == 200]
-        waits = [r["queue_s"] for r in done]
-        figures["load"] = {
-            "clients": args.clients, "requests": len(results), "completed": len(done),
+            "decode_ratio": rate(runs["server"], decode=True) / rate(runs["direct"], decode=True), "runs": runs}
+
+
+def load(away: ProcessPoolExecutor, url: str, model: str, texts: list[str], args: argparse.Namespace) -> dict:
+    """Many clients at once: requests per minute, the queue wait, refusals."""
+    results, wall = away.submit(load_clients, url, model, texts, args.clients, args.requests,
+                                args.load_tokens).result()
+    done = [r for r in results if r["status"] == 200]
+    waits = [r["queue_s"] for r in done]
+    return {"clients": args.clients, "requests": len(results), "completed": len(done),
             "refused_429": sum(r["status"] == 429 for r in results), "wall_s": wall,
             "requests_per_minute": 60 * len(done) / wall,
             "queue_wait_p50_s": statistics.median(waits) if waits else None,
             "queue_wait_p95_s": percentile(waits, 0.95) if waits else None,
             "tokens_per_s": sum(r["tokens"] for r in done) / wall}
-    worker.close()
+
+
+def report(figures: dict, args: argparse.Namespace) -> None:
     over, load = figures["overhead"], figures["load"]
-    print(f"\nserver overhead ({target.name}, drafter {drafters[0].name}, {len(runs['direct'])} prompts x "
-          f"{args.max_tokens} tokens, greedy, one streamed client):")
+    print(f"\nserver overhead ({figures['target']}, drafter {figures['drafter']}, {len(over['runs']['direct'])} "
+          f"prompts x {args.max_tokens} tokens, greedy, one streamed client):")
     print(f"  direct {over['direct_tps']:.2f} tok/s, through the server {over['server_tps']:.2f} tok/s: "
           f"{over['ratio']:.3f}x end to end, {over['decode_ratio']:.3f}x after the first token")
     print(f"load ({load['clients']} clients x {args.requests} requests x {args.load_tokens} tokens, streamed):")
@@ -153,6 +136,32 @@ def bench(args: argparse.Namespace) -> int:
                   if load["completed"] else "no request completed")
     print(f"  {load['completed']}/{load['requests']} completed, {load['refused_429']} refused (429), "
           f"{load['requests_per_minute']:.1f} requests/min, {load['tokens_per_s']:.2f} tok/s, {waits_line}")
+
+
+def bench(args: argparse.Namespace) -> int:
+    """Both figures, the models loaded once; `--json` writes them."""
+    rows = read_prompts(args.prompts or packaged_prompts_path())
+    mlx = MLXThread()
+    say = lambda step: print(f"{step}...", file=sys.stderr)  # noqa: E731
+    loaded = mlx.call(load_models, args.target, [args.drafter, NGRAM, NONE], say)
+    target, drafters = loaded.target, loaded.drafters
+    built = build(mlx, target, drafters, max_tokens=args.max_tokens, slots=2, max_queue=args.max_queue)
+    figures: dict = {"target": target.name, "drafter": drafters[0].name, "max_tokens": args.max_tokens}
+    away = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    with Background(built.app, built.worker, timeout=60) as url, away:
+        figures["overhead"] = overhead(mlx, target, drafters[0], away, url, rows[: args.limit], args.max_tokens)
+        figures["load"] = load(away, url, target.name, [r.prompt for r in rows], args)
+    built.worker.close()
+    report(figures, args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    if args.max_batch is not None and args.max_batch < 1:
+        raise SpecmlxError(f"--max-batch must be >= 1, got {args.max_batch}")
+    figures = sweep(args, args.clients)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
@@ -160,7 +169,7 @@ def bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_cli("specmlx serve bench", lambda: bench(args))
+    return run_cli("specmlx serve bench", lambda: run_sweep(args) if isinstance(args.clients, list) else bench(args))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Responses on the wire: OpenAI's chat and text completion objects and their stream chunks.
 
 Two additions ride along, as fields OpenAI clients ignore: `speculative`
-(what drafting did: rounds, drafted, accepted, mean accepted length,
-acceptance rate, and each token's source when asked) and `timings` (queue
-wait, prefill and decode time, as llama.cpp's server reports them).
+(what drafting did: rounds, drafted, accepted, mean accepted length, the
+mean draft length chosen a round, acceptance rate, and each token's source
+when asked) and `timings` (queue wait, prefill and decode time, as
+llama.cpp's server reports them).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Reply:
         speculative = {"drafter": s.drafter, "num_draft": "auto" if s.auto else s.num_draft,
                        "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
                        "mean_accepted_length": round(s.mean_accepted, 4),
+                       "mean_num_draft": round(s.mean_chosen, 4),
                        "acceptance_rate": round(s.acceptance_rate, 4)}
         if self.sources and events:
             speculative |= {"tokens": [e.token for e in events], "sources": [e.source.value for e in events]}

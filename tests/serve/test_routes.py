@@ -88,6 +88,19 @@ def test_the_target_alone_reports_no_draft_length(client):
     assert looked_up.speculative["num_draft"] == 3  # prompt lookup still proposes
 
 
+def test_each_reply_says_the_mean_draft_length_it_chose(client):
+    """A model drafter drafts what a round chose, so the mean chosen is drafted per round; none chooses 0."""
+    def stats(**fields) -> dict:
+        return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}],
+                                              max_tokens=20, temperature=0, extra_body=spec(**fields)).speculative
+
+    for fields in ({"num_draft": 3}, {"auto": True}):
+        s = stats(drafter="drafter", **fields)
+        assert s["mean_num_draft"] == pytest.approx(s["drafted"] / s["rounds"], abs=1e-4)
+    assert 0 < stats(drafter="drafter", num_draft=3)["mean_num_draft"] <= 3
+    assert stats(drafter="none")["mean_num_draft"] == 0
+
+
 def test_completions_take_text_or_token_ids_and_stream(client, tokenizer):
     text = client.completions.create(model=MODEL, prompt="import numpy", max_tokens=12, temperature=0)
     ids = client.completions.create(model=MODEL, prompt=tokenizer.encode("import numpy"), max_tokens=12,
