@@ -77,6 +77,7 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
     done = []
     for m, (draft, looked_up, _), (tokens, accepted, following, chance) in zip(members, proposals, outcomes):
         m.rec.host_syncs += 1 + timed
+        m.rec.timed_rounds += timed  # as a round alone counts it: host syncs are rounds plus timed rounds
         kept = int(accepted.item())
         done.append(Round(tuple(tokens.tolist()[:kept]) + (int(following.item()),), draft.size, looked_up,
                           draft_s if timed else None, None if chance is None else chance.item()))
