@@ -9,9 +9,9 @@ cache, where its conversation's next turn finds them.
 Draft lengths: a member alone plans as a generation alone does (its own
 schedule: `AutoDraft`, or a fixed or adaptive length). With others, the
 members on the automatic length are chosen together for the batch
-(`schedule.load`): a fuller batch drafts less. Each drafter runs on its own
-row (a drafter step per row and per drafted token); the target's forward
-is the one shared.
+(`schedule.load`): a fuller batch drafts less. Rows whose drafter is the
+same small model draft together, one forward a step (`drafting.py`); other
+drafters (MTP heads, Gemma 4 assistants, a p-min) run on their own row.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..plan import Plan
 from ..schedule.auto import TIMED_EVERY, AutoDraft
 from ..schedule.load import Lane, choose
 from .cache import BatchCache
+from .drafting import SharedDrafter, shares
 from .member import Member
 from .round import BatchRound, run_batch
 
@@ -37,6 +38,7 @@ class Batch:
         self.target, self.max_rows = target, max_rows
         self.cache = BatchCache(layers)
         self.members: list[Member] = []
+        self.shared: dict[int, SharedDrafter] = {}  # by id of the drafter model its rows share
         self.rounds = 0  # batched rounds run with more than one member
         self.widest = 0  # the most members one round served
         self._drafting = 0  # load-aware rounds that drafted, for the timed-apart cadence
@@ -55,6 +57,9 @@ class Batch:
             layer.offset = 0
         member.row.index = len(self.members)
         self.members.append(member)
+        if shares(member):
+            drafter = engine.drafter
+            self.shared.setdefault(id(drafter.model), SharedDrafter(drafter)).join(member)
         if isinstance(engine.drafter, Gemma4AssistantDrafter):  # it reads the target's cache in place
             engine.drafter.attach(self.target, self.cache.view(member.row))
 
@@ -65,6 +70,11 @@ class Batch:
         for layer, row in zip(engine.cache, rows):
             layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
         self.members.remove(member)
+        group = self._group(member)
+        if group is not None:
+            group.leave(member)
+            if not group.rows:
+                del self.shared[id(group.model)]
         for i, m in enumerate(self.members):
             m.row.index = i
         if isinstance(engine.drafter, Gemma4AssistantDrafter):
@@ -77,7 +87,7 @@ class Batch:
         """Drop every member, their rows unrecoverable (a shared forward failed): the members
         are closed, their slots' caches must be emptied. Returns them."""
         members, self.members = self.members, []
-        self.cache = BatchCache(len(self.cache.layers))
+        self.cache, self.shared = BatchCache(len(self.cache.layers)), {}
         for member in members:
             member.rec.pause()
             member.close()
@@ -90,7 +100,7 @@ class Batch:
         plans = self._plans(members)
         timed = any(p.timed for p in plans) or any(m.config.profile for m in members)
         began = perf_counter()
-        done = run_batch(self.target, self.cache, members, plans, timed)
+        done = run_batch(self.target, self.cache, members, plans, timed, list(self.shared.values()))
         seconds = perf_counter() - began
         alone = len(members) == 1
         events = [(m, m.commit(plan, r, seconds if alone else None))
@@ -102,20 +112,32 @@ class Batch:
                 self.remove(m)
         return events
 
+    def _group(self, member: Member) -> SharedDrafter | None:
+        return next((g for g in self.shared.values() if member in g.rows), None)
+
     def _plans(self, members: list[Member]) -> list[Plan]:
         """Alone: the member's own schedule. Together: the automatic lengths chosen for the batch."""
         if len(members) == 1 or not any(m.auto for m in members):
             return [m.schedule.plan(m.room) for m in members]
         lead = next(m.auto for m in members if m.auto)
         fixed = [None if m.auto else m.schedule.plan(m.room) for m in members]
-        lanes = [Lane(tuple(m.auto.acceptance.rates()), max(min(m.auto.limit, m.room), 0), m.auto.costs.step)
-                 if m.auto else Lane((), 0, 0.0, fixed=plan.num_draft) for m, plan in zip(members, fixed)]
+        lanes = [self._lane(m, plan) for m, plan in zip(members, fixed)]
         ks = choose(lanes, lambda n: lead.costs.verify(n - 1))
         timed = any(ks) and (not lead.costs.timed or self._drafting % TIMED_EVERY == 0)
         self._drafting += any(ks)
         return [plan if plan is not None else
                 Plan(k, timed, k == 0 and lane.cap > 0 and (m.hit or m.idle + 1 >= m.auto.probe_every))
                 for m, plan, lane, k in zip(members, fixed, lanes, ks)]
+
+    def _lane(self, member: Member, fixed: Plan | None) -> Lane:
+        """A row as the load-aware choice sees it; rows of one shared drafter pay its steps once."""
+        group = self._group(member)
+        group_id = None if group is None else id(group.model)
+        if fixed is not None:
+            return Lane((), 0, 0.0, fixed=fixed.num_draft, group=group_id)
+        auto = member.auto
+        return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), auto.costs.step,
+                    group=group_id)
 
     def _learn(self, members: list[Member], done: BatchRound, seconds: float) -> None:
         """What a batched round teaches: each row's acceptance, and the batch's costs."""

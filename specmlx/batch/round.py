@@ -21,9 +21,12 @@ import mlx.nn as nn
 from ..drafters import Draft
 from ..hidden import decoder, head
 from ..plan import Plan, Round
+from ..drafters.ngram import lookup
+from ..policy import LOOKUP_NGRAM
 from ..round import probe_chance, propose, verify
 from ..sampling import warp
 from .cache import BatchCache
+from .drafting import SharedDrafter, as_draft
 from .member import Member
 
 
@@ -39,30 +42,21 @@ class RowFailure(Exception):
 @dataclass(frozen=True)
 class BatchRound:
     """What one batched round did: each member's `Round`, the positions fed a row
-    (`width`, padding included), and the drafting's seconds when timed apart."""
+    (`width`, padding included), the drafting's seconds when timed apart, and its steps."""
 
     rounds: tuple[Round, ...]
     width: int
     draft_s: float | None
-
-    @property
-    def steps(self) -> int:
-        return sum(r.steps for r in self.rounds)
+    steps: int  # drafter steps run one after another: a shared drafter's forward is one for all its rows
 
 
 def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], plans: Sequence[Plan],
-              timed: bool = False) -> BatchRound:
-    """One round for every member, as `plans` say; with `timed`, drafting is synced and timed apart."""
+              timed: bool = False, shared: Sequence[SharedDrafter] = ()) -> BatchRound:
+    """One round for every member, as `plans` say; with `timed`, drafting is synced and timed apart.
+    Members in a `shared` drafter's rows draft in its forwards, the others on their own."""
     start = perf_counter()
     keys = [mx.random.split(m.next_key()) for m in members]
-    proposals = []
-    for m, plan, key in zip(members, plans, keys):
-        try:
-            proposals.append(_propose(m, plan, key[0]))
-        except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
-            for other in members:  # drafters that already drafted drop it: back to what the target scored
-                other.engine.drafter.rewind(len(other.tokens) - 1)
-            raise RowFailure(m, err) from err
+    proposals, steps = propose_all(members, plans, [k[0] for k in keys], shared)
     if timed:
         mx.eval([d.tokens for d, _, _ in proposals], [d.probs for d, _, _ in proposals if d.probs is not None])
     draft_s = perf_counter() - start
@@ -82,11 +76,61 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
         done.append(Round(tuple(tokens.tolist()[:kept]) + (int(following.item()),), draft.size, looked_up,
                           draft_s if timed else None, None if chance is None else chance.item()))
     cache.keep([len(m.tokens) + r.accepted for m, r in zip(members, done)])
-    for m, r in zip(members, done):
-        m.engine.drafter.rewind(len(m.tokens) + r.accepted)
+    rewind_drafters(members, done, shared)
+    for m in members:
         m.rec.draft_s += draft_s
         m.rec.verify_s += perf_counter() - start - draft_s
-    return BatchRound(tuple(done), width, draft_s if timed else None)
+    return BatchRound(tuple(done), width, draft_s if timed else None, steps)
+
+
+def propose_all(members: Sequence[Member], plans: Sequence[Plan], keys: Sequence[mx.array],
+                shared: Sequence[SharedDrafter]) -> tuple[list[tuple[Draft, bool, Draft | None]], int]:
+    """Every row's (draft, looked up, probe), and the drafter steps run one after another."""
+    grouped = {id(m) for group in shared for m in group.rows}
+    proposals: dict[int, tuple[Draft, bool, Draft | None]] = {}
+    steps = 0
+    for m, plan, key in zip(members, plans, keys):
+        if id(m) in grouped:
+            continue
+        try:
+            proposals[id(m)] = _propose(m, plan, key)
+        except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
+            for other in members:  # drafters that already drafted drop it: back to what the target scored
+                other.engine.drafter.rewind(len(other.tokens) - 1)
+            raise RowFailure(m, err) from err
+        draft, looked_up, probe = proposals[id(m)]
+        steps += (0 if looked_up else draft.size) + (probe is not None)
+    plan_of = {id(m): (plan, key) for m, plan, key in zip(members, plans, keys)}
+    for group in shared:
+        steps += _propose_shared(group, plan_of, proposals)
+    return [proposals[id(m)] for m in members], steps
+
+
+def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int:
+    """The rows of one shared drafter: looked up where the context has it, else drafted
+    together; returns the steps their forwards took."""
+    counts, keys = {}, {}
+    for m in group.rows:
+        plan, key = plan_of[id(m)]
+        found = lookup_draft(m, plan)
+        if found is not None:
+            proposals[id(m)] = (found, True, None)
+            counts[id(m)] = 0
+        else:
+            counts[id(m)] = plan.num_draft if plan.num_draft else int(plan.probe)
+        keys[id(m)] = key
+    steps = max(counts.values(), default=0)  # a plan never drafts past its room
+    draws = group.draft(steps, keys, counts) if steps else None
+    for m in group.rows:
+        if id(m) in proposals:
+            continue
+        plan = plan_of[id(m)][0]
+        if plan.num_draft:
+            proposals[id(m)] = (as_draft(draws[group.rows.index(m)], counts[id(m)]), False, None)
+        else:
+            probe = as_draft(draws[group.rows.index(m)], 1) if plan.probe and draws else None
+            proposals[id(m)] = (Draft.empty(), False, probe)
+    return steps
 
 
 def _propose(member: Member, plan: Plan, key: mx.array) -> tuple[Draft, bool, Draft | None]:
@@ -96,6 +140,27 @@ def _propose(member: Member, plan: Plan, key: mx.array) -> tuple[Draft, bool, Dr
                                sampling, key)
     probe = drafter.draft(member.tokens, 1, sampling, key) if plan.probe and not draft.size else None
     return draft, looked_up, probe
+
+
+def lookup_draft(member: Member, plan: Plan) -> Draft | None:
+    """Prompt lookup's proposal for this round, if the policy looks up and the context has one."""
+    policy = member.config.policy
+    if plan.num_draft == 0 or not policy.lookup:
+        return None
+    found = lookup(member.tokens, min(policy.lookup_draft, member.room), LOOKUP_NGRAM, policy.lookup)
+    return Draft(mx.array(found, dtype=mx.uint32)) if found else None
+
+
+def rewind_drafters(members: Sequence[Member], done: Sequence[Round], shared: Sequence[SharedDrafter]) -> None:
+    """Each drafter keeps what the committed tokens hold: a shared one, what its own drafts
+    that were accepted hold (a looked-up row's drafter saw none of the lookup's tokens)."""
+    kept = {id(m): len(m.tokens) + (0 if r.looked_up else r.accepted) for m, r in zip(members, done)}
+    for group in shared:
+        group.keep(kept)
+    grouped = {id(m) for group in shared for m in group.rows}
+    for m, r in zip(members, done):
+        if id(m) not in grouped:
+            m.engine.drafter.rewind(len(m.tokens) + r.accepted)
 
 
 def score(target: nn.Module, cache: BatchCache, members: Sequence[Member],

@@ -7,6 +7,7 @@ per second:
 
     sum_i E_i(k_i) / (sum_i k_i step_i + verify(B L)),   L = 1 + max k_i
 
+(rows of one shared drafter pay its steps once: max k_i step over them)
 with E_i from the row's drafter's acceptance (`acceptance.py`) and costs
 in plain rounds, as `costs.py` measures them: verify cost is a function of
 the total positions scored, so a batch that fills the machine makes every
@@ -19,7 +20,7 @@ its own). With one row this is the cost-aware choice of `auto.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 from .acceptance import expected_tokens
 
@@ -36,6 +37,7 @@ class Lane:
     cap: int
     step: float
     fixed: int | None = None
+    group: Hashable | None = None  # rows of one shared drafter: one step drafts for all of them
 
 
 def choose(lanes: Sequence[Lane], verify: Callable[[int], float]) -> list[int]:
@@ -57,13 +59,20 @@ def _top(lane: Lane) -> int:
 
 
 def _fit(lane: Lane, gain: list[float], width: int, ratio: float) -> int:
-    """The row's best k within `width` at this tokens-per-time `ratio`."""
+    """The row's best k within `width` at this tokens-per-time `ratio`. A row of a shared drafter
+    drafts the whole width: the group's steps and the padding are paid whatever it drafts."""
     if lane.fixed is not None:
         return lane.fixed
+    if lane.group is not None:
+        return min(lane.cap, width - 1)
     return max(range(min(lane.cap, width - 1) + 1), key=lambda k: gain[k] - ratio * lane.step * k)
 
 
 def _ratio(lanes: Sequence[Lane], gains: list[list[float]], ks: Sequence[int], verify: Callable[[int], float]) -> float:
     tokens = sum(gain[k] for gain, k in zip(gains, ks))
-    cost = sum(lane.step * k for lane, k in zip(lanes, ks)) + verify(len(lanes) * (1 + max(ks)))
-    return tokens / cost
+    shared: dict[Hashable, float] = {}
+    for lane, k in zip(lanes, ks):
+        if lane.group is not None:
+            shared[lane.group] = max(shared.get(lane.group, 0.0), lane.step * k)
+    cost = sum(lane.step * k for lane, k in zip(lanes, ks) if lane.group is None) + sum(shared.values())
+    return tokens / (cost + verify(len(lanes) * (1 + max(ks))))
