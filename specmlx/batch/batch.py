@@ -23,8 +23,10 @@ import mlx.nn as nn
 from ..drafters.gemma4_assistant import Gemma4AssistantDrafter
 from ..events import RoundEvent
 from ..plan import Plan
-from ..schedule.auto import TIMED_EVERY, AutoDraft
+from ..schedule.auto import TIMED_EVERY
+from ..schedule.costs import CostEstimate
 from ..schedule.load import Lane, choose
+from ..schedule.load_costs import LoadCosts
 from .cache import BatchCache
 from .drafting import SharedDrafter, shares
 from .member import Member
@@ -42,6 +44,7 @@ class Batch:
         self.rounds = 0  # batched rounds run with more than one member
         self.widest = 0  # the most members one round served
         self._drafting = 0  # load-aware rounds that drafted, for the timed-apart cadence
+        self.costs = LoadCosts()  # what rounds cost at each batch size, learned from its own rounds
 
     @property
     def full(self) -> bool:
@@ -99,6 +102,8 @@ class Batch:
         self.widest = max(self.widest, len(members))
         plans = self._plans(members)
         timed = any(p.timed for p in plans) or any(m.config.profile for m in members)
+        for group in self.shared.values():
+            group.fed = 0
         began = perf_counter()
         done = run_batch(self.target, self.cache, members, plans, timed, list(self.shared.values()))
         seconds = perf_counter() - began
@@ -119,35 +124,41 @@ class Batch:
         """Alone: the member's own schedule. Together: the automatic lengths chosen for the batch."""
         if len(members) == 1 or not any(m.auto for m in members):
             return [m.schedule.plan(m.room) for m in members]
-        lead = next(m.auto for m in members if m.auto)
+        alone = _alone(members)
         fixed = [None if m.auto else m.schedule.plan(m.room) for m in members]
-        lanes = [self._lane(m, plan) for m, plan in zip(members, fixed)]
-        ks = choose(lanes, lambda n: lead.costs.verify(n - 1))
-        timed = any(ks) and (not lead.costs.timed or self._drafting % TIMED_EVERY == 0)
+        lanes = [self._lane(m, plan, len(members), alone) for m, plan in zip(members, fixed)]
+        verify = lambda n: self.costs.verify_s(n, alone)  # noqa: E731
+        ks = choose(lanes, verify)
+        # A row probes only if drafting could pay at all, were every draft accepted: under a load
+        # that compute binds, no acceptance would, and a model drafter's probe costs a forward over
+        # every token it skipped.
+        hopeful = choose([Lane((1.0,) * len(lane.rates), lane.cap, lane.step, lane.fixed, lane.group)
+                          for lane in lanes], verify)
+        timed = any(ks) and (len(members) not in self.costs.step or self._drafting % TIMED_EVERY == 0)
         self._drafting += any(ks)
         return [plan if plan is not None else
-                Plan(k, timed, k == 0 and lane.cap > 0 and (m.hit or m.idle + 1 >= m.auto.probe_every))
-                for m, plan, lane, k in zip(members, fixed, lanes, ks)]
+                Plan(k, timed, k == 0 and lane.cap > 0 and hope > 0 and (m.hit or m.idle + 1 >= m.auto.probe_every))
+                for m, plan, lane, k, hope in zip(members, fixed, lanes, ks, hopeful)]
 
-    def _lane(self, member: Member, fixed: Plan | None) -> Lane:
-        """A row as the load-aware choice sees it; rows of one shared drafter pay its steps once."""
+    def _lane(self, member: Member, fixed: Plan | None, rows: int, alone: CostEstimate | None) -> Lane:
+        """A row as the load-aware choice sees it, in seconds; rows of one shared drafter pay its
+        steps once, at this batch's size."""
         group = self._group(member)
         group_id = None if group is None else id(group.model)
         if fixed is not None:
             return Lane((), 0, 0.0, fixed=fixed.num_draft, group=group_id)
         auto = member.auto
-        return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), auto.costs.step,
-                    group=group_id)
+        own = auto.costs.estimate()
+        step = self.costs.step_s(rows, alone) if group is not None else (0.0 if own is None else own.step_s)
+        return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), step, group=group_id)
 
     def _learn(self, members: list[Member], done: BatchRound, seconds: float) -> None:
         """What a batched round teaches: each row's acceptance, and the batch's costs."""
         self.rounds += 1
-        autos: dict[int, AutoDraft] = {}
         for m, r in zip(members, done.rounds):
             if not m.auto:
                 m.schedule.update(r, seconds)
                 continue
-            autos[id(m.auto)] = m.auto
             if r.probe is not None:
                 m.auto.acceptance.observe_first(r.probe)
                 m.hit = r.probe >= 0.5
@@ -155,6 +166,11 @@ class Batch:
                 m.auto.acceptance.update(r.drafted, r.accepted)
                 m.hit = m.hit or r.drafted > 0
             m.idle = 0 if r.steps else m.idle + 1
-        scored = len(members) * done.width - 1  # positions the forward ran beyond one, padding included
-        for auto in autos.values():
-            auto.costs.update(seconds, done.steps, scored, done.draft_s)
+        if not any(group.fed > 2 for group in self.shared.values()):  # a drafter catching up is no step
+            self.costs.update(len(members) * done.width, len(members), seconds, done.steps, done.draft_s,
+                              _alone(members))
+
+
+def _alone(members: list[Member]) -> CostEstimate | None:
+    """One row's costs as the first automatic member's drafter measured them alone, if it has."""
+    return next((m.auto.costs.estimate() for m in members if m.auto), None)

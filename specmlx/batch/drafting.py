@@ -42,6 +42,7 @@ class SharedDrafter:
         self.model, self.vocab_size = drafter.model, drafter.vocab_size
         self.cache = BatchCache(len(drafter.cache))
         self.rows: list[Member] = []
+        self.fed = 0  # positions the round's first step fed a row (more than 2: it caught up on skipped tokens)
 
     def join(self, member: Member) -> None:
         own = member.engine.drafter.cache
@@ -64,7 +65,7 @@ class SharedDrafter:
         draws it asked for) as a drafter alone splits it; draws past those reuse them."""
         before = list(self.cache.lengths)
         unseen = [m.tokens[n:] for m, n in zip(self.rows, before)]
-        width = max(map(len, unseen))
+        width = self.fed = max(map(len, unseen))
         fed = mx.array([u + [0] * (width - len(u)) for u in unseen], dtype=mx.uint32)
         splits = [mx.random.split(keys[id(m)], max(counts[id(m)], 1)) for m in self.rows]
         draws: list[list[tuple[mx.array, mx.array | None]]] = [[] for _ in self.rows]

@@ -32,8 +32,8 @@ from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
 from .slots import Slots, slots_for
 from .worker import Ticket, Worker
 
-DEFAULT = "default"
-MAX_BATCH = 8  # requests decoded at once by default: an editor's autocomplete, chat and an agent's calls  # the `speculative.drafter` that means the server's own choice
+DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
+MAX_BATCH = 8  # requests decoded at once by default: an editor's autocomplete, chat and an agent's calls
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ alone. Each test bounds its requests in count and its waits in time.
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -82,3 +83,61 @@ def test_a_request_whose_drafter_fails_fails_alone(loaded, monkeypatch):
     assert replies[1].status_code == 500 and replies[1].json()["error"]["code"] == "internal_error"
     assert [replies[0].json()["choices"], replies[2].json()["choices"]] == [a["choices"] for a in alone]
     assert worker.waiting == 0 and not worker.batching.running
+
+
+def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, monkeypatch):
+    """The others stream on, each still equal to its answer alone; the killed one's row is gone
+    by the end of the round that was running (or the next, if it was seen between rounds)."""
+    background, worker = start(loaded, slots=4, max_batch=4)
+    with background as url:
+        others = [body(i, max_tokens=200, speculative={"num_draft": 2}) for i in (8, 9)]
+        alone = [httpx.post(url + CHAT, json=p, timeout=60).json()["choices"][0]["message"]["content"]
+                 for p in others]
+        batch, rounds = worker.batching.batch, [0]
+        step, submit, finished = batch.step, worker.submit, worker.finished
+        seen: dict[str, int] = {}
+
+        def counting():
+            events = step()
+            rounds[0] += 1
+            return events
+
+        def spying(job, sink):
+            ticket = submit(job, sink)
+            if job.config.max_tokens == 4000:  # the client to be killed
+                cancel = ticket.cancel
+
+                def cancelled(why=None):
+                    seen.setdefault("cancel", rounds[0])
+                    cancel(why)
+
+                ticket.cancel = cancelled
+                seen["ticket"] = id(ticket)
+            return ticket
+
+        def recording(ticket, finish, *rest):
+            if id(ticket) == seen.get("ticket"):
+                seen["left"], seen["finish"], seen["width"] = rounds[0], finish, len(batch.members)
+            finished(ticket, finish, *rest)
+
+        monkeypatch.setattr(batch, "step", counting)
+        monkeypatch.setattr(worker, "submit", spying)
+        monkeypatch.setattr(worker, "finished", recording)
+
+        def streamed(payload: dict) -> str:
+            with httpx.stream("POST", url + CHAT, json=payload | {"stream": True}, timeout=60) as r:
+                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+            return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = pool.map(streamed, others)
+            with httpx.stream("POST", url + CHAT, json=body(1, max_tokens=4000, stream=True), timeout=60) as r:
+                lines = r.iter_lines()
+                for _ in range(6):
+                    next(lines)
+            answers = list(answers)
+    assert answers == alone
+    assert seen["finish"] == "cancelled"
+    assert seen["left"] - seen["cancel"] <= 1
+    assert seen["width"] >= 1  # it left while the others still ran
+    assert batch.widest >= 2 and worker.waiting == 0 and not worker.batching.running
