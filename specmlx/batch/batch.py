@@ -9,7 +9,8 @@ cache, where its conversation's next turn finds them.
 Draft lengths: a member alone plans as a generation alone does (its own
 schedule: `AutoDraft`, or a fixed or adaptive length). With others, the
 members on the automatic length are chosen together for the batch
-(`schedule.load`): a fuller batch drafts less. Rows whose drafter is the
+(`schedule.load`), with costs the batch learns by size from its own rounds
+(`schedule.load_costs`): a fuller batch drafts less. Rows whose drafter is the
 same small model draft together, one forward a step (`drafting.py`); other
 drafters (MTP heads, Gemma 4 assistants, a p-min) run on their own row.
 """

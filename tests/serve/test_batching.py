@@ -90,7 +90,7 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
     by the end of the round that was running (or the next, if it was seen between rounds)."""
     background, worker = start(loaded, slots=4, max_batch=4)
     with background as url:
-        others = [body(i, max_tokens=200, speculative={"num_draft": 2}) for i in (8, 9)]
+        others = [body(i, max_tokens=1000, speculative={"num_draft": 2}) for i in (8, 9)]
         alone = [httpx.post(url + CHAT, json=p, timeout=60).json()["choices"][0]["message"]["content"]
                  for p in others]
         batch, rounds = worker.batching.batch, [0]
