@@ -135,8 +135,9 @@ class Batch:
         # every token it skipped.
         hopeful = choose([Lane((1.0,) * len(lane.rates), lane.cap, lane.step, lane.fixed, lane.group)
                           for lane in lanes], verify)
-        timed = any(ks) and (len(members) not in self.costs.step or self._drafting % TIMED_EVERY == 0)
-        self._drafting += any(ks)
+        drafts = any(ks) or any(plan.num_draft for plan in fixed if plan is not None)
+        timed = drafts and (len(members) not in self.costs.step or self._drafting % TIMED_EVERY == 0)
+        self._drafting += drafts
         return [plan if plan is not None else
                 Plan(k, timed, k == 0 and lane.cap > 0 and hope > 0 and (m.hit or m.idle + 1 >= m.auto.probe_every))
                 for m, plan, lane, k, hope in zip(members, fixed, lanes, ks, hopeful)]
@@ -146,11 +147,11 @@ class Batch:
         steps once, at this batch's size."""
         group = self._group(member)
         group_id = None if group is None else id(group.model)
-        if fixed is not None:
-            return Lane((), 0, 0.0, fixed=fixed.num_draft, group=group_id)
         auto = member.auto
-        own = auto.costs.estimate()
+        own = None if auto is None else auto.costs.estimate()
         step = self.costs.step_s(rows, alone) if group is not None else (0.0 if own is None else own.step_s)
+        if fixed is not None:  # its steps count: in a shared drafter's group they are the group's too
+            return Lane((), 0, step, fixed=fixed.num_draft, group=group_id)
         return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), step, group=group_id)
 
     def _learn(self, members: list[Member], done: BatchRound, seconds: float) -> None:
@@ -174,4 +175,5 @@ class Batch:
 
 def _alone(members: list[Member]) -> CostEstimate | None:
     """One row's costs as the first automatic member's drafter measured them alone, if it has."""
-    return next((m.auto.costs.estimate() for m in members if m.auto), None)
+    estimates = (m.auto.costs.estimate() for m in members if m.auto)
+    return next((e for e in estimates if e is not None), None)

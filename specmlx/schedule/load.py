@@ -9,8 +9,8 @@ per second:
 
 (rows of one shared drafter pay its steps once: max k_i step over them)
 with E_i from the row's drafter's acceptance (`acceptance.py`) and costs
-in plain rounds, as `costs.py` measures them: verify cost is a function of
-the total positions scored, so a batch that fills the machine makes every
+in one unit (seconds, as a batch measures them: `load_costs.py`): verify
+cost is a function of the total positions scored, so a batch that fills the machine makes every
 scored draft dear and the choice drafts less, and none once a drafted token
 costs more than it saves. For each width L, the rows' k_i are found by
 Dinkelbach's iteration (each row then maximises E_i(k) - ratio k step_i on
@@ -30,8 +30,8 @@ ITERATIONS = 4  # Dinkelbach steps a width: the ratio settles in two or three
 @dataclass(frozen=True)
 class Lane:
     """One row as the choice sees it: its drafter's acceptance rates, the most it
-    may draft, and one drafter step in plain rounds. `fixed`: a row whose length
-    is not chosen here (its request fixed it)."""
+    may draft, and one drafter step (in the unit of `choose`'s verify). `fixed`:
+    a row whose length is not chosen here (its request fixed it)."""
 
     rates: tuple[float, ...]
     cap: int

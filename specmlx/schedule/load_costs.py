@@ -12,14 +12,16 @@ figures, by size:
 - `forward`: positions fed (padding included) -> the smoothed seconds of a
   round less its drafting: the target's forward and the engine's work. A size
   not yet seen is read off the line through the nearest sizes seen (beyond the
-  largest, the slope of the last two, never below proportional: a wider
-  forward never gets cheaper per position); with one size seen, one row's
-  shape is scaled through it; with none, one row's figures are all there is;
+  largest, the slope of the last two, never below one row's shape scaled
+  through the largest: where reading the weights binds, as on a Mac's GPU, a
+  wider forward costs little more); with one size seen, one row's shape is
+  scaled through it; with none, one row's figures are all there is. A guess
+  too low is corrected by the round that tries it, one too high would never
+  be tried: the guesses lean low;
 - `step`: rows in the batch -> the smoothed seconds of one drafter step paid
   (a shared drafter's step drafts for all its rows), from rounds whose
-  drafting was timed apart; a size not seen is the nearest size's, scaled by
-  rows (conservative: a step over more rows costs more), and with none one
-  row's step.
+  drafting was timed apart; a size not seen is the nearest size's (one
+  forward over more rows costs little more), and with none one row's step.
 
 Rounds in which a drafter first caught up on tokens it had skipped teach
 nothing: that work is neither a step nor the forward.
@@ -74,15 +76,14 @@ class LoadCosts:
             return t0 + (t1 - t0) * (positions - n0) / (n1 - n0)
         (n0, t0), (n1, t1) = seen[-2], seen[-1]
         slope = max((t1 - t0) / (n1 - n0), 0.0)
-        return max(t1 + slope * (positions - n1), t1 * positions / n1)
+        return max(t1 + slope * (positions - n1), t1 * _alone(positions, alone) / _alone(n1, alone))
 
     def step_s(self, rows: int, alone: CostEstimate | None) -> float:
         """Seconds of one drafter step paid for a batch of `rows` rows."""
         if rows in self.step:
             return self.step[rows]
         if self.step:
-            near = min(self.step, key=lambda r: abs(r - rows))
-            return self.step[near] * max(rows / near, 1.0) if rows > near else self.step[near]
+            return self.step[min(self.step, key=lambda r: abs(r - rows))]
         return 0.0 if alone is None else alone.step_s
 
 

@@ -29,14 +29,25 @@ def test_a_size_seen_is_what_it_took_and_sizes_between_lie_on_the_line():
     assert costs.verify_s(32, ALONE) == pytest.approx(1.6)  # (0.8 + 2.4) / 2
 
 
-def test_beyond_the_largest_size_seen_a_forward_never_gets_cheaper_a_position():
-    """One row's shape (5 positions ~ 1.5 plain rounds) would call 96 positions ~8 plain rounds; a
-    CPU that compute binds takes 12 (4.8 s). From 16 and 32 seen, 96 is read off as proportional."""
+def test_beyond_the_largest_size_seen_the_last_slope_goes_on():
+    """One row's shape (5 positions ~ 1.5 plain rounds), scaled through 32 positions, would call
+    96 about 2.3 times 32; a CPU that compute binds takes 3 times. From 16 and 32 seen, the slope
+    between them reads 96 right."""
     costs = LoadCosts()
     for n in (16, 32):
         costs.update(n, 16, roofline(n), 0, None, ALONE)
     assert costs.verify_s(96, ALONE) == pytest.approx(roofline(96))
-    assert ALONE.verify_s(96) < 0.7 * roofline(96)  # what one row's figures alone would have said
+    assert roofline(32) * ALONE.verify_s(96) / ALONE.verify_s(32) < 0.8 * roofline(96)
+
+
+def test_where_reading_the_weights_binds_a_wider_forward_is_not_guessed_proportional():
+    """Two sizes that cost the same (the weights' read): a wider one is guessed as one row's shape
+    scales, not as positions do; a guess too high would never be tried, and so never corrected."""
+    costs = LoadCosts()
+    for n in (2, 4):
+        costs.update(n, 2, roofline(n), 0, None, ALONE)
+    assert costs.verify_s(8, ALONE) == pytest.approx(0.4 * ALONE.verify_s(8) / ALONE.verify_s(4))
+    assert costs.verify_s(8, ALONE) < 0.7 * (0.4 * 8 / 4)
 
 
 def test_one_size_seen_scales_one_rows_shape_through_it():
@@ -51,8 +62,7 @@ def test_drafting_timed_apart_is_the_step_and_the_rest_is_the_forward():
     costs.update(48, 8, 3.0, 4, 1.2, ALONE)  # four steps of 0.3 s, the forward 1.8 s
     assert costs.step_s(8, ALONE) == pytest.approx(0.3)
     assert costs.verify_s(48, ALONE) == pytest.approx(1.8)
-    assert costs.step_s(16, ALONE) == pytest.approx(0.6)  # more rows than seen: scaled by rows
-    assert costs.step_s(4, ALONE) == pytest.approx(0.3)  # fewer: no cheaper than the nearest seen
+    assert costs.step_s(16, ALONE) == pytest.approx(0.3)  # a size not seen: the nearest seen
     costs.update(24, 8, 2.4, 2, None, ALONE)  # untimed: its drafting's share is the step's prediction
     assert costs.verify_s(24, ALONE) == pytest.approx(1.8)
 
