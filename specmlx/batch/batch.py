@@ -101,7 +101,8 @@ class Batch:
         """One round for every member; members that finished leave the batch after it."""
         members = list(self.members)
         self.widest = max(self.widest, len(members))
-        plans = self._plans(members)
+        estimate = _alone(members)  # one row's costs, read once for the round's plans and what it teaches
+        plans = self._plans(members, estimate)
         timed = any(p.timed for p in plans) or any(m.config.profile for m in members)
         for group in self.shared.values():
             group.fed = 0
@@ -112,7 +113,7 @@ class Batch:
         events = [(m, m.commit(plan, r, seconds if alone else None))
                   for m, plan, r in zip(members, plans, done.rounds)]
         if not alone:
-            self._learn(members, done, seconds)
+            self._learn(members, done, seconds, estimate)
         for m in members:
             if m.finish:
                 self.remove(m)
@@ -121,11 +122,10 @@ class Batch:
     def _group(self, member: Member) -> SharedDrafter | None:
         return next((g for g in self.shared.values() if member in g.rows), None)
 
-    def _plans(self, members: list[Member]) -> list[Plan]:
+    def _plans(self, members: list[Member], alone: CostEstimate | None) -> list[Plan]:
         """Alone: the member's own schedule. Together: the automatic lengths chosen for the batch."""
         if len(members) == 1 or not any(m.auto for m in members):
             return [m.schedule.plan(m.room) for m in members]
-        alone = _alone(members)
         fixed = [None if m.auto else m.schedule.plan(m.room) for m in members]
         lanes = [self._lane(m, plan, len(members), alone) for m, plan in zip(members, fixed)]
         verify = lambda n: self.costs.verify_s(n, alone)  # noqa: E731
@@ -154,7 +154,7 @@ class Batch:
             return Lane((), 0, step, fixed=fixed.num_draft, group=group_id)
         return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), step, group=group_id)
 
-    def _learn(self, members: list[Member], done: BatchRound, seconds: float) -> None:
+    def _learn(self, members: list[Member], done: BatchRound, seconds: float, alone: CostEstimate | None) -> None:
         """What a batched round teaches: each row's acceptance, and the batch's costs."""
         self.rounds += 1
         for m, r in zip(members, done.rounds):
@@ -169,8 +169,7 @@ class Batch:
                 m.hit = m.hit or r.drafted > 0
             m.idle = 0 if r.steps else m.idle + 1
         if not any(group.fed > 2 for group in self.shared.values()):  # a drafter catching up is no step
-            self.costs.update(len(members) * done.width, len(members), seconds, done.steps, done.draft_s,
-                              _alone(members))
+            self.costs.update(len(members) * done.width, len(members), seconds, done.steps, done.draft_s, alone)
 
 
 def _alone(members: list[Member]) -> CostEstimate | None:

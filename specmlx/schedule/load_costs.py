@@ -58,25 +58,22 @@ class LoadCosts:
 
     def verify_s(self, positions: int, alone: CostEstimate | None) -> float:
         """Seconds of a forward over `positions` (and the round's own work)."""
-        seen = sorted(self.forward.items())
-        if not seen:
-            return _alone(positions, alone)
-        if len(seen) == 1:
-            (n, t), = seen
-            return t * _alone(positions, alone) / _alone(n, alone)
         if positions in self.forward:
             return self.forward[positions]
+        seen = sorted(self.forward.items())
+        if not seen:
+            return _shape(positions, alone)
         below = [p for p in seen if p[0] < positions]
         above = [p for p in seen if p[0] > positions]
-        if not below:  # smaller than any seen: scaled down as one row's shape says
-            n, t = above[0]
-            return t * _alone(positions, alone) / _alone(n, alone)
-        if above:  # between two sizes seen: the line through them
+        if below and above:  # between two sizes seen: the line through them
             (n0, t0), (n1, t1) = below[-1], above[0]
             return t0 + (t1 - t0) * (positions - n0) / (n1 - n0)
-        (n0, t0), (n1, t1) = seen[-2], seen[-1]
-        slope = max((t1 - t0) / (n1 - n0), 0.0)
-        return max(t1 + slope * (positions - n1), t1 * _alone(positions, alone) / _alone(n1, alone))
+        n, t = above[0] if above else seen[-1]
+        scaled = t * _shape(positions, alone) / _shape(n, alone)  # one row's shape through the nearest size
+        if above or len(seen) == 1:
+            return scaled
+        (n0, t0) = seen[-2]  # beyond the largest of two or more: their slope goes on
+        return max(t + max((t - t0) / (n - n0), 0.0) * (positions - n), scaled)
 
     def step_s(self, rows: int, alone: CostEstimate | None) -> float:
         """Seconds of one drafter step paid for a batch of `rows` rows."""
@@ -87,6 +84,6 @@ class LoadCosts:
         return 0.0 if alone is None else alone.step_s
 
 
-def _alone(positions: int, alone: CostEstimate | None) -> float:
+def _shape(positions: int, alone: CostEstimate | None) -> float:
     """One row's measured shape (or the positions themselves, before anything is measured)."""
     return float(positions) if alone is None else alone.verify_s(positions)
