@@ -146,8 +146,10 @@ class Engine:
                 f"the prompt ({len(prompt)} tokens) and max tokens ({config.max_tokens}) do not fit the "
                 f"target's context window of {self.context_window} tokens; {fits}")
 
-    def prefill(self, prompt: list[int]) -> None:
-        """Bring both caches to hold prompt[:-1], reusing what they share with it."""
+    def prefill(self, prompt: list[int], drafter: bool = True) -> None:
+        """Bring both caches to hold prompt[:-1], reusing what they share with it. Without
+        `drafter`, the target's alone: a `ModelDrafter` keeps a prefix of it, for a caller
+        that feeds it the rest (its `prefill`) only once it drafts."""
         keep = self.reusable(prompt)
         self.rewind(keep)
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
@@ -158,7 +160,8 @@ class Engine:
                 self.drafter.observe(start, hidden[0])
             with self.peers.waiting():
                 mx.eval(hidden, [c.state for c in self.cache])
-        self.drafter.prefill(prompt)
+        if drafter:
+            self.drafter.prefill(prompt)
         self.context = prompt
 
     def sync(self, rec: StatsRecorder, *arrays: mx.array, keep: tuple[mx.array, ...] = ()) -> list:

@@ -13,6 +13,15 @@ members on the automatic length are chosen together for the batch
 (`schedule.load_costs`): a fuller batch drafts less. Rows whose drafter is the
 same small model draft together, one forward a step (`drafting.py`); other
 drafters (MTP heads, Gemma 4 assistants, a p-min) run on their own row.
+
+A shared drafter's prompt is fed when its row first drafts or probes, not at
+admission, for a row on the automatic length that joins others: under a load
+that compute binds no row drafts, and its prefill would only delay the row's
+first token. The row waits outside its drafter's group (`deferred`), though
+the plans count it in it; before the round that first has it draft or probe,
+its drafter is fed what it skipped, on its own, and joins the group
+(`_catch_up`). A row that leaves before then keeps a drafter holding a prefix
+of its context, which its next turn's prefill completes.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from ..schedule.load_costs import LoadCosts
 from .cache import BatchCache
 from .drafting import SharedDrafter, shares
 from .member import Member
-from .round import BatchRound, run_batch
+from .round import BatchRound, RowFailure, run_batch
 
 
 class Batch:
@@ -42,6 +51,7 @@ class Batch:
         self.cache = BatchCache(layers)
         self.members: list[Member] = []
         self.shared: dict[int, SharedDrafter] = {}  # by id of the drafter model its rows share
+        self.deferred: list[Member] = []  # rows of a shared drafter not yet fed their context
         self.rounds = 0  # batched rounds run with more than one member
         self.widest = 0  # the most members one round served
         self._drafting = 0  # load-aware rounds that drafted, for the timed-apart cadence
@@ -52,8 +62,10 @@ class Batch:
         return len(self.members) >= self.max_rows
 
     def add(self, member: Member) -> None:
-        """Prefill `member` in its slot's caches and move its target rows into the batch."""
-        member.prefill()
+        """Prefill `member` in its slot's caches and move its target rows into the batch. Under
+        others' load, an automatic length's shared drafter is prefilled once it drafts (`_catch_up`)."""
+        defer = bool(self.members) and member.auto is not None and shares(member)
+        member.prefill(drafter=not defer)
         engine = member.engine
         self.cache.join(engine.cache, engine.cache_length())
         for layer in engine.cache:  # the rows live in the batch now: the slot's copy is freed
@@ -61,9 +73,10 @@ class Batch:
             layer.offset = 0
         member.row.index = len(self.members)
         self.members.append(member)
-        if shares(member):
-            drafter = engine.drafter
-            self.shared.setdefault(id(drafter.model), SharedDrafter(drafter)).join(member)
+        if defer:
+            self.deferred.append(member)
+        elif shares(member):
+            self._share(member)
         if isinstance(engine.drafter, Gemma4AssistantDrafter):  # it reads the target's cache in place
             engine.drafter.attach(self.target, self.cache.view(member.row))
 
@@ -74,6 +87,8 @@ class Batch:
         for layer, row in zip(engine.cache, rows):
             layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
         self.members.remove(member)
+        if member in self.deferred:  # its drafter holds a prefix of its context: a next turn feeds the rest
+            self.deferred.remove(member)
         group = self._group(member)
         if group is not None:
             group.leave(member)
@@ -91,7 +106,7 @@ class Batch:
         """Drop every member, their rows unrecoverable (a shared forward failed): the members
         are closed, their slots' caches must be emptied. Returns them."""
         members, self.members = self.members, []
-        self.cache, self.shared = BatchCache(len(self.cache.layers)), {}
+        self.cache, self.shared, self.deferred = BatchCache(len(self.cache.layers)), {}, []
         for member in members:
             member.rec.pause()
             member.close()
@@ -103,6 +118,7 @@ class Batch:
         self.widest = max(self.widest, len(members))
         estimate = _alone(members)  # one row's costs, read once for the round's plans and what it teaches
         plans = self._plans(members, estimate)
+        self._catch_up(members, plans)
         timed = any(p.timed for p in plans) or any(m.config.profile for m in members)
         for group in self.shared.values():
             group.fed = 0
@@ -118,6 +134,27 @@ class Batch:
             if m.finish:
                 self.remove(m)
         return events
+
+    def _share(self, member: Member) -> None:
+        """Move `member`'s drafter cache into its drafter model's group."""
+        drafter = member.engine.drafter
+        self.shared.setdefault(id(drafter.model), SharedDrafter(drafter)).join(member)
+
+    def _catch_up(self, members: list[Member], plans: list[Plan]) -> None:
+        """Deferred rows this round has draft or probe: each drafter is fed the context it skipped
+        on its own (in the group's forward every row would be padded to its length), outside the
+        round's timing, and the row joins its group. A drafter that fails fails its row alone."""
+        for m, plan in zip(members, plans):
+            if m not in self.deferred or not (plan.num_draft or plan.probe):
+                continue
+            start = perf_counter()
+            try:
+                m.engine.drafter.prefill(m.tokens)
+            except Exception as err:  # noqa: BLE001 - as a drafter failing in a round
+                raise RowFailure(m, err) from err
+            m.rec.draft_s += perf_counter() - start
+            self.deferred.remove(m)
+            self._share(m)
 
     def _group(self, member: Member) -> SharedDrafter | None:
         return next((g for g in self.shared.values() if member in g.rows), None)
@@ -145,11 +182,10 @@ class Batch:
     def _lane(self, member: Member, fixed: Plan | None, rows: int, alone: CostEstimate | None) -> Lane:
         """A row as the load-aware choice sees it, in seconds; rows of one shared drafter pay its
         steps once, at this batch's size."""
-        group = self._group(member)
-        group_id = None if group is None else id(group.model)
+        group_id = id(member.engine.drafter.model) if shares(member) else None  # a deferred row's too
         auto = member.auto
         own = None if auto is None else auto.costs.estimate()
-        step = self.costs.step_s(rows, alone) if group is not None else (0.0 if own is None else own.step_s)
+        step = self.costs.step_s(rows, alone) if group_id is not None else (0.0 if own is None else own.step_s)
         if fixed is not None:  # its steps count: in a shared drafter's group they are the group's too
             return Lane((), 0, step, fixed=fixed.num_draft, group=group_id)
         return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), step, group=group_id)

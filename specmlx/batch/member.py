@@ -54,10 +54,11 @@ class Member:
         """Drafts this round may propose: one token of the budget is the target's own."""
         return self.config.max_tokens - self.rec.generation_tokens - 1
 
-    def prefill(self) -> None:
-        """Bring the slot's caches to hold the prompt but its last token (reusing what they share)."""
+    def prefill(self, drafter: bool = True) -> None:
+        """Bring the slot's caches to hold the prompt but its last token (reusing what they share);
+        without `drafter`, the target's only (`Engine.prefill`)."""
         start = perf_counter()
-        self.engine.prefill(list(self.prompt))  # the engine keeps and grows the list it is given
+        self.engine.prefill(list(self.prompt), drafter)  # the engine keeps and grows the list it is given
         self.rec.prefill_s, self.rec.prompt_tokens = perf_counter() - start, len(self.prompt)
         self.tokens = self.engine.context
         self.rec.resume()
