@@ -18,6 +18,7 @@ import mlx.core as mx
 
 from .errors import SpecmlxError
 from .events import RoundEvent, TokenEvent
+from .peers import ALONE
 from .plan import Round
 from .policy import DraftPolicy
 from .round import run_round
@@ -131,6 +132,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
     engine.prefill(prompt)
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
     tokens, finish = engine.context, ""  # tokens grows as rounds commit
+    ahead = None  # the next position's forward, started by a plain round (`run_round`)
     rec.resume()
     try:
         while not finish:
@@ -138,16 +140,26 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             budget = config.max_tokens - rec.generation_tokens
             key, round_key = mx.random.split(key)
             plan = schedule.plan(budget - 1)
-            done = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
-                             timed=config.profile)
+            # Overlap a plain round with the next one's forward when that one likely drafts nothing too
+            # (a wrong guess costs a drafting round one more forward) and this one leaves it a token.
+            # Not when profiling: its split times each round's forward in that round.
+            overlap = (engine.peers is ALONE and not config.profile and plan.num_draft == 0 and budget > 1
+                       and schedule.likely_plain(budget - 2))
+            done, ahead = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
+                                    timed=config.profile, ahead=ahead, overlap=overlap)
             rec.record_round(plan.num_draft, done)
             emitted, finish = emit(done, tokens, text, engine.eos_token_ids, budget)
             rec.generation_tokens += len(emitted)
-            rec.pause()
+            # The consumer's time is not the round's, unless the next forward runs meanwhile: the
+            # round that reads it would then look cheaper than a round is.
+            running = ahead is not None
+            if not running:
+                rec.pause()
             handed = perf_counter()
             yield RoundEvent(emitted, plan.num_draft, done.drafted, done.accepted, done.looked_up, done.probe)
-            away = perf_counter() - handed  # the consumer's time, not the round's
-            rec.resume()
+            away = 0.0 if running else perf_counter() - handed
+            if not running:
+                rec.resume()
             schedule.update(done, perf_counter() - began - away)
     finally:
         engine.peers.stop()  # rank 0's word that the generation is over (other ranks run `follow`, not this)

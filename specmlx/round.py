@@ -9,6 +9,7 @@ and however much, what is committed follows the target's distribution.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Sequence
 
@@ -27,12 +28,28 @@ if TYPE_CHECKING:  # the engine calls the round; the round only reads the engine
     from .engine import Engine
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """The target's logits at the position after the last committed token, (1, vocab),
+    lazy and already under way: a plain round that overlaps (see `run_round`) fed its
+    token to the target before reading it, so the cache holds every committed token."""
+
+    logits: mx.array
+
+
 def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy: DraftPolicy,
-              sampling: SamplingParams, key: mx.array, rec: StatsRecorder, timed: bool = False) -> Round:
+              sampling: SamplingParams, key: mx.array, rec: StatsRecorder, timed: bool = False,
+              ahead: Ahead | None = None, overlap: bool = False) -> tuple[Round, Ahead | None]:
     """One round as `plan` says: drafting at most `plan.num_draft` tokens
     (`room` if looked up), timing drafting apart with one more sync when
     `plan.timed` or `timed`, and in a round that drafts nothing, probing the
-    drafter (`probe_chance`)."""
+    drafter (`probe_chance`). `ahead`: what the round before scored ahead.
+
+    With `overlap`, a round that proposes nothing starts the next position's
+    forward on its own token before its sync, and returns it: the target
+    computes it while the host commits, streams and plans, as mlx-lm's loop
+    builds its next step while the current one computes. Only for one process:
+    ranks score in lockstep."""
     timed = plan.timed or timed
     draft_key, verify_key = mx.random.split(key)
     start = perf_counter()
@@ -45,23 +62,29 @@ def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy
     draft = Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs)
     draft_done = perf_counter()
     # 2. score [last, d1..dk] in one target forward (still lazy)
-    hidden, logits = score(engine, tokens, draft.tokens)
+    hidden, logits = score(engine, tokens, draft.tokens, ahead)
     # 3. verify (still lazy)
     p = None if sampling.greedy else mx.exp(warp(logits, sampling))
     n_accepted, following = verify(logits, p, draft, verify_key)
     chance = probe_chance(probe, logits, p)
     n_accepted, following = engine.peers.decide(n_accepted, following, after=hidden)
+    read = [draft.tokens, n_accepted, following, *([chance] if chance is not None else [])]
+    keep = (hidden,) if engine.reads_hidden and hidden is not None else ()
+    nxt = None
+    if overlap and not draft.size:
+        # This round's outputs go first and alone: the sync below waits for them, not for the next forward.
+        mx.async_eval(*read, *keep)
+        nxt = look_ahead(engine, following)
+        mx.async_eval(nxt.logits)
     # 4. the round's one blocking host sync
-    proposal, accepted, following, *probed = engine.sync(
-        rec, draft.tokens, n_accepted, following, *([chance] if chance is not None else []),
-        keep=(hidden,) if engine.reads_hidden else ())
+    proposal, accepted, following, *probed = engine.sync(rec, *read, keep=keep)
     engine.peers.end_round()
-    # 5. commit: both caches drop the rejected tail, an O(1) offset move
-    engine.rewind(len(tokens) + accepted)
+    # 5. commit: both caches drop the rejected tail, an O(1) offset move (a look-ahead keeps its token)
+    engine.rewind(len(tokens) + accepted + (nxt is not None))
     rec.draft_s += draft_done - start
     rec.verify_s += perf_counter() - draft_done
     return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up,
-                 draft_done - start if timed else None, probed[0] if probed else None)
+                 draft_done - start if timed else None, probed[0] if probed else None), nxt
 
 
 def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
@@ -81,18 +104,33 @@ def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, 
     return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
 
 
-def score(engine: "Engine", tokens: list[int], draft: mx.array) -> tuple[mx.array, mx.array]:
+def score(engine: "Engine", tokens: list[int], draft: mx.array,
+          ahead: Ahead | None = None) -> tuple[mx.array | None, mx.array]:
     """The target's forward over the tokens it has not seen and the draft (lazy):
     hidden states of every scored position, and logits of the rows verification
     reads ([last, d1..dk]). A drafter that reads hidden states is shown them all;
-    rejected rows are cut by the rewind."""
+    rejected rows are cut by the rewind. After a look-ahead the row of `last` is
+    `ahead`'s, and a round with no draft runs no forward of its own (no hidden)."""
     scored = engine.cache_length()
-    pending = mx.array(tokens[scored:], dtype=mx.uint32)
-    hidden = decoder(engine.target, mx.concatenate([pending, draft])[None], engine.cache)[0]
-    logits = head(engine.target, hidden[-(draft.shape[0] + 1) :])
+    fed = mx.concatenate([mx.array(tokens[scored:], dtype=mx.uint32), draft])
+    if ahead is not None and not fed.size:
+        return None, ahead.logits
+    hidden = decoder(engine.target, fed[None], engine.cache)[0]
+    logits = head(engine.target, hidden[-(draft.shape[0] + (ahead is None)) :])
     if engine.reads_hidden:
         engine.drafter.observe(scored, hidden)
+    if ahead is not None:
+        logits = mx.concatenate([ahead.logits, logits])
     return hidden, logits
+
+
+def look_ahead(engine: "Engine", following: mx.array) -> Ahead:
+    """Feed the round's own next token (lazy) to the target: the next position's logits."""
+    scored = engine.cache_length()
+    hidden = decoder(engine.target, following.reshape(1, 1).astype(mx.uint32), engine.cache)[0]
+    if engine.reads_hidden:
+        engine.drafter.observe(scored, hidden)
+    return Ahead(head(engine.target, hidden))
 
 
 def verify(logits: mx.array, p: mx.array | None, draft: Draft, key: mx.array) -> tuple[mx.array, mx.array]:

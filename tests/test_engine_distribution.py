@@ -253,3 +253,41 @@ def test_the_check_detects_a_drafter_that_misreports_q(pair, blend):
     engine = Engine(target, misreporting, eos_token_ids=[])
     samples, _ = sample_sequences(engine, sampling)
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) < 1e-3
+
+
+def alternating(monkeypatch, k: int) -> None:
+    """Every generation plans plain rounds and rounds drafting `k` by turns,
+    each plain round looking ahead (`round.look_ahead`) on the guess that the
+    next is plain too: every drafting round scores after a looked-ahead row."""
+    from .schedules import Alternating
+
+    monkeypatch.setattr("specmlx.generation.schedule_for", lambda engine, policy: Alternating(k))
+
+
+@pytest.mark.parametrize("name", ["temperature 1", "top-p 0.7"])
+def test_rounds_after_a_look_ahead_keep_the_target_distribution(monkeypatch, pair, name):
+    target, drafter = pair
+    sampling = SAMPLINGS[name]
+    alternating(monkeypatch, 2)
+    engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
+    stats = []
+    samples, _ = sample_sequences(engine, sampling, LENGTH + 1, stats)
+    assert all(s.rounds >= 2 and s.drafted for s in stats)  # a plain round, then a drafting one
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling, LENGTH + 1)) > 1e-3
+
+
+def test_the_check_detects_a_look_ahead_that_biases_its_row(monkeypatch, pair):
+    """Negative control: the looked-ahead row's logits nudged towards token 0
+    (by 0.5) fail the same test."""
+    import specmlx.round as round_module
+
+    target, drafter = pair
+    sampling = SamplingParams(temp=1.0)
+    alternating(monkeypatch, 2)
+    honest = round_module.look_ahead
+    nudge = mx.array([0.5] + [0.0] * (VOCAB - 1))
+    monkeypatch.setattr(round_module, "look_ahead",
+                        lambda engine, following: round_module.Ahead(honest(engine, following).logits + nudge))
+    engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
+    samples, _ = sample_sequences(engine, sampling, LENGTH + 1)
+    assert chi_square_pvalue(samples, exact_distribution(target, sampling, LENGTH + 1)) < 1e-3

@@ -14,18 +14,20 @@ members on the automatic length are chosen together for the batch
 same small model draft together, one forward a step (`drafting.py`); other
 drafters (MTP heads, Gemma 4 assistants, a p-min) run on their own row.
 
-A shared drafter's prompt is fed when its row first drafts or probes, not at
-admission, for a row on the automatic length that joins others: under a load
+A shared drafter's prompt is fed when its row first drafts (or, alone, probes),
+not at admission, for a row on the automatic length that joins others: under a load
 that compute binds no row drafts, and its prefill would only delay the row's
 first token. The row waits outside its drafter's group (`deferred`), though
 the plans count it in it; before the round that first has it draft or probe,
 its drafter is fed what it skipped, on its own, and joins the group
-(`_catch_up`). A row that leaves before then keeps a drafter holding a prefix
+(`_catch_up`), and only at a batch size where drafting was measured, never to
+try a guess. A row that leaves before then keeps a drafter holding a prefix
 of its context, which its next turn's prefill completes.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from time import perf_counter
 
 import mlx.nn as nn
@@ -165,6 +167,10 @@ class Batch:
             return [m.schedule.plan(m.room) for m in members]
         fixed = [None if m.auto else m.schedule.plan(m.room) for m in members]
         lanes = [self._lane(m, plan, len(members), alone) for m, plan in zip(members, fixed)]
+        if len(members) not in self.costs.step:
+            # Drafting at this size is a guess until a round measures it: a deferred row would feed its
+            # drafter the whole prompt to try it. Rows already fed try it (and measure it) first.
+            lanes = [replace(lane, cap=0) if m in self.deferred else lane for m, lane in zip(members, lanes)]
         verify = lambda n: self.costs.verify_s(n, alone)  # noqa: E731
         ks = choose(lanes, verify)
         # A row probes only if drafting could pay at all, were every draft accepted: under a load
@@ -175,8 +181,10 @@ class Batch:
         drafts = any(ks) or any(plan.num_draft for plan in fixed if plan is not None)
         timed = drafts and (len(members) not in self.costs.step or self._drafting % TIMED_EVERY == 0)
         self._drafting += drafts
+        # A deferred row does not probe: its probe would first feed its drafter the whole prompt.
         return [plan if plan is not None else
-                Plan(k, timed, k == 0 and lane.cap > 0 and hope > 0 and (m.hit or m.idle + 1 >= m.auto.probe_every))
+                Plan(k, timed, k == 0 and lane.cap > 0 and hope > 0 and m not in self.deferred
+                     and (m.hit or m.idle + 1 >= m.auto.probe_every))
                 for m, plan, lane, k, hope in zip(members, fixed, lanes, ks, hopeful)]
 
     def _lane(self, member: Member, fixed: Plan | None, rows: int, alone: CostEstimate | None) -> Lane:

@@ -20,6 +20,10 @@ class Schedule(Protocol):
     def plan(self, room: int) -> Plan:
         """The next round, drafting at most `room` tokens."""
 
+    def likely_plain(self, room: int) -> bool:
+        """Whether the round after the one planned last will likely draft nothing,
+        guessed before that one finishes (a plain round overlaps the next on it)."""
+
     def update(self, done: Round, seconds: float) -> None:
         """That round finished: `done`, in `seconds` of the engine's time."""
 

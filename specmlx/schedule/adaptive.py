@@ -26,6 +26,9 @@ class DraftLength:
     def plan(self, room: int) -> Plan:
         return Plan(min(self.current, room))
 
+    def likely_plain(self, room: int) -> bool:
+        return self.current == 0 or room <= 0
+
     def update(self, done: Round, seconds: float) -> None:
         if not done.looked_up:  # the length follows the drafter's record, not the lookup's
             self.follow(done.drafted, done.accepted)

@@ -32,6 +32,7 @@ distribution, not its text; a fixed draft length repeats the text.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -64,6 +65,7 @@ class AutoDraft:
         self.drafting = 0  # rounds planned to draft with the drafter caught up, for the timed-apart cadence
         self._first = True
         self._behind = True  # whether the round running catches the drafter up first
+        self._probing = False  # whether the round running probes
 
     def begin(self, limit: int) -> None:
         """A new generation: k at most `limit`; its first round catches the drafter up on the prompt."""
@@ -95,7 +97,22 @@ class AutoDraft:
             timed = not self.costs.timed or self.drafting % TIMED_EVERY == 0
             self.drafting += 1
         probe = k == 0 and cap > 0 and not calibrating and (self.hit or self.idle + 1 >= self.probe_every)
+        self._probing = probe
         return Plan(k, timed, probe)
+
+    def likely_plain(self, room: int) -> bool:
+        """Judged on what is measured so far, and for a probing round on its probe's best case:
+        a plain round teaches little, but a probe that would have been accepted may tip the
+        choice to drafting, and a drafting round after a guess of plain pays one forward more."""
+        cap = min(self.limit, room)
+        if cap <= 0 or self.calibration:
+            return cap <= 0 or self.calibration[0] == 0
+        rates = self.acceptance.rates()
+        if self._probing:
+            accepted = copy.deepcopy(self.acceptance)
+            accepted.observe_first(1.0)
+            rates = accepted.rates()
+        return _argmax(rates, self.costs, cap) == 0
 
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""

@@ -41,7 +41,7 @@ from ..prompting import encode_chat, packaged_prompts_path, read_prompts
 from .clients import load_clients, percentile, streamed
 from .run import Background
 from .serving import build
-from .sweep import MIN_BATCH, sweep
+from .sweep import MIN_BATCH, ROWS, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,8 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
                    f"mlx_lm.server's --decode-concurrency (default: the largest N, at least {MIN_BATCH})")
     p.add_argument("--no-mlx-lm", dest="mlx_lm", action="store_false",
                    help="the sweep without its mlx_lm.server row")
+    p.add_argument("--rows", type=rows_spec, default=ROWS, metavar="NAMES",
+                   help=f"the sweep's rows, comma-separated, of {', '.join(ROWS)} (default: all)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     return p
+
+
+def rows_spec(text: str) -> tuple[str, ...]:
+    """`batched-auto,batched-none`: some of the sweep's rows (to measure again what changed)."""
+    rows = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [row for row in rows if row not in ROWS]
+    if not rows or unknown:
+        raise argparse.ArgumentTypeError(f"rows are some of {', '.join(ROWS)}; got {text!r}")
+    return rows
 
 
 def clients_spec(text: str) -> int | list[int]:
@@ -161,6 +172,8 @@ def bench(args: argparse.Namespace) -> int:
 def run_sweep(args: argparse.Namespace) -> int:
     if args.max_batch is not None and args.max_batch < 1:
         raise SpecmlxError(f"--max-batch must be >= 1, got {args.max_batch}")
+    if not args.mlx_lm and set(args.rows) == {"mlx-lm"}:
+        raise SpecmlxError("--rows mlx-lm with --no-mlx-lm leaves no row to run")
     figures = sweep(args, args.clients)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

@@ -49,6 +49,7 @@ from .clients import percentile, wave
 from .run import Background, bind
 from .serving import build
 
+ROWS = ("batched-auto", "batched-none", "one-at-a-time", "mlx-lm")  # the table's rows, in its order
 MIN_BATCH = 16  # the batched server's default max_batch: the sweep's largest N batches whole
 PROMPT_CONCURRENCY = 8  # mlx_lm.server's own default: prompts it prefills together
 WARMUP_TOKENS = 8  # one untimed request per row first: loading, first kernels, the automatic length's first costs
@@ -203,13 +204,14 @@ def serve_and_run(args, mlx: MLXThread, loaded, clients: list[int], texts: list[
         urls = (stack.enter_context(Background(batched.app, batched.worker, timeout=60)),
                 stack.enter_context(Background(alone.app, alone.worker, timeout=60)))
         ways = ways_of(urls, target.name, max_batch, drafters[0].name)
-        if args.mlx_lm:
+        if args.mlx_lm and "mlx-lm" in args.rows:
             log = Path(tempfile.mkstemp(prefix="mlx_lm_server.", suffix=".log")[1])
             server = MlxLmServer(target.path, max_batch, args.max_tokens, log)
             ways.append(Way("mlx-lm", f"mlx_lm.server (decode-concurrency {max_batch}, prompt-concurrency "
                             f"{PROMPT_CONCURRENCY}), no drafter", stack.enter_context(server), "default_model",
                             drafts=False))
             out["mlx_lm_argv"] = server.argv
+        ways = [w for w in ways if w.name in args.rows]
         away = stack.enter_context(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
         out["rows"] = {w.name: w.label for w in ways}
         out["waves"] = run_waves(away, ways, texts, clients, args.max_tokens)

@@ -69,3 +69,44 @@ def test_a_deferred_row_that_drafts_catches_up_alone_and_commits_what_it_commits
     assert planned[0] == 0 and any(planned)  # it waited, then drafted
     assert fed == 1  # caught up before it: the group's forward fed it its last token alone
     assert tokens == collect(engine_for("model", POLICIES["auto"]), PROMPT, config(0.0, "auto"))["tokens"]
+
+
+def test_a_deferred_row_does_not_probe_where_the_others_do():
+    """Drafting would pay were drafts accepted, but this drafter's are not: rows probe now and
+    then. A deferred row's probe would first feed its drafter the whole prompt, so it waits."""
+    target = models().target
+    batch = Batch(target, len(make_cache(target)), max_rows=4)
+    batch.costs = Known(lambda positions: 0.4 + 0.001 * positions)  # a wider forward nearly free
+    members = [automatic(PROMPT, max_tokens=20) for _ in range(3)]
+    for m in members:
+        for _ in range(30):
+            m.auto.acceptance.update(4, 0)
+        m.hit = True  # a probe is due at once
+        batch.add(m)
+    first, *later = members
+    probed = {id(m): 0 for m in members}
+    for _ in range(3):
+        for m, event in batch.step():
+            assert event.num_draft == 0
+            probed[id(m)] += event.probe is not None
+    assert probed[id(first)] > 0 and [probed[id(m)] for m in later] == [0, 0]
+    assert batch.deferred == later and [held(batch, m) for m in later] == [0, 0]
+
+
+def test_a_deferred_row_drafts_only_at_a_size_where_drafting_was_measured():
+    """A wider forward nearly free and a drafter always right: every row would draft. At a size
+    not yet measured drafting, a deferred row does not pay its prompt's prefill to try it."""
+    target = models().target
+    batch = Batch(target, len(make_cache(target)), max_rows=4)
+    batch.costs = Known(lambda positions: 0.4 + 0.001 * positions)
+    members = [automatic(PROMPT, max_tokens=30) for _ in range(3)]
+    for m in members:
+        for _ in range(30):
+            m.auto.acceptance.update(4, 4)
+        batch.add(m)
+    first, *later = members
+    planned = {id(m): event.num_draft for m, event in batch.step()}
+    assert planned[id(first)] > 0 and [planned[id(m)] for m in later] == [0, 0] and batch.deferred == later
+    batch.costs.step[len(members)] = 0.05  # as a round drafting at this size measures it
+    planned = {id(m): event.num_draft for m, event in batch.step()}
+    assert all(planned[id(m)] > 0 for m in members) and not batch.deferred

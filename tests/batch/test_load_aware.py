@@ -39,6 +39,7 @@ def rounds(forward: Callable[[int], float], count: int = 4) -> list[list[tuple[i
     target = models().target
     batch = Batch(target, len(make_cache(target)), max_rows=ROWS)
     batch.costs = Known(forward)
+    batch.costs.step[ROWS] = 0.05  # drafting at this size measured: rows that joined others may try it
     for _ in range(ROWS):
         member = Member(engine_for("model", POLICIES["auto"]), PROMPT, config(0.0, "auto", max_tokens=40))
         for _ in range(30):

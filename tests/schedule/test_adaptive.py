@@ -34,3 +34,9 @@ def test_adaptive_generation_is_exact_and_varies_the_length(tokenizer, vocab, ta
     self_engine = Engine(target, ModelDrafter(target, vocab), eos_token_ids=[])
     _, self_stats = run(self_engine, prompt, max_tokens=40, num_draft=2, adaptive=True, max_draft=6)
     assert self_stats.drafted / self_stats.rounds > 4  # never rejected: it climbs to the limit
+
+
+def test_only_a_length_of_zero_guesses_plain_rounds():
+    assert DraftLength(start=0, limit=4, adaptive=False).likely_plain(10)
+    assert not DraftLength(start=4, limit=12).likely_plain(10)
+    assert DraftLength(start=4, limit=12).likely_plain(0)

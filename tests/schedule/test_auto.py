@@ -166,3 +166,51 @@ def test_a_round_that_catches_the_drafter_up_is_not_taken_for_a_drafter_step():
     before = auto.costs.estimate()
     auto.update(Round((5,), 0, False, None, 0.0), 50.0)  # a catch-up that took fifty plain rounds' time
     assert auto.costs.estimate() == before
+
+
+@pytest.mark.parametrize("a, step, plain", [(0.03, 0.05, True), (0.8, 0.1, False)])
+def test_the_guess_of_a_plain_round_next_is_mostly_right(a, step, plain):
+    """A plain round overlaps the next one's forward on `likely_plain`, made
+    before it is read; a wrong guess costs a drafting round one forward more."""
+    auto, rng, guesses, nexts = AutoDraft(limit=12), random.Random(1), [], []
+    for r in range(300):
+        plan = auto.plan(100)
+        if r:
+            nexts.append(plan.num_draft == 0)
+        guesses.append(auto.likely_plain(100))
+        drafted = plan.num_draft
+        accepted = 0
+        while accepted < drafted and rng.random() < a:
+            accepted += 1
+        probe = float(rng.random() < a) if plan.probe else None
+        auto.update(Round((0,) * (accepted + 1), drafted, False, drafted * step if plan.timed else None, probe),
+                    cost(drafted, step) + (step if probe is not None else 0.0))
+    right = sum(g == n for g, n in zip(guesses, nexts)) / len(nexts)
+    assert right >= 0.95
+    assert (sum(guesses[10:]) / len(guesses[10:]) > 0.9) == plain  # plain streaks overlap; drafting ones do not
+    assert AutoDraft(limit=12).likely_plain(0)  # no room: nothing is drafted
+
+
+def test_the_calibration_guesses_its_own_plain_round():
+    auto = AutoDraft(limit=12, start=4)
+    guesses = []
+    for _ in range(2):
+        auto.plan(100)
+        guesses.append(auto.likely_plain(100))
+    assert guesses == [False, True]  # the calibration drafts 4, 4, then runs one round plainly
+
+
+@pytest.mark.parametrize("probing", [True, False])
+def test_a_probing_round_guesses_on_its_probe_accepted(probing):
+    """Just below break-even: plain rounds win, but one more accepted probe would tip the choice
+    to drafting. A round that probes then guesses "not plain next"; one that does not, "plain"."""
+    from ..costs import FixedCosts
+
+    auto = AutoDraft(limit=4)
+    auto.calibration, auto.costs = [], FixedCosts(step=0.05, width=0.05, jump=0.3)
+    for i in range(10):
+        auto.acceptance.update(1, int(i < 4))
+    auto.hit = probing  # a probe right after one that would have been accepted
+    plan = auto.plan(100)
+    assert plan.num_draft == 0 and plan.probe == probing
+    assert auto.likely_plain(100) != probing

@@ -70,6 +70,24 @@ def test_the_sweep_can_leave_mlx_lm_out(tmp_path, capsys, served_dirs):
     assert "| 2 | " in capsys.readouterr().out and "× mlx_lm" in table(figures)
 
 
+def test_the_sweep_runs_the_rows_asked_for(tmp_path, capsys, served_dirs):
+    out = tmp_path / "sweep.json"
+    assert main(["--target", str(served_dirs["target"]), "--drafter", str(served_dirs["drafter"]),
+                 "--prompts", str(prompts_file(tmp_path)), "--clients", "2,", "--max-tokens", "4",
+                 "--rows", "batched-none,batched-auto", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert list(figures["rows"]) == ROWS[:2] and "mlx_lm_argv" not in figures
+    assert set(figures["waves"][0]["rows"]) == set(ROWS[:2])
+    assert "no drafter" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["batched", "mlx-lm,nope", ","])
+def test_unknown_rows_are_refused_in_one_line(text, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--clients", "2,", "--rows", text])
+    assert "rows are some of batched-auto, batched-none, one-at-a-time, mlx-lm" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text, clients", [("8", 8), ("1,2,4,8,16", [1, 2, 4, 8, 16]), ("4,", [4])])
 def test_one_count_is_the_load_figure_and_a_list_the_sweep(text, clients):
     assert build_parser().parse_args(["--clients", text]).clients == clients
