@@ -19,7 +19,7 @@ import mlx.core as mx
 from .errors import SpecmlxError
 from .events import RoundEvent, TokenEvent
 from .peers import ALONE
-from .plan import Round
+from .plan import Plan, Round
 from .policy import DraftPolicy
 from .round import run_round
 from .sampling import SamplingParams
@@ -103,6 +103,15 @@ def schedule_for(engine: "Engine", policy: DraftPolicy) -> Schedule:
     return auto
 
 
+def overlaps(engine: "Engine", config: GenerationConfig, schedule: Schedule, plan: Plan, budget: int) -> bool:
+    """Whether a plain round starts the next one's forward (`round.start_ahead`): when that one
+    likely drafts nothing too (a wrong guess costs a drafting round one more forward) and this one
+    leaves it a token. One process only, and not when profiling: its split times each round's
+    forward in that round."""
+    return (engine.peers is ALONE and not config.profile and plan.num_draft == 0 and budget > 1
+            and schedule.likely_plain(budget - 2))
+
+
 def emit(done: Round, tokens: list[int], text: TextStream, eos: Collection[int],
          left: int) -> tuple[tuple[TokenEvent, ...], str]:
     """Commit `done`'s tokens to `tokens` and stream their text, up to a stop
@@ -140,19 +149,13 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             budget = config.max_tokens - rec.generation_tokens
             key, round_key = mx.random.split(key)
             plan = schedule.plan(budget - 1)
-            # Overlap a plain round with the next one's forward when that one likely drafts nothing too
-            # (a wrong guess costs a drafting round one more forward) and this one leaves it a token.
-            # Not when profiling: its split times each round's forward in that round.
-            overlap = (engine.peers is ALONE and not config.profile and plan.num_draft == 0 and budget > 1
-                       and schedule.likely_plain(budget - 2))
             done, ahead = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
-                                    timed=config.profile, ahead=ahead, overlap=overlap)
+                                    timed=config.profile, ahead=ahead,
+                                    overlap=overlaps(engine, config, schedule, plan, budget))
             rec.record_round(plan.num_draft, done)
             emitted, finish = emit(done, tokens, text, engine.eos_token_ids, budget)
             rec.generation_tokens += len(emitted)
-            # The consumer's time is not the round's, unless the next forward runs meanwhile: the
-            # round that reads it would then look cheaper than a round is.
-            running = ahead is not None
+            running = ahead is not None  # the next forward runs meanwhile: the consumer's time is the round's
             if not running:
                 rec.pause()
             handed = perf_counter()

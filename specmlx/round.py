@@ -43,13 +43,8 @@ def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy
     """One round as `plan` says: drafting at most `plan.num_draft` tokens
     (`room` if looked up), timing drafting apart with one more sync when
     `plan.timed` or `timed`, and in a round that drafts nothing, probing the
-    drafter (`probe_chance`). `ahead`: what the round before scored ahead.
-
-    With `overlap`, a round that proposes nothing starts the next position's
-    forward on its own token before its sync, and returns it: the target
-    computes it while the host commits, streams and plans, as mlx-lm's loop
-    builds its next step while the current one computes. Only for one process:
-    ranks score in lockstep."""
+    drafter (`probe_chance`). `ahead`: what the round before scored ahead;
+    with `overlap`, a round that proposes nothing returns its own (`start_ahead`)."""
     timed = plan.timed or timed
     draft_key, verify_key = mx.random.split(key)
     start = perf_counter()
@@ -70,12 +65,7 @@ def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy
     n_accepted, following = engine.peers.decide(n_accepted, following, after=hidden)
     read = [draft.tokens, n_accepted, following, *([chance] if chance is not None else [])]
     keep = (hidden,) if engine.reads_hidden and hidden is not None else ()
-    nxt = None
-    if overlap and not draft.size:
-        # This round's outputs go first and alone: the sync below waits for them, not for the next forward.
-        mx.async_eval(*read, *keep)
-        nxt = look_ahead(engine, following)
-        mx.async_eval(nxt.logits)
+    nxt = start_ahead(engine, [*read, *keep], following) if overlap and not draft.size else None
     # 4. the round's one blocking host sync
     proposal, accepted, following, *probed = engine.sync(rec, *read, keep=keep)
     engine.peers.end_round()
@@ -122,6 +112,17 @@ def score(engine: "Engine", tokens: list[int], draft: mx.array,
     if ahead is not None:
         logits = mx.concatenate([ahead.logits, logits])
     return hidden, logits
+
+
+def start_ahead(engine: "Engine", outputs: list[mx.array], following: mx.array) -> Ahead:
+    """Start the next position's forward on this round's token before the sync: the target
+    computes it while the host commits, streams and plans, as mlx-lm's loop builds its next
+    step while the current one computes. This round's outputs are queued first and alone, so
+    the sync waits for them, not for the next forward. One process only: ranks score in lockstep."""
+    mx.async_eval(*outputs)
+    ahead = look_ahead(engine, following)
+    mx.async_eval(ahead.logits)
+    return ahead
 
 
 def look_ahead(engine: "Engine", following: mx.array) -> Ahead:
