@@ -35,6 +35,44 @@ def decoder(model: nn.Module, tokens: mx.array, cache: list[Any] | None) -> mx.a
     return text_model(model).model(tokens, cache=cache)
 
 
+class _Tap:
+    """A decoder layer that keeps the residual stream entering it, and is otherwise the layer."""
+
+    def __init__(self, layer: nn.Module, sink: list[mx.array]) -> None:
+        self._layer, self._sink = layer, sink
+
+    def __call__(self, h: mx.array, *args: Any, **kwargs: Any) -> Any:
+        self._sink.append(h)
+        return self._layer(h, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # models read attributes off their layers (Gemma's types)
+        return getattr(self._layer, name)
+
+
+def decoder_taps(model: nn.Module, tokens: mx.array, cache: list[Any] | None,
+                 layers: tuple[int, ...]) -> tuple[mx.array, mx.array]:
+    """`decoder`, and the residual stream entering each of `layers` (ascending), (B, L, len(layers), H):
+    the low, middle and high features an EAGLE-3 head fuses. The layers are wrapped for this one call
+    rather than the model's loop copied, so every architecture's own masks and scales still apply."""
+    if list(layers) != sorted(set(layers)):
+        raise SpecmlxError(f"tapped layers must ascend without repeats: {layers}")
+    inner = text_model(model).model
+    originals = list(inner.layers)
+    sink: list[mx.array] = []
+    try:
+        for i in layers:
+            inner.layers[i] = _Tap(originals[i], sink)
+        hidden = inner(tokens, cache=cache)
+    finally:
+        inner.layers[:] = originals
+    return hidden, mx.stack(sink, axis=2)
+
+
+def eagle3_layers(count: int) -> tuple[int, int, int]:
+    """EAGLE-3's low, middle and high layers of a `count`-layer target (vLLM's choice: 2, n/2, n-3)."""
+    return (2, count // 2, count - 3)
+
+
 def head(model: nn.Module, hidden: mx.array) -> mx.array:
     """Logits from final hidden states, exactly as the model's own `__call__`."""
     model = text_model(model)

@@ -39,3 +39,34 @@ def test_a_model_without_the_usual_shape_is_refused():
 
     with pytest.raises(SpecmlxError, match=r"target \(mystery\) does not expose its hidden states"):
         check_exposes_hidden(Opaque())
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_taps_are_the_residual_stream_entering_each_layer(vocab, index):
+    from specmlx.hidden import decoder_taps, text_model
+
+    name, model = list(models(vocab))[index]
+    tokens = mx.array([[5, 9, 2, 7, 7, 1, 30, 4, 11, 3]])
+    inner = text_model(model).model
+    count = len(inner.layers)
+    wanted = tuple(range(1, count))
+    hidden, taps = decoder_taps(model, tokens, None, wanted)
+    assert mx.allclose(hidden, decoder(model, tokens, None), atol=1e-5), name  # the call itself is unchanged
+    assert taps.shape == (1, 10, len(wanted), hidden.shape[-1])
+    layers = list(inner.layers)
+    for j, i in enumerate(wanted):
+        # The same model cut after its first i layers ends in norm(what enters layer i).
+        inner.layers[:] = layers[:i]
+        try:
+            cut = decoder(model, tokens, [None] * count)  # a full-length cache list: Gemma indexes it
+        finally:
+            inner.layers[:] = layers
+        assert mx.allclose(inner.norm(taps[:, :, j]), cut, atol=1e-4), (name, i)
+    assert list(inner.layers) == layers  # the wrappers are gone
+
+
+def test_taps_must_ascend(vocab):
+    from specmlx.hidden import decoder_taps
+
+    with pytest.raises(SpecmlxError, match="ascend"):
+        decoder_taps(tiny.build(tiny.qwen2_args(vocab), seed=1), mx.array([[1, 2]]), None, (1, 0))

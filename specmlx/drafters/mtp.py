@@ -51,6 +51,10 @@ class MTPDrafter:
         if rows.shape[-1] != config.target_hidden_size:
             raise SpecmlxError(f"MTP drafter {self.name} reads hidden states of width "
                                f"{config.target_hidden_size}, but the target's are {rows.shape[-1]} wide")
+        if config.fused_layers:
+            # Drafting feeds the head final hidden states only; a fused head is for training runs so far.
+            raise SpecmlxError(f"MTP drafter {self.name} fuses target layers {list(config.fused_layers)}, "
+                               "which drafting does not feed yet")
         self.target, self.head_rows = target, rows
         mx.eval(rows)
 

@@ -13,7 +13,7 @@ The embedding and head rows are the target's and are not stored.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ class MTPConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
     target_model_type: str = ""
+    # EAGLE-3-style input: what enters these target layers, fused with the final hidden
+    # state, in place of that state alone (empty: the final hidden state alone).
+    fused_layers: tuple[int, ...] = ()
     model_type: str = MODEL_TYPE
 
     def block_args(self) -> qwen2.ModelArgs:
@@ -64,6 +67,9 @@ class MTPModel(nn.Module):
         self.fc = nn.Linear(2 * config.target_hidden_size, config.hidden_size, bias=False)
         self.layers = [qwen2.TransformerBlock(config.block_args()) for _ in range(config.num_layers)]
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        if config.fused_layers:
+            width = config.target_hidden_size
+            self.fuse = nn.Linear((len(config.fused_layers) + 1) * width, width, bias=False)
         # Draft vocabulary -> target ids; a buffer (underscore: not a parameter, never cast or trained).
         self._draft_ids = mx.arange(config.draft_vocab_size, dtype=mx.int32)
 
@@ -84,6 +90,12 @@ class MTPModel(nn.Module):
         for layer, c in zip(self.layers, cache):
             x = layer(x, mask, c)
         return self.norm(x)
+
+    def fused(self, taps: mx.array, hidden: mx.array) -> mx.array:
+        """The head's input feature from (..., T, H) taps and the (..., H) final hidden state.
+        Each tap is RMS-normalized first: the residual stream grows by orders of magnitude with depth."""
+        scaled = mx.fast.rms_norm(taps, None, self.config.rms_norm_eps)
+        return self.fuse(mx.concatenate([scaled.reshape(*taps.shape[:-2], -1), hidden], axis=-1))
 
     def _loaded_from(self, other: "MTPModel") -> "MTPModel":
         self.update(other.parameters())
@@ -121,6 +133,7 @@ def load_mtp(folder: Path, dequantize: bool = False) -> MTPModel:
     try:
         raw = json.loads((folder / "config.json").read_text())
         config = MTPConfig(**{f.name: raw[f.name] for f in fields(MTPConfig) if f.name in raw})
+        config = replace(config, fused_layers=tuple(config.fused_layers))  # a JSON list
         weights = mx.load(str(folder / "model.safetensors"))
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise SpecmlxError(f"{folder}: not a readable specmlx MTP drafter ({err})") from None

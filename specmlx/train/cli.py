@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", choices=("identity", "last-layer"), default="identity",
                    help="identity: the head starts as 'the next hidden state is this one' (default); "
                    "last-layer: its decoder layer starts as the target's last")
+    p.add_argument("--fused-layers", type=layer_list, default=None, metavar="eagle3|N,N,N",
+                   help="EAGLE-3-style input: the head reads a fusion of what enters these target layers (eagle3: "
+                   "a low, the middle and a high one) in place of the final hidden state; collection keeps them")
+    p.add_argument("--passes", type=int, default=2,
+                   help="draft steps unrolled in training, each after the first fed the last one's features")
+    p.add_argument("--answer-only", action="store_true", help="leave the requests' tokens out of the loss")
     p.add_argument("--draft-vocab", type=int, default=16384, help="tokens the head can draft (the most frequent)")
     p.add_argument("--vocab-tokens", type=int, default=3_000_000,
                    help="corpus tokens counted to pick the draft vocabulary (tokenizing only)")
@@ -90,6 +96,30 @@ def token_list(text: str) -> list[int]:
     return values
 
 
+def layer_list(text: str) -> str | tuple[int, ...]:
+    if text.strip() == "eagle3":
+        return "eagle3"
+    try:
+        layers = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected eagle3 or layer numbers like 2,12,21: {text!r}") from None
+    if list(layers) != sorted(set(layers)) or layers[0] < 0:
+        raise argparse.ArgumentTypeError(f"expected ascending layer numbers: {text!r}")
+    return layers
+
+
+def fused_layers(args: argparse.Namespace, target) -> tuple[int, ...]:
+    """The layers the head fuses (none: it reads the final hidden state), checked against the target."""
+    from ..hidden import eagle3_layers, text_model
+
+    count = len(text_model(target).layers)
+    layers = eagle3_layers(count) if args.fused_layers == "eagle3" else tuple(args.fused_layers or ())
+    if layers and (list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= count):
+        raise SpecmlxError(f"--fused-layers {','.join(map(str, layers))}: the target has {count} layers "
+                           f"(0 to {count - 1}), and the layers must ascend")
+    return layers
+
+
 def head_config(target, args, vocab: int) -> MTPConfig:
     a = target.args
     return MTPConfig(
@@ -98,7 +128,7 @@ def head_config(target, args, vocab: int) -> MTPConfig:
         num_attention_heads=a.num_attention_heads, num_key_value_heads=a.num_key_value_heads,
         num_layers=args.layers, draft_vocab_size=min(args.draft_vocab, vocab),
         rms_norm_eps=a.rms_norm_eps, rope_theta=float(getattr(a, "rope_theta", 1e6)),
-        target_model_type=a.model_type,
+        target_model_type=a.model_type, fused_layers=fused_layers(args, target),
     )
 
 
@@ -128,20 +158,25 @@ def collect_features(args: argparse.Namespace, target, files: list[Path]) -> Fea
     held = [r for i, r in enumerate(requests) if held_out(i)][: args.held_out]
     train = [r for i, r in enumerate(requests) if not held_out(i)]
 
+    taps = fused_layers(args, model)
+
     def answered(reqs: list[PromptRow]):
         return answer_windows(model, tokenizer, reqs, args.seq_len, args.answer_tokens, args.gen_batch,
-                              tokenizer.eos_token_ids)
+                              tokenizer.eos_token_ids, taps)
 
     def text(skip: int):
         stream = windows(tokenizer, documents(files, seed=args.seed), args.seq_len)
         return (Window(w, [ANSWER] * len(w)) for w in itertools.islice(stream, skip, None))
 
-    collect(model, answered(held), folders.held_out, len(held) * args.seq_len, desc="held-out answers")
+    collect(model, answered(held), folders.held_out, len(held) * args.seq_len, desc="held-out answers",
+            taps=taps)
     share = {"answers": 0.0, "text": 1.0, "mix": args.text_share}[args.source]
     if share < 1:
-        collect(model, answered(train), folders.answers, round(args.tokens * (1 - share)), desc="target answers")
+        collect(model, answered(train), folders.answers, round(args.tokens * (1 - share)), desc="target answers",
+                taps=taps)
     if share > 0:
-        collect(model, text, folders.text, round(args.tokens * share), desc="text hidden states")
+        collect(model, text, folders.text, round(args.tokens * share), desc="text hidden states",
+                taps=taps)
     return folders
 
 
@@ -153,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecmlxError("need --steps >= 1, --batch >= 1, --tokens >= --seq-len and --answer-tokens < --seq-len")
     if not 0 <= args.text_share <= 1:
         raise SpecmlxError("--text-share must be between 0 and 1")
-    positive = {"--checkpoint-every": args.checkpoint_every, "--gen-batch": args.gen_batch,
+    positive = {"--checkpoint-every": args.checkpoint_every, "--passes": args.passes, "--gen-batch": args.gen_batch,
                 "--answer-tokens": args.answer_tokens, "--held-out": args.held_out,
                 "--curve-requests": args.curve_requests, "--curve-max-tokens": args.curve_max_tokens}
     for name, value in positive.items():
@@ -217,12 +252,14 @@ def train_head(args: argparse.Namespace, target, folders: Features, text: Counte
           f"{steps} steps on {train_set.tokens:,} tokens")
     trainer = Trainer(head, target.model, train_set, folders.held_out, out,
                       TrainConfig(steps=steps, batch=args.batch, lr=args.lr, seed=args.seed,
-                                  warmup=max(1, min(50, steps // 10)), checkpoint_every=args.checkpoint_every))
+                                  warmup=max(1, min(50, steps // 10)), checkpoint_every=args.checkpoint_every,
+                                  passes=args.passes, answer_only=args.answer_only))
     last = trainer.train()
     held = trainer.validate()
     save_mtp(head, out, {"bits": args.quantize, "group_size": 64} if args.quantize else None)
     report = {"train": _summary(last), "held_out": _summary(held), "tokens": train_set.tokens,
-              "source": args.source, "init": args.init, "steps": trainer.step}
+              "source": args.source, "init": args.init, "steps": trainer.step,
+              "fused_layers": list(config.fused_layers), "passes": args.passes, "answer_only": args.answer_only}
     (out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -230,7 +267,7 @@ def train_head(args: argparse.Namespace, target, folders: Features, text: Counte
 # What a curve's points depend on besides their token counts: a resumed curve must match them.
 CURVE_SETTINGS = ("target", "source", "text_share", "seq_len", "answer_tokens", "steps", "epochs", "batch", "lr",
                   "layers", "intermediate_size", "init", "draft_vocab", "vocab_tokens", "quantize",
-                  "curve_requests", "curve_max_tokens", "seed")
+                  "curve_requests", "curve_max_tokens", "seed", "fused_layers", "passes", "answer_only")
 
 
 def learning_curve(args: argparse.Namespace, target, folders: Features, text: Counter[int]) -> int:
@@ -239,7 +276,7 @@ def learning_curve(args: argparse.Namespace, target, folders: Features, text: Co
     path = args.out / "curve.json"
     available = folders.training(source=args.source, text_share=args.text_share).tokens
     limits = sorted({min(wanted, available) for wanted in args.curve})  # past the collection: all of it, once
-    settings = {k: getattr(args, k) for k in CURVE_SETTINGS}
+    settings = json.loads(json.dumps({k: getattr(args, k) for k in CURVE_SETTINGS}))  # as curve.json keeps them
     settings["prompts"] = str(args.prompts) if args.prompts else None
     points = [p for p in load_points(path, settings) if p.limit in limits]
     for limit in limits:

@@ -19,7 +19,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from tqdm import tqdm
 
-from ..hidden import decoder
+from ..errors import SpecmlxError
+from ..hidden import decoder, decoder_taps
 
 WINDOWS_PER_SHARD = 4
 PAD, CONTEXT, ANSWER = 0, 1, 2  # mask values: no token, a token of the request, a token of the answer
@@ -30,6 +31,7 @@ class Window:
     tokens: list[int]  # exactly the window length; padding at the end
     mask: list[int]  # PAD, CONTEXT or ANSWER per position
     hidden: mx.array | None = None  # (L, H); None: the target computes it
+    taps: mx.array | None = None  # (L, T, H): what enters each tapped layer, kept with `hidden`
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class Shard:
     tokens: mx.array  # (W, L) int32
     hidden: mx.array  # (W, L, H) float16: the target's final-normed hidden states
     mask: mx.array  # (W, L) uint8
+    taps: mx.array | None = None  # (W, L, T, H) float16: what enters each of the `layers`
+    layers: tuple[int, ...] = ()  # the target layers tapped (EAGLE-3's low, middle and high)
 
 
 def shard_path(folder: Path, index: int) -> Path:
@@ -55,15 +59,19 @@ def token_count(folder: Path, shards: int | None = None) -> int:
 
 def collect(
     target: nn.Module, make_windows: Callable[[int], Iterator[Window]], folder: Path, tokens: int,
-    progress: bool = True, desc: str = "target hidden states",
+    progress: bool = True, desc: str = "target hidden states", taps: tuple[int, ...] = (),
 ) -> int:
     """Save shards until `folder` holds at least `tokens` real tokens; returns the shard count.
+    With `taps`, each shard also keeps what enters those target layers.
 
     `make_windows(skip)` yields the windows after the first `skip`: a rerun
     passes what earlier runs saved, so nothing is computed twice."""
     folder.mkdir(parents=True, exist_ok=True)
     done = shard_count(folder)
     saved = [load_shard(folder, i) for i in range(done)]
+    if saved and saved[0].layers != tuple(taps):
+        raise SpecmlxError(f"{folder} keeps layers {list(saved[0].layers) or 'none'}, not {list(taps) or 'none'}: "
+                           "collect into a new --out, or ask for the same layers")
     have = sum(int((s.mask > PAD).sum().item()) for s in saved)
     windows = sum(s.tokens.shape[0] for s in saved)  # a source's last shard may be short
     bar = tqdm(total=tokens, initial=min(have, tokens), unit="tok", desc=desc, disable=not progress,
@@ -73,11 +81,13 @@ def collect(
     index = done
     while have < tokens and (batch := next(batches, None)) is not None:
         tokens_array = mx.array([w.tokens for w in batch], dtype=mx.int32)
-        hidden = mx.stack([w.hidden if w.hidden is not None else decoder(target, tokens_array[i : i + 1], None)[0]
-                           for i, w in enumerate(batch)]).astype(mx.float16)
+        states = [_states(target, w, tokens_array[i], taps) for i, w in enumerate(batch)]
         mask = mx.array([w.mask for w in batch], dtype=mx.uint8)
+        arrays = {"tokens": tokens_array, "hidden": mx.stack([h for h, _ in states]).astype(mx.float16), "mask": mask}
+        if taps:
+            arrays["taps"] = mx.stack([t for _, t in states]).astype(mx.float16)
         temp = shard_path(folder, index).with_suffix(".partial.safetensors")
-        mx.save_safetensors(str(temp), {"tokens": tokens_array, "hidden": hidden, "mask": mask})
+        mx.save_safetensors(str(temp), arrays, metadata={"layers": ",".join(map(str, taps))})
         temp.replace(shard_path(folder, index))  # a killed run never leaves half a shard
         real = int((mask > PAD).sum().item())
         have += real
@@ -166,12 +176,26 @@ def token_count_of(folder: Path, index: int) -> int:
 
 
 def load_shard(folder: Path, index: int) -> Shard:
-    arrays = mx.load(str(shard_path(folder, index)))
+    arrays, metadata = mx.load(str(shard_path(folder, index)), return_metadata=True)
     tokens = arrays["tokens"]
     mask = arrays.get("mask")
     if mask is None:  # shards from before masks: every position is text
         mask = mx.full(tokens.shape, ANSWER, dtype=mx.uint8)
-    return Shard(tokens, arrays["hidden"], mask)
+    layers = tuple(int(i) for i in metadata.get("layers", "").split(",") if i)
+    return Shard(tokens, arrays["hidden"], mask, arrays.get("taps"), layers)
+
+
+def _states(target: nn.Module, window: Window, tokens: mx.array, taps: tuple[int, ...]
+            ) -> tuple[mx.array, mx.array | None]:
+    """A window's hidden states (and taps): kept while the target generated it, or computed here."""
+    if window.hidden is not None:
+        if taps and window.taps is None:
+            raise SpecmlxError("this source keeps no tapped layers")
+        return window.hidden, window.taps if taps else None
+    if taps:
+        hidden, tapped = decoder_taps(target, tokens[None], None, taps)
+        return hidden[0], tapped[0]
+    return decoder(target, tokens[None], None)[0], None
 
 
 def _batched(items: Iterator, size: int) -> Iterator[list]:

@@ -70,6 +70,52 @@ CONCEPTS = (
     "a generator in Python", "binary search", "a deadlock", "an index in a database", "a context manager",
     "immutability", "a virtual environment", "regular expressions", "a message queue", "speculative execution",
 )
+# Requests as people type them: a task in plain words, not a docstring (the bench's own
+# kind of prompt, which the docstring templates alone trained the head badly for).
+TASKS_IN_WORDS = (
+    "checks whether a string is a palindrome", "counts the words in a text file",
+    "flattens a nested list", "groups a list of records by a key", "parses a date string in ISO format",
+    "validates an email address with a regular expression", "computes the median of a list of numbers",
+    "converts a Roman numeral to an integer", "finds the longest common prefix of a list of strings",
+    "checks whether two strings are anagrams", "rotates a matrix by 90 degrees", "implements binary search",
+    "reads a CSV file and returns the rows as dictionaries", "retries a function call with exponential backoff",
+    "chunks a list into pieces of a given size", "converts a temperature from Celsius to Fahrenheit",
+    "counts how often each character appears in a string", "checks whether brackets in a string are balanced",
+    "returns the n largest values of a list", "builds a URL query string from a dictionary",
+    "computes the factorial of a number iteratively", "implements a stack with push, pop and peek",
+    "implements a queue using two stacks", "transposes a matrix", "converts a camelCase name to snake_case",
+    "finds all files with a given extension in a folder", "measures how long a function takes to run",
+    "merges two sorted lists into one sorted list", "computes the greatest common divisor of two numbers",
+    "shuffles a list in place", "checks whether a year is a leap year", "truncates a string to a length with an ellipsis",
+    "finds the first non-repeating character in a string", "computes a running average of a stream of numbers",
+    "implements a simple rate limiter", "parses command-line arguments for an input and an output path",
+    "pretty-prints a JSON file", "sums the digits of an integer", "converts bytes to a human-readable size",
+    "checks whether a number is a power of two", "implements depth-first search on a graph",
+    "implements breadth-first search on a grid", "validates a password against a few rules",
+    "computes the Levenshtein distance between two strings", "splits a full name into first and last names",
+)
+TASK_PHRASES = (
+    "Write a {lang} function that {task}.", "Can you write {lang} code that {task}?",
+    "I need a {lang} function that {task}. Include a short example.",
+    "Write a small {lang} program that {task}, with comments.", "Show me a {lang} snippet that {task}.",
+)
+HOW_TO = (
+    "undo my last git commit but keep the changes", "read a JSON file in Python", "center a div with CSS",
+    "make an HTTP request in Go", "copy a file in Rust", "sort a dictionary by value in Python",
+    "find which process is using a port on Linux", "create a virtual environment in Python",
+    "write a for loop in bash", "handle a missing key in a Python dict", "format a date in JavaScript",
+    "read a file line by line in Java", "squash the last three commits in git", "profile a slow Python function",
+    "read environment variables in Node.js", "write a unit test in Go", "split a string by a delimiter in C",
+)
+SNIPPET_ASKS = (
+    ("edit", "Make this function handle None input, and return the full code:\n\n```python\n{code}\n```"),
+    ("edit", "Translate this Python function to {lang}:\n\n```python\n{code}\n```"),
+    ("edit", "Add error handling to this function and return the updated code:\n\n```python\n{code}\n```"),
+    ("explain", "Can you explain this code to me in simple terms?\n\n```python\n{code}\n```"),
+    ("explain", "Review this code and suggest two improvements:\n\n```python\n{code}\n```"),
+)
+
+
 MATH = (
     "A cyclist rides {a} km in {b} hours. How fast is that in km/h? Show the steps.",
     "A shop sells pens at {a} cents each. How much do {b} pens cost in dollars? Show the steps.",
@@ -102,7 +148,7 @@ def generate_prompts(count: int, seed: int = 0, exclude: frozenset[str] | set[st
         raise SpecmlxError("found no Python standard library sources to build prompts from")
     seen = set(exclude)
     requests: list[PromptRow] = []
-    makers = (_code, _code, _code, _snippet, _snippet, _chat, _chat, _math)
+    makers = (_code, _task, _task, _snippet, _snippet, _ask, _chat, _chat, _how_to, _summary, _math)
     attempts = 0
     while len(requests) < count and attempts < count * 20:
         attempts += 1
@@ -118,6 +164,7 @@ class _Function:
     name: str
     doc: str  # the docstring's first sentence
     code: str  # the source, when short enough to quote
+    module_doc: str = ""  # its module's documentation, when a paragraph or more
 
 
 def _code(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
@@ -140,6 +187,29 @@ def _chat(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
                                  length=rng.choice(LENGTHS), n=rng.choice(("two", "three", "four", "five")))
 
 
+def _task(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
+    return "code", rng.choice(TASK_PHRASES).format(lang=rng.choice(LANGUAGES), task=rng.choice(TASKS_IN_WORDS))
+
+
+def _ask(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
+    f = rng.choice([f for f in functions if f.code] or functions)
+    kind, template = rng.choice(SNIPPET_ASKS)
+    return kind, template.format(code=f.code or f"def {f.name}(): ...", lang=rng.choice(LANGUAGES[3:]))
+
+
+def _how_to(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
+    return "chat", rng.choice(("How do I {}?", "What's the simplest way to {}?", "how to {}")).format(
+        rng.choice(HOW_TO))
+
+
+def _summary(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
+    """A real paragraph to summarize: a module's own documentation, longer than a docstring's first line."""
+    docs = [f.module_doc for f in functions if f.module_doc] or [f.doc for f in functions]
+    template = rng.choice(("Summarize in {n} sentences: {doc}", "TL;DR this for me: {doc}",
+                           "Explain this in plain words: {doc}"))
+    return "summarize", template.format(n=rng.choice(("two", "three")), doc=rng.choice(docs))
+
+
 def _math(rng: random.Random, functions: list[_Function]) -> tuple[str, str]:
     return "math", rng.choice(MATH).format(a=rng.randint(2, 400), b=rng.randint(2, 40), c=rng.randint(2, 900))
 
@@ -158,6 +228,8 @@ def _stdlib_functions(rng: random.Random, files: int = 300) -> list[_Function]:
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
         lines = source.splitlines()
+        module_doc = " ".join((ast.get_docstring(tree) or "").split())
+        module_doc = module_doc if 200 <= len(module_doc) <= 1200 else ""
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
                 continue
@@ -167,5 +239,5 @@ def _stdlib_functions(rng: random.Random, files: int = 300) -> list[_Function]:
             sentence = doc if doc.endswith(".") else doc + "."
             body = lines[node.lineno - 1 : node.end_lineno]
             code = "\n".join(body) if len(body) <= MAX_SNIPPET_LINES else ""
-            found.append(_Function(node.name, sentence, code))
+            found.append(_Function(node.name, sentence, code, module_doc))
     return found

@@ -47,6 +47,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     checkpoint_every: int = 100
     seed: int = 0
+    passes: int = 2  # draft steps unrolled: each pass after the first feeds back the last one's features
+    answer_only: bool = False  # leave the request's tokens out of the loss (agreement never counts them)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,10 @@ def start_near_the_target(head: MTPModel, hidden_rms: float) -> None:
         layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
         layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
     head.norm.weight = mx.full(head.norm.weight.shape, hidden_rms, dtype=head.norm.weight.dtype)
+    if head.config.fused_layers:  # the fusion starts as the final hidden state alone; the taps' weights learn
+        fuse = head.fuse.weight
+        head.fuse.weight = mx.concatenate([mx.zeros((width, fuse.shape[1] - width), dtype=fuse.dtype),
+                                           mx.eye(width, dtype=fuse.dtype)], axis=1)
 
 
 def start_from_last_layer(head: MTPModel, target: nn.Module, hidden_rms: float) -> None:
@@ -135,9 +141,28 @@ def real_length(mask: mx.array) -> int:
     return int((real * mx.arange(1, real.shape[-1] + 1)).max().item())
 
 
-def trimmed(tokens: mx.array, hidden: mx.array, mask: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    length = max(real_length(mask), 3)  # the objective needs three positions
-    return tokens[:, :length], hidden[:, :length], mask[:, :length]
+@dataclass(frozen=True)
+class Batch:
+    tokens: mx.array  # (B, L)
+    hidden: mx.array  # (B, L, H)
+    mask: mx.array  # (B, L)
+    taps: mx.array | None = None  # (B, L, T, H), for a head that fuses tapped layers
+
+
+def trimmed(batch: Batch) -> Batch:
+    length = max(real_length(batch.mask), 3)  # the objective needs three positions
+    taps = None if batch.taps is None else batch.taps[:, :length]
+    return Batch(batch.tokens[:, :length], batch.hidden[:, :length], batch.mask[:, :length], taps)
+
+
+def stacked(windows: list[Batch]) -> Batch:
+    taps = None if windows[0].taps is None else mx.stack([w.taps for w in windows])
+    return Batch(*(mx.stack([getattr(w, name) for w in windows]) for name in ("tokens", "hidden", "mask")), taps)
+
+
+def windows_of(shard) -> list[Batch]:
+    return [Batch(shard.tokens[w], shard.hidden[w], shard.mask[w], None if shard.taps is None else shard.taps[w])
+            for w in range(shard.tokens.shape[0])]
 
 
 class Trainer:
@@ -161,11 +186,12 @@ class Trainer:
 
     # -- the objective ----------------------------------------------------------
 
-    def losses(self, tokens: mx.array, hidden: mx.array, mask: mx.array
-               ) -> tuple[mx.array, tuple[mx.array, mx.array]]:
-        hidden = hidden.astype(mx.float32)
-        emb = embed(self.target, tokens[:, 1:-1]).astype(mx.float32)  # token j+1
+    def losses(self, batch: Batch) -> tuple[mx.array, tuple[mx.array, mx.array]]:
+        hidden, mask = batch.hidden.astype(mx.float32), batch.mask
+        emb = embed(self.target, batch.tokens[:, 1:-1]).astype(mx.float32)  # token j+1
         h_in, h_next = hidden[:, :-2], hidden[:, 1:-1]  # hidden j, hidden j+1
+        if self.head.config.fused_layers:
+            h_in = self.head.fused(batch.taps[:, :-2].astype(mx.float32), h_in)
         teacher = mx.softmax(h_next @ self.rows.T, axis=-1)
         best = mx.argmax(teacher, axis=-1)
         real = (mask[:, :-2] > PAD) & (mask[:, 1:-1] > PAD)  # j and j+1 are tokens, not padding
@@ -179,17 +205,23 @@ class Trainer:
         def pass_loss(features: mx.array, skip: int) -> tuple[mx.array, mx.array]:
             logits = features[:, skip:] @ self.rows.T
             where = real[:, skip:] & real[:, : real.shape[1] - skip]  # and what was fed back was real
+            counted = answered[min(skip, 1)][:, skip:] & where
             ce = -(teacher[:, skip:] * nn.log_softmax(logits, axis=-1)).sum(-1)
             reg = nn.losses.smooth_l1_loss(features[:, skip:], h_next[:, skip:], reduction="none").mean(-1)
-            agree = mean(mx.argmax(logits, axis=-1) == best[:, skip:], answered[skip][:, skip:] & where)
-            return mean(CLASSIFICATION_WEIGHT * ce + REGRESSION_WEIGHT * reg, where), agree
+            agree = mean(mx.argmax(logits, axis=-1) == best[:, skip:], counted)
+            trained = counted if self.config.answer_only else where
+            return mean(CLASSIFICATION_WEIGHT * ce + REGRESSION_WEIGHT * reg, trained), agree
 
-        first = self.head(emb, h_in)
-        loss_1, agree_1 = pass_loss(first, 0)
-        # Second pass: position j sees the head's own guess of hidden j (made at j-1).
-        fed_back = mx.concatenate([h_in[:, :1], first[:, :-1]], axis=1)
-        loss_2, agree_2 = pass_loss(self.head(emb, fed_back), 1)
-        return loss_1 + SECOND_PASS_WEIGHT * loss_2, (agree_1, agree_2)
+        features = self.head(emb, h_in)
+        loss, agree_1 = pass_loss(features, 0)
+        agree_2 = mx.array(0.0)
+        for skip in range(1, self.config.passes):
+            # Pass `skip`: position j sees the last pass's guess of hidden j (made at j-1).
+            features = self.head(emb, mx.concatenate([h_in[:, :1], features[:, :-1]], axis=1))
+            step_loss, agree = pass_loss(features, skip)
+            loss = loss + SECOND_PASS_WEIGHT**skip * step_loss
+            agree_2 = agree if skip == 1 else agree_2  # the second token's agreement, as before
+        return loss, (agree_1, agree_2)
 
     # -- the loop ----------------------------------------------------------------
 
@@ -202,23 +234,22 @@ class Trainer:
         rng = random.Random(epoch_seed)
         pending: list[tuple[mx.array, mx.array, mx.array]] = []
         for n, i in enumerate(order):
-            shard = shards[i].load()
-            pending += [(shard.tokens[w], shard.hidden[w], shard.mask[w]) for w in range(shard.tokens.shape[0])]
+            pending += windows_of(shards[i].load())
             if len(pending) >= group or n == len(order) - 1:
-                pending.sort(key=lambda window: real_length(window[2]))
+                pending.sort(key=lambda window: real_length(window.mask))
                 cut = len(pending) - len(pending) % self.config.batch
                 batches = [pending[b : b + self.config.batch] for b in range(0, cut, self.config.batch)]
                 pending = pending[cut:]
                 rng.shuffle(batches)
                 for batch in batches:
-                    yield trimmed(*(mx.stack(column) for column in zip(*batch)))
+                    yield trimmed(stacked(batch))
 
     def train(self, progress: bool = True, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         self.resume()
         loss_and_grad = nn.value_and_grad(self.head, self.losses)
 
-        def update(tokens: mx.array, hidden: mx.array, mask: mx.array):
-            (loss, agree), grads = loss_and_grad(tokens, hidden, mask)
+        def update(batch: Batch):
+            (loss, agree), grads = loss_and_grad(batch)
             grads, _ = optim.clip_grad_norm(grads, self.config.grad_clip)
             self.optimizer.update(self.head, grads)
             return loss, agree
@@ -229,8 +260,8 @@ class Trainer:
         steps_per_epoch = max(self.train_set.windows // self.config.batch, 1)
         epoch = self.step // steps_per_epoch
         while self.step < self.config.steps:
-            for tokens, hidden, mask in self.batches(self.config.seed + epoch):
-                loss, (a1, a2) = update(tokens, hidden, mask)
+            for batch in self.batches(self.config.seed + epoch):
+                loss, (a1, a2) = update(batch)
                 mx.eval(loss, a1, a2, self.head.parameters(), self.optimizer.state)
                 self.step += 1
                 now = (loss.item(), a1.item(), a2.item())
@@ -260,7 +291,7 @@ class Trainer:
         total, weight = [0.0, 0.0, 0.0], 0.0
         for ref in self.val_shards:
             shard = ref.load()
-            loss, (a1, a2) = self.losses(*trimmed(shard.tokens, shard.hidden, shard.mask))
+            loss, (a1, a2) = self.losses(trimmed(Batch(shard.tokens, shard.hidden, shard.mask, shard.taps)))
             mx.eval(loss, a1, a2)
             size = float((shard.mask == ANSWER).sum().item())
             for i, v in enumerate((loss.item(), a1.item(), a2.item())):

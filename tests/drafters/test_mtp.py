@@ -118,3 +118,13 @@ def test_a_head_for_another_width_is_refused(tokenizer, vocab, target):
     other = tiny.mtp(tiny.qwen2_args(vocab, hidden=32), seed=1)
     with pytest.raises(SpecmlxError, match="width 32"):
         Engine(target, MTPDrafter(other, vocab), eos_token_ids=[])
+
+
+def test_a_head_fusing_target_layers_is_refused_by_drafting(target, target_args, vocab):
+    from dataclasses import replace
+
+    from specmlx.models.mtp import MTPModel
+
+    fused = MTPModel(replace(tiny.mtp(target_args, seed=3).config, fused_layers=(0, 1)))
+    with pytest.raises(SpecmlxError, match=r"fuses target layers \[0, 1\], which drafting does not feed yet"):
+        MTPDrafter(fused, vocab).attach(target, [])

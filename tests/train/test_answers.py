@@ -66,3 +66,15 @@ def test_answer_windows_mark_request_answer_and_padding(target, tokenizer):
         answer = window.mask[n:].index(PAD) + n
         assert set(window.mask[n:answer]) == {ANSWER} and set(window.mask[answer:]) == {PAD}
         assert not mx.any(window.hidden[answer:]).item()
+
+
+def test_answers_keep_what_enters_the_tapped_layers(target, tokenizer):
+    from specmlx.hidden import decoder_taps
+
+    plain = answer_batch(target, tokenizer, REQUESTS, max_tokens=8, max_prompt=64, stops=STOPS)
+    tapped = answer_batch(target, tokenizer, REQUESTS, max_tokens=8, max_prompt=64, stops=STOPS, taps=(0, 1))
+    for alone, answer in zip(plain, tapped):
+        assert answer.tokens == alone.tokens and alone.taps is None
+        hidden, taps = decoder_taps(target, mx.array(answer.tokens)[None], None, (0, 1))
+        assert answer.taps.shape == (len(answer.tokens), 2, hidden.shape[-1]) and answer.taps.dtype == mx.float16
+        assert mx.allclose(answer.taps.astype(mx.float32), taps[0], atol=2e-2, rtol=1e-2)

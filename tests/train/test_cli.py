@@ -117,3 +117,29 @@ def test_a_seed_gives_the_same_requests_in_a_checkout_and_an_install(monkeypatch
     assert result.returncode == 0, result.stderr
     installed, rows = json.loads(result.stdout)
     assert installed and rows == [[r.id, r.kind, r.prompt] for r in in_checkout]
+
+
+def test_a_head_fusing_target_layers_with_more_passes_on_answers_only(model_dirs, prompts, tmp_path):
+    out = tmp_path / "fused"
+    assert main(args(model_dirs, prompts, out, "--steps", "4", "--fused-layers", "0,1", "--passes", "3",
+                     "--answer-only")) == 0
+    report = json.loads((out / "training.json").read_text())
+    assert (report["fused_layers"], report["passes"], report["answer_only"]) == ([0, 1], 3, True)
+    assert load_mtp(out).config.fused_layers == (0, 1)
+    # A plain head cannot read those features: its collection is refused, not mixed in.
+    assert main(args(model_dirs, prompts, out, "--steps", "4")) == 2
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0,9", "--fused-layers 0,9: the target has 2 layers (0 to 1)"),
+    ("eagle3", "the target has 2 layers"),
+])
+def test_fused_layers_the_target_lacks_are_one_line(model_dirs, prompts, tmp_path, capsys, value, message):
+    assert main(args(model_dirs, prompts, tmp_path / "x", "--fused-layers", value)) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_fused_layers_that_do_not_ascend_are_refused_by_the_parser(model_dirs, prompts, tmp_path, capsys):
+    assert main(args(model_dirs, prompts, tmp_path / "x", "--fused-layers", "1,0")) == 2
+    assert "expected ascending layer numbers: '1,0'" in capsys.readouterr().err

@@ -43,3 +43,14 @@ def test_the_templates_alone_keep_out_the_shared_bench_set():
 def test_every_nth_request_is_held_out():
     flags = [held_out(i) for i in range(HELD_OUT_EVERY * 3)]
     assert sum(flags) == 3 and flags[0]
+
+
+def test_requests_are_asked_as_people_ask():
+    from specmlx.train.prompts import HOW_TO, SNIPPET_ASKS, TASKS_IN_WORDS
+
+    prompts = [r.prompt for r in generate_prompts(400, seed=0, exclude=left_out())]
+    # Tasks in plain words, how-to questions, natural asks about real code, and real paragraphs to summarize.
+    assert sum(any(task in p for task in TASKS_IN_WORDS) for p in prompts) > 40
+    assert sum(any(how in p for how in HOW_TO) for p in prompts) > 15
+    assert sum(any(p.startswith(ask.split("{")[0]) for _, ask in SNIPPET_ASKS) for p in prompts) > 15
+    assert sum(p.startswith(("TL;DR", "Summarize in", "Explain this in plain")) and len(p) > 220 for p in prompts) > 10

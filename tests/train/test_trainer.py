@@ -190,3 +190,97 @@ def test_the_last_layer_start_reads_a_quantized_target(target, target_args):
     assert set(dense) == set(plain)
     for name, value in plain.items():
         assert mx.allclose(dense[name], value, atol=0.05), name
+
+
+TAPS = (0, 1)  # the tiny target's layers: what enters each is kept
+
+
+@pytest.fixture(scope="module")
+def tapped(tmp_path_factory, tokenizer, target) -> Features:
+    """The held-out answers of `features`, collected again with taps, and text windows with them."""
+    root = Features(tmp_path_factory.mktemp("tapped"))
+    collect(target, text(tokenizer), root.text, tokens=32 * 4 * 5, progress=False, taps=TAPS)
+    requests = [PromptRow(str(i), "", f"Say {i} things.") for i in range(8)]
+    collect(target, answer_windows(target, tokenizer, requests, 48, 16, 4, {2}, TAPS), root.held_out, 10**6,
+            progress=False, taps=TAPS)
+    return root
+
+
+def test_collection_keeps_what_enters_the_tapped_layers(tapped, target):
+    from specmlx.hidden import decoder_taps
+
+    for folder in (tapped.text, tapped.held_out):  # computed here, and kept while the target answered
+        shard = load_shard(folder, 1)
+        assert shard.layers == TAPS and shard.taps.dtype == mx.float16
+        real = int((shard.mask[0] > 0).sum().item())
+        hidden, taps = decoder_taps(target, shard.tokens[:1, :real], None, TAPS)
+        assert mx.allclose(shard.taps[0, :real].astype(mx.float32), taps[0], atol=2e-2, rtol=1e-2)
+        assert mx.allclose(shard.hidden[0, :real].astype(mx.float32), hidden[0], atol=2e-2, rtol=1e-2)
+
+
+def test_a_collection_resumes_only_with_the_same_taps(features, tapped, tokenizer, target, tmp_path):
+    for source, asked in ((features.text, TAPS), (tapped.text, ()), (tapped.text, (1,))):
+        folder = tmp_path / f"{source.parent.name}-{len(asked)}"
+        folder.mkdir()
+        (folder / "shard-00000.safetensors").write_bytes((source / "shard-00000.safetensors").read_bytes())
+        with pytest.raises(SpecmlxError, match="collect into a new --out"):
+            collect(target, text(tokenizer), folder, tokens=32 * 4 * 5, progress=False, taps=asked)
+
+
+def fused_head(target_args, ids: mx.array, layers=TAPS) -> MTPModel:
+    mx.random.seed(0)
+    head = MTPModel(MTPConfig(
+        target_hidden_size=target_args.hidden_size, target_vocab_size=target_args.vocab_size,
+        hidden_size=target_args.hidden_size, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, draft_vocab_size=ids.size, rope_theta=10000.0, fused_layers=layers,
+    ))
+    head.set_draft_ids(ids)
+    return head
+
+
+def test_a_fused_head_starts_as_the_final_hidden_state_and_learns(tapped, target, target_args, tmp_path):
+    ids = draft_vocabulary(tapped.training(source="text").token_counts(), 96)
+    head = fused_head(target_args, ids)
+    start_near_the_target(head, hidden_rms(tapped.held_out))
+    shard = load_shard(tapped.held_out, 0)
+    taps, hidden = shard.taps.astype(mx.float32), shard.hidden.astype(mx.float32)
+    assert mx.allclose(head.fused(taps, hidden), hidden, atol=1e-5)  # the identity start, as an unfused head's
+    config = TrainConfig(steps=40, batch=2, lr=3e-3, warmup=5, checkpoint_every=40)
+    trainer = Trainer(head, target, tapped.training(source="text"), tapped.held_out, tmp_path, config)
+    before = trainer.validate()
+    trainer.train(progress=False)
+    after = trainer.validate()
+    assert after.loss < 0.7 * before.loss and after.accept_1 > before.accept_1
+    assert mx.abs(head.fuse.weight[:, : -target_args.hidden_size]).max().item() > 0  # the taps' weights learned
+    again = load_mtp(tmp_path / "checkpoint")
+    assert again.config.fused_layers == TAPS
+    assert mx.allclose(again.fused(taps, hidden), head.fused(taps, hidden), atol=1e-5)
+
+
+def test_more_passes_add_later_draft_steps_to_the_loss(features, target, target_args, tmp_path):
+    ids = draft_vocabulary(features.training().token_counts(), 96)
+    batch = next(Trainer(head_for(target_args, ids), target, features.training(), features.held_out, tmp_path,
+                         TrainConfig(batch=2)).batches(0))
+    losses = []
+    for passes in (1, 2, 3):
+        trainer = Trainer(head_for(target_args, ids), target, features.training(), features.held_out, tmp_path,
+                          TrainConfig(batch=2, passes=passes))
+        loss, (first, second) = trainer.losses(batch)
+        losses.append(loss.item())
+        if passes == 1:
+            assert second.item() == 0.0
+    assert losses[0] < losses[1] < losses[2]
+
+
+def test_answer_only_leaves_the_request_out_of_the_loss(features, target, target_args, tmp_path):
+    from specmlx.train.trainer import Batch, trimmed
+
+    ids = draft_vocabulary(features.training().token_counts(), 96)
+    shard = load_shard(features.held_out, 0)
+    whole = trimmed(Batch(shard.tokens, shard.hidden, shard.mask))
+    request = Batch(whole.tokens, whole.hidden, mx.where(whole.mask > 0, 1, 0).astype(mx.uint8))  # all CONTEXT
+    for answer_only in (False, True):
+        trainer = Trainer(head_for(target_args, ids), target, features.training(), features.held_out, tmp_path,
+                          TrainConfig(batch=2, answer_only=answer_only))
+        assert trainer.losses(whole)[0].item() > 0
+        assert (trainer.losses(request)[0].item() == 0) == answer_only
