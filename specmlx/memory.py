@@ -1,4 +1,5 @@
-"""Will target and drafter fit in memory? Asked before loading, not after swapping.
+"""Will target and drafter fit in memory? Asked before loading, not after swapping,
+and for a preset before its models download (from the sizes its catalog publishes).
 
 Weights dominate: their size on disk is what MLX holds in memory. The KV
 caches and activations of a local chat add a margin on top.
@@ -72,6 +73,18 @@ def check_fits(target: Path, drafter: Path | None, available: int | None = None)
         small = needed_bytes(int(target_w / _bytes_per_weight(target) * 4.5 / 8))
         advice = (f"a 4-bit conversion would need about {small / GB:.1f} GB: "
                   "specmlx convert SOURCE --out DIR -q")
-    raise SpecmlxError(
-        f"{what} need about {need / GB:.1f} GB, but only {available / GB:.1f} GB is available; {advice}"
-    )
+    raise too_big(f"{what} need", need, available, advice)
+
+
+def check_preset_fits(name: str, need: int, available: int | None = None) -> None:
+    """Refuse a preset whose models (`need`: `Preset.memory_bytes`) cannot fit, before they download."""
+    available = available_bytes() if available is None else available
+    if need > available:
+        raise too_big(f"preset {name} needs", need, available,
+                      "pick a smaller preset (specmlx models list shows what each needs)")
+
+
+def too_big(what_needs: str, need: int, available: int, advice: str) -> SpecmlxError:
+    """The one refusal both checks give: what is needed, what the machine has, what to do."""
+    return SpecmlxError(f"{what_needs} about {need / GB:.1f} GB, but only {available / GB:.1f} GB "
+                        f"is available on this machine; {advice}")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..drafters.labels import NGRAM
+from ..drafters.labels import BUILTIN, NGRAM
 from ..errors import SpecmlxError
+from ..memory import needed_bytes, weights_bytes
 from ..paths import models_dir
 
 # The catalog and the bundled drafters ship inside the package, so a wheel has them too.
@@ -28,6 +29,7 @@ class ModelSource:
     hub: str | None
     offline: str | None  # a checkpoint key of specmlx.convert.sources
     bundled: str | None = None  # a drafter shipped with the package, relative to PACKAGE_DIR
+    size_gb: float | None = None  # the hub repo's published size, decimal GB (presets.toml says where from)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,17 @@ class Preset:
     def sources(self) -> tuple[ModelSource, ...]:
         return (self.target, *self.drafters)
 
+    @property
+    def download_bytes(self) -> int:
+        """What `specmlx models fetch` downloads: every hub repo (bundled drafters ship with the package)."""
+        return sum(source_bytes(s) for s in self.sources if not s.bundled)
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the preset needs in memory in its 4-bit MLX form: the weights of the target and of every
+        drafter (a server or the app may hold them all), plus memory.py's KV/working margin."""
+        return needed_bytes(sum(source_bytes(s) for s in self.sources))
+
 
 def catalog_path() -> Path:
     return PACKAGE_DIR / "presets.toml"
@@ -52,24 +65,43 @@ def bundled_path(source: "ModelSource") -> Path:
     return PACKAGE_DIR / str(source.bundled)
 
 
+def source_bytes(source: ModelSource) -> int:
+    """A model's size in its MLX form: a bundled head's own files, else the hub repo's published
+    size (its weights plus a tokenizer: a little more than MLX holds, never less)."""
+    if source.bundled:
+        return weights_bytes(bundled_path(source))
+    return int((source.size_gb or 0) * 1e9)
+
+
 @lru_cache(maxsize=1)
 def _catalog() -> tuple[str, dict[str, Preset]]:
     try:
         data = tomllib.loads(catalog_path().read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise SpecmlxError(f"{catalog_path()}: cannot read the preset catalog ({err})") from None
-    presets = {}
-    for name, entry in data.get("presets", {}).items():
-        models = entry.get("models", {})
-        sources = [ModelSource(role, m.get("hub"), m.get("offline"), m.get("bundled")) for role, m in models.items()]
-        presets[name] = Preset(
-            name=name,
-            description=entry.get("description", ""),
-            target=next(s for s in sources if s.role == "target"),
-            drafters=tuple(s for s in sources if s.role != "target"),
-            drafter=entry.get("drafter", NGRAM),
-        )
+    presets = {name: _read_preset(name, entry) for name, entry in data.get("presets", {}).items()}
     return data.get("default", next(iter(presets))), presets
+
+
+def _read_preset(name: str, entry: dict) -> Preset:
+    """One [presets.NAME] table; a catalog mistake is one clear line, not a KeyError later."""
+    sources = [_read_source(name, role, m) for role, m in entry.get("models", {}).items()]
+    targets = [s for s in sources if s.role == "target"]
+    if not targets:
+        raise SpecmlxError(f"{catalog_path()}: preset {name} has no [models.target]")
+    preset = Preset(name=name, description=entry.get("description", ""), target=targets[0],
+                    drafters=tuple(s for s in sources if s.role != "target"), drafter=entry.get("drafter", NGRAM))
+    if preset.drafter not in BUILTIN and preset.drafter not in {d.role for d in preset.drafters}:
+        raise SpecmlxError(f"{catalog_path()}: preset {name}'s drafter {preset.drafter!r} is none of its models")
+    return preset
+
+
+def _read_source(preset: str, role: str, m: dict) -> ModelSource:
+    source = ModelSource(role, m.get("hub"), m.get("offline"), m.get("bundled"), m.get("size_gb"))
+    if not source.bundled and not (isinstance(source.size_gb, (int, float)) and source.size_gb > 0):
+        # the memory check before a fetch needs every downloaded model's size
+        raise SpecmlxError(f"{catalog_path()}: {preset}/{role} has no size_gb")
+    return source
 
 
 def presets() -> dict[str, Preset]:

@@ -6,10 +6,12 @@ import argparse
 import sys
 from typing import Sequence
 
+from .. import memory
 from ..cli import run_cli
 from ..errors import SpecmlxError
+from ..memory import GB
 from ..paths import models_dir
-from . import default_preset_name, get_preset, is_fetched, model_path, presets
+from . import Preset, default_preset_name, get_preset, is_fetched, model_path, presets
 from .fetch import fetch_preset
 
 
@@ -28,16 +30,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def list_presets() -> None:
     print(f"models directory: {models_dir()}")
+    print(f"memory available for models: {memory.available_bytes() / GB:.1f} GB")
     default = default_preset_name()
     for preset in presets().values():
         mark = " (default)" if preset.name == default else ""
         print(f"{preset.name}{mark}: {preset.description}")
+        print(f"  {sizes(preset)}")
         for source in preset.sources:
             path = model_path(preset, source.role)
             state = f"fetched at {path}" if is_fetched(path) else "not fetched"
             where = f"bundled {source.bundled}" if source.bundled else f"hub {source.hub or '-'}, offline {source.offline or '-'}"
             print(f"  {source.role}: {state} [{where}]")
         print(f"  drafter: {preset.drafter}")
+
+
+def sizes(preset: Preset) -> str:
+    """Download and memory, in the GB (2^30 bytes) the memory check reports in."""
+    return (f"download {preset.download_bytes / GB:.1f} GB, "
+            f"memory {preset.memory_bytes / GB:.1f} GB (4-bit weights + KV/working margin)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from ..convert.options import metal_available, resolve_format
 from ..models.mtp import is_mtp_dir
 from ..convert.sources import assemble_checkpoint, checkpoint, part_paths
 from ..errors import SpecmlxError
+from ..memory import check_preset_fits
 from ..paths import checkout_root, models_dir
 from . import ModelSource, Preset, bundled_path, is_fetched, model_path
 
@@ -36,7 +37,12 @@ def hub_offline() -> bool:
 
 
 def fetch_preset(preset: Preset, force: bool = False, progress: bool = True, log: Log = print) -> list[Path]:
-    """Fetch every model of `preset` that is not there yet (all of them with `force`)."""
+    """Fetch every model of `preset` that is not there yet (all of them with `force`).
+
+    A preset that cannot fit this machine is refused first: gigabytes not downloaded for nothing.
+    """
+    if any(force or not is_fetched(model_path(preset, s.role)) for s in preset.sources):
+        check_preset_fits(preset.name, preset.memory_bytes)
     return [fetch_model(preset, source, force, progress, log) for source in preset.sources]
 
 

@@ -104,3 +104,70 @@ def test_offline_install_hint_fits_a_checkout_or_an_install(monkeypatch, tmp_pat
     installed_elsewhere(monkeypatch, tmp_path)
     installed = offline_install()
     assert installed == 'pip install "specmlx[offline-models]"'
+
+
+# The presets for Macs (issue 28): Gemma 4 pairs and Qwen2.5-Coder targets above 1.5B.
+GEMMA4 = ("gemma-4-e2b", "gemma-4-e4b")
+QWEN_BILLIONS = {"qwen2.5-coder-0.5b": 0.5, "qwen2.5-coder-1.5b": 1.5, "qwen2.5-coder-7b": 7,
+                 "qwen2.5-coder-14b": 14, "qwen2.5-coder-32b": 32}
+
+
+def test_every_preset_has_a_target_hub_ids_and_a_default_drafter_it_holds():
+    from specmlx.drafters.labels import BUILTIN
+    from specmlx.hub import is_repo_id
+
+    for preset in presets.presets().values():
+        assert preset.target.role == "target" and preset.target.hub, preset.name
+        assert preset.drafter in BUILTIN or preset.drafter in {d.role for d in preset.drafters}, preset.name
+        for source in preset.sources:
+            assert source.bundled or (is_repo_id(source.hub) and source.hub.startswith("mlx-community/")), source
+
+
+def test_the_gemma4_presets_pair_a_4bit_target_with_its_assistant():
+    for name in GEMMA4:
+        preset = presets.get_preset(name)
+        size = name.removeprefix("gemma-4-")  # e2b, e4b
+        assert preset.drafter == "assistant" and [d.role for d in preset.drafters] == ["assistant"]
+        assert preset.target.hub == f"mlx-community/gemma-4-{size}-it-4bit"
+        assert preset.drafters[0].hub == f"mlx-community/gemma-4-{size.upper()}-it-assistant-bf16"
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-7b", "qwen2.5-coder-14b", "qwen2.5-coder-32b"])
+def test_the_large_qwen_presets_are_drafted_by_the_0_5b_or_by_prompt_lookup(name, models_root):
+    preset = presets.get_preset(name)
+    small = presets.get_preset("qwen2.5-coder-1.5b").drafters[0]
+    assert preset.target.hub == f"mlx-community/Qwen2.5-Coder-{name.split('-')[-1].upper()}-Instruct-4bit"
+    assert preset.drafter == small.role and preset.drafters == (small,)  # the same 0.5B, as the 1.5B's
+    assert resolve_drafter("ngram", name) == DrafterSource("ngram", "ngram")
+
+
+def test_memory_figures_are_present_and_plausible():
+    for preset in presets.presets().values():
+        assert all(s.bundled or s.size_gb > 0 for s in preset.sources), preset.name
+        assert preset.memory_bytes > preset.download_bytes > 0, preset.name  # weights and a margin
+    for name, billions in QWEN_BILLIONS.items():  # 4-bit MLX stores about 4.5 bits a weight
+        size = presets.get_preset(name).target.size_gb
+        assert 0.5 < size / billions < 0.7, name
+    assert presets.get_preset("gemma-4-e2b").memory_bytes < presets.get_preset("gemma-4-e4b").memory_bytes
+
+
+@pytest.fixture
+def catalog(tmp_path, monkeypatch):
+    """A catalog of the test's own, read afresh (and the packaged one again afterwards)."""
+    path = tmp_path / "presets.toml"
+    monkeypatch.setattr(presets, "catalog_path", lambda: path)
+    presets._catalog.cache_clear()
+    yield path
+    presets._catalog.cache_clear()
+
+
+@pytest.mark.parametrize("body, error", [
+    ('[presets.p.models.d]\nhub = "a/b"\nsize_gb = 1', "preset p has no \\[models.target\\]"),
+    ('[presets.p.models.target]\nhub = "a/b"', "p/target has no size_gb"),
+    ('[presets.p]\ndrafter = "d"\n[presets.p.models.target]\nhub = "a/b"\nsize_gb = 1',
+     "preset p's drafter 'd' is none of its models"),
+])
+def test_a_catalog_mistake_is_one_clear_error(catalog, body, error):
+    catalog.write_text(body)
+    with pytest.raises(SpecmlxError, match=error):
+        presets.presets()

@@ -6,8 +6,9 @@ import mlx.core as mx
 
 import pytest
 
-from specmlx import presets
+from specmlx import memory, presets
 from specmlx.errors import SpecmlxError
+from specmlx.memory import GB
 from specmlx.presets import fetch
 from specmlx.presets.cli import main
 
@@ -16,7 +17,12 @@ from specmlx.presets.cli import main
 def models_root(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECMLX_MODELS", str(tmp_path))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    machine_with(monkeypatch, 1024 * GB)  # these tests are not about this machine's memory
     return tmp_path
+
+
+def machine_with(monkeypatch, available: int) -> None:
+    monkeypatch.setattr(memory, "available_bytes", lambda: available)
 
 
 def hub_from(directory):
@@ -96,3 +102,47 @@ def test_a_missing_bundled_drafter_is_one_line(models_root, monkeypatch, tmp_pat
                             (presets.ModelSource("mtp", None, None, "drafters/nothing"),), "mtp")
     with pytest.raises(SpecmlxError, match="bundled drafter is missing"):
         fetch.fetch_model(preset, preset.drafters[0], force=False, progress=False, log=lambda m: None)
+
+
+def test_a_preset_too_big_for_this_machine_is_refused_before_anything_downloads(capsys, models_root, monkeypatch):
+    machine_with(monkeypatch, 16 * GB)
+    tried = []
+    monkeypatch.setattr(fetch, "download", lambda repo: tried.append(repo) or pytest.fail("downloaded"))
+    monkeypatch.setattr(fetch, "part_paths", lambda key: tried.append(key) or pytest.fail("assembled"))
+    assert main(["fetch", "qwen2.5-coder-32b"]) == 2
+    err = capsys.readouterr().err
+    need = presets.get_preset("qwen2.5-coder-32b").memory_bytes / GB
+    assert err == (f"specmlx models: error: preset qwen2.5-coder-32b needs about {need:.1f} GB, but only 16.0 GB "
+                   "is available on this machine; pick a smaller preset (specmlx models list shows what each needs)\n")
+    assert tried == [] and not any(models_root.iterdir())
+
+
+def test_a_preset_that_fits_downloads_each_model_as_published(models_root, model_dirs, monkeypatch):
+    machine_with(monkeypatch, presets.get_preset("gemma-4-e2b").memory_bytes)  # just enough
+    tried = []
+    monkeypatch.setattr(fetch, "metal_available", lambda: True)
+    monkeypatch.setattr(fetch, "download", lambda repo: tried.append(repo) or model_dirs["drafter"])
+    preset = presets.get_preset("gemma-4-e2b")
+    fetch.fetch_preset(preset, log=lambda m: None)
+    assert tried == [preset.target.hub, preset.drafters[0].hub]
+    fetched = presets.model_path(preset, "assistant")  # copied as published: nothing converted
+    assert sorted(p.name for p in fetched.iterdir()) == sorted(p.name for p in model_dirs["drafter"].iterdir())
+
+
+def test_a_fetched_preset_is_not_measured_again(capsys, models_root, model_dirs, monkeypatch):
+    preset = presets.get_preset("gemma-3-270m")
+    shutil.copytree(model_dirs["target"], presets.model_path(preset))
+    machine_with(monkeypatch, 0)  # nothing to download, so nothing to refuse
+    assert main(["fetch", "gemma-3-270m"]) == 0
+
+
+def test_list_shows_each_presets_download_and_memory(capsys, models_root, monkeypatch):
+    machine_with(monkeypatch, 24 * GB)
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "memory available for models: 24.0 GB"
+    for preset in presets.presets().values():
+        title = next(i for i, line in enumerate(lines) if line.startswith(f"{preset.name}"))
+        assert lines[title + 1] == (f"  download {preset.download_bytes / GB:.1f} GB, memory "
+                                    f"{preset.memory_bytes / GB:.1f} GB (4-bit weights + KV/working margin)")
+    assert "  download 17.4 GB, memory 19.1 GB" in "\n".join(lines)  # the 32B with its 0.5B drafter
