@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx.utils import tree_flatten
 
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import Engine
@@ -77,13 +78,23 @@ class Recording(Gemma4AssistantDrafter):
         return scores, h
 
 
+def jitter_unit_weights(model):
+    """Norm weights and layer scalars start at one, where leaving one out changes
+    nothing: move them off it, so that it would."""
+    mx.random.seed(2)
+    ones = [(k, v) for k, v in tree_flatten(model.parameters()) if k.endswith(("norm.weight", "layer_scalar"))]
+    model.load_weights([(k, v * (1 + 0.3 * mx.random.normal(v.shape))) for k, v in ones], strict=False)
+    mx.eval(model.parameters())
+    return model
+
+
 def build(case: Case) -> tuple:
     """specmlx's target and assistant, and mlx-vlm's holding the same weights."""
     args = tiny.gemma4_args(case.vocab, window=WINDOW)
     if case.k_eq_v:
         args.attention_k_eq_v, args.num_global_key_value_heads = True, 1
     target = tiny.gemma4_target(args, seed=0)
-    assistant = tiny.gemma4_assistant(args, seed=1, ordered=case.ordered, **case.head)
+    assistant = jitter_unit_weights(tiny.gemma4_assistant(args, seed=1, ordered=case.ordered, **case.head))
     config = tiny.gemma4_assistant_config(args, ordered=case.ordered, **case.head)
     theirs_target = reference.target(target, args)
     theirs = reference.assistant(config, assistant.weights(), theirs_target)
