@@ -27,7 +27,7 @@ from .. import tiny
 from ..test_engine import run
 from . import vlm_gemma4 as reference
 
-# Conventions: HF (transformers 5.23) and specmlx put the query at the bonus token's position; mlx-vlm's loop one earlier.
+# HF (transformers 5.23) and specmlx put the query at the bonus token's position; mlx-vlm's loop one earlier.
 WINDOW = 8
 NUM_DRAFT = 4
 PROMPT_LENGTHS = (WINDOW + 5, 3 * WINDOW)  # both cross the window
