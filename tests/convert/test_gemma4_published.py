@@ -3,9 +3,10 @@ its config.json verbatim and its tensor names, with miniature sizes.
 
 Where the fixtures in published/gemma-4-E2B-it-assistant/ come from:
 - config.json: google/gemma-4-E2B-it-assistant at HF snapshot 2d874ef7d29f9a30599a1e4b3c1cbc9595f005df
-  (https://huggingface.co/google/gemma-4-E2B-it-assistant), verbatim as a public agent transcript printed it (`cat` of that HF snapshot;
-  search-index file 54570753366). No copy of mlx-community/gemma-4-E2B-it-assistant-bf16's
-  own config.json was found; a fine-tune's model card (Mediform/gemma4-e4b-v13-assistant-rollout-mlx-bf16)
+  (https://huggingface.co/google/gemma-4-E2B-it-assistant), verbatim as a public agent
+  transcript printed it (`cat` of that snapshot; search-index file 54570753366). No copy
+  of mlx-community/gemma-4-E2B-it-assistant-bf16's own config.json was found; a
+  fine-tune's model card (huggingface.co/Mediform/gemma4-e4b-v13-assistant-rollout-mlx-bf16)
   calls mlx-community's E4B one the same key set, shapes and dtype.
 - tensors.txt: that snapshot's model.safetensors, 50 tensors, as the same transcript
   listed them (the first 15 by name; the other 35 are the same 11 per layer for
