@@ -7,9 +7,8 @@ bonus, not yet scored) therefore:
 
 - reads, per layer type, K/V for positions 0..n-2 from the last target layer
   of that type that owns a cache. Sliding layers: only the last
-  `sliding_window` of them, the keys the target's own sliding layer saw when
-  it scored n-2 (what mlx-vlm's rotating caches hold, and what HF's flipped
-  window mask keeps); specmlx's target caches keep the whole context and
+  `sliding_window + 1` of them, what HF's flipped window mask keeps (see
+  `HF_WINDOW_EXTRA`); specmlx's target caches keep the whole context and
   apply the window by masking, so the slice is taken here;
 - starts from h = the target's hidden row n-2 and the bonus token n-1;
 - runs k steps, each feeding the drafted token and the assistant's projected
@@ -46,6 +45,11 @@ from .history import HiddenHistory
 # does not depend on it, only acceptance (keys carry RoPE, so it shifts every
 # query-key distance by one).
 HF_POSITION_LAG = 0
+# Sliding layers read one key more than the window, as HF does: its assistant
+# flips a bidirectional window mask that allows |distance| <= sliding_window
+# from the newest key, so sliding_window + 1 keys. mlx-vlm keeps
+# sliding_window (one fewer once its rotating cache is full).
+HF_WINDOW_EXTRA = 1
 
 
 class Gemma4AssistantDrafter:
@@ -126,7 +130,7 @@ class Gemma4AssistantDrafter:
         for layer_type, c in self.sources.items():
             if isinstance(c.keys, (tuple, list)):
                 raise SpecmlxError("Gemma 4 assistants cannot read a quantized target KV cache")
-            start = max(0, length - window) if layer_type == SLIDING else 0
+            start = max(0, length - window - HF_WINDOW_EXTRA) if layer_type == SLIDING else 0
             kv[layer_type] = (c.keys[..., start:length, :], c.values[..., start:length, :])
         return kv
 
