@@ -69,10 +69,8 @@ def collect(
     folder.mkdir(parents=True, exist_ok=True)
     done = shard_count(folder)
     saved = [load_shard(folder, i) for i in range(done)]
-    if saved and saved[0].layers != tuple(taps):
-        raise SpecmlxError(f"{folder} keeps layers {list(saved[0].layers) or 'none'}, not {list(taps) or 'none'}: "
-                           "collect into a new --out, or ask for the same layers")
     have = sum(int((s.mask > PAD).sum().item()) for s in saved)
+    kept = saved[0].layers if saved else tuple(taps)
     windows = sum(s.tokens.shape[0] for s in saved)  # a source's last shard may be short
     bar = tqdm(total=tokens, initial=min(have, tokens), unit="tok", desc=desc, disable=not progress,
                dynamic_ncols=True)
@@ -80,6 +78,9 @@ def collect(
     batches = _batched(make_windows(windows), WINDOWS_PER_SHARD)
     index = done
     while have < tokens and (batch := next(batches, None)) is not None:
+        if kept != tuple(taps):  # a shard more would not match those saved
+            raise SpecmlxError(f"{folder} keeps layers {list(kept) or 'none'}, not {list(taps) or 'none'}: "
+                               "collect into a new --out, or ask for the same layers")
         tokens_array = mx.array([w.tokens for w in batch], dtype=mx.int32)
         states = [_states(target, w, tokens_array[i], taps) for i, w in enumerate(batch)]
         mask = mx.array([w.mask for w in batch], dtype=mx.uint8)

@@ -160,8 +160,9 @@ def stacked(windows: list[Batch]) -> Batch:
     return Batch(*(mx.stack([getattr(w, name) for w in windows]) for name in ("tokens", "hidden", "mask")), taps)
 
 
-def windows_of(shard) -> list[Batch]:
-    return [Batch(shard.tokens[w], shard.hidden[w], shard.mask[w], None if shard.taps is None else shard.taps[w])
+def windows_of(shard, taps: bool) -> list[Batch]:
+    """A shard's windows; their taps only for a head that fuses them (a plain head never reads them)."""
+    return [Batch(shard.tokens[w], shard.hidden[w], shard.mask[w], shard.taps[w] if taps else None)
             for w in range(shard.tokens.shape[0])]
 
 
@@ -175,6 +176,11 @@ class Trainer:
         self.val_shards = [ShardRef(held_out, i, 0) for i in range(shard_count(held_out))]
         if not self.val_shards:
             raise SpecmlxError(f"{held_out}: no held-out shards")
+        for ref in (train_set.shards[0], self.val_shards[0]):
+            kept = ref.load().layers
+            if head.config.fused_layers and kept != head.config.fused_layers:
+                raise SpecmlxError(f"{ref.folder} keeps layers {list(kept) or 'none'}, but the head fuses "
+                                   f"{list(head.config.fused_layers)}: collect them (--fused-layers) into a new --out")
         schedule = optim.join_schedules(
             [optim.linear_schedule(1e-7, config.lr, config.warmup),
              optim.cosine_decay(config.lr, max(config.steps - config.warmup, 1), config.lr * 0.1)],
@@ -234,7 +240,7 @@ class Trainer:
         rng = random.Random(epoch_seed)
         pending: list[tuple[mx.array, mx.array, mx.array]] = []
         for n, i in enumerate(order):
-            pending += windows_of(shards[i].load())
+            pending += windows_of(shards[i].load(), bool(self.head.config.fused_layers))
             if len(pending) >= group or n == len(order) - 1:
                 pending.sort(key=lambda window: real_length(window.mask))
                 cut = len(pending) - len(pending) % self.config.batch
@@ -291,7 +297,8 @@ class Trainer:
         total, weight = [0.0, 0.0, 0.0], 0.0
         for ref in self.val_shards:
             shard = ref.load()
-            loss, (a1, a2) = self.losses(trimmed(Batch(shard.tokens, shard.hidden, shard.mask, shard.taps)))
+            taps = shard.taps if self.head.config.fused_layers else None
+            loss, (a1, a2) = self.losses(trimmed(Batch(shard.tokens, shard.hidden, shard.mask, taps)))
             mx.eval(loss, a1, a2)
             size = float((shard.mask == ANSWER).sum().item())
             for i, v in enumerate((loss.item(), a1.item(), a2.item())):

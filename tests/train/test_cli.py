@@ -126,8 +126,14 @@ def test_a_head_fusing_target_layers_with_more_passes_on_answers_only(model_dirs
     report = json.loads((out / "training.json").read_text())
     assert (report["fused_layers"], report["passes"], report["answer_only"]) == ([0, 1], 3, True)
     assert load_mtp(out).config.fused_layers == (0, 1)
-    # A plain head cannot read those features: its collection is refused, not mixed in.
-    assert main(args(model_dirs, prompts, out, "--steps", "4")) == 2
+    # A plain head trains on the same features (it reads their final hidden states only)...
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "features").symlink_to(out / "features")
+    assert main(args(model_dirs, prompts, plain, "--steps", "4")) == 0
+    assert load_mtp(plain).config.fused_layers == ()
+    # ...but collecting more without the layers would mix shards with and without them: refused.
+    assert main(args(model_dirs, prompts, plain, "--steps", "4", "--tokens", "5000")) == 2
 
 
 @pytest.mark.parametrize("value, message", [

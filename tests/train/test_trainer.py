@@ -284,3 +284,11 @@ def test_answer_only_leaves_the_request_out_of_the_loss(features, target, target
                           TrainConfig(batch=2, answer_only=answer_only))
         assert trainer.losses(whole)[0].item() > 0
         assert (trainer.losses(request)[0].item() == 0) == answer_only
+
+
+def test_a_fused_head_is_refused_features_without_its_layers(features, tapped, target, target_args, tmp_path):
+    ids = mx.arange(64, dtype=mx.int32)
+    for source, layers in ((features, TAPS), (tapped, (1,))):
+        with pytest.raises(SpecmlxError, match="but the head fuses"):
+            Trainer(fused_head(target_args, ids, layers), target, source.training(), source.held_out, tmp_path,
+                    TrainConfig(batch=2))
