@@ -123,13 +123,18 @@ def test_every_draft_step_equals_mlx_vlms(case):
     assert all(len(r.context) > WINDOW + 1 for r in rounds)  # the sliding layers' window is full
     assert (accepted > 0) == case.accepts
     for r in rounds:
-        expected = reference.draft(theirs, theirs_target, r.context, len(r.steps), WINDOW)
-        for step, ((token, logits), (their_token, their_logits)) in enumerate(zip(r.steps, expected)):
-            where = f"context of {len(r.context)}, step {step}"
-            assert token == their_token, where
-            # The centroid head leaves unscored tokens at -inf here; HF and mlx-vlm
-            # fill them with min(scored) - 1 (same argmax, same scored logits).
-            scored = mx.isfinite(logits)
-            fill = mx.where(scored, their_logits, mx.inf).min() - 1
-            error = mx.abs(mx.where(scored, logits, fill) - their_logits).max()
-            assert error.item() <= TOLERANCE * mx.abs(their_logits).max().item(), where
+        assert_round_equals_mlx_vlms(r, theirs, theirs_target)
+
+
+def assert_round_equals_mlx_vlms(r: Round, theirs, theirs_target) -> None:
+    """Each of the round's draft steps gives mlx-vlm's token and logits for the same context."""
+    expected = reference.draft(theirs, theirs_target, r.context, len(r.steps), WINDOW)
+    for step, ((token, logits), (their_token, their_logits)) in enumerate(zip(r.steps, expected)):
+        where = f"context of {len(r.context)}, step {step}"
+        assert token == their_token, where
+        # The centroid head leaves unscored tokens at -inf here; HF and mlx-vlm
+        # fill them with min(scored) - 1 (same argmax, same scored logits).
+        scored = mx.isfinite(logits)
+        fill = mx.where(scored, their_logits, mx.inf).min() - 1
+        error = mx.abs(mx.where(scored, logits, fill) - their_logits).max()
+        assert error.item() <= TOLERANCE * mx.abs(their_logits).max().item(), where
