@@ -20,7 +20,7 @@ from .cache import PREFILL_STEP, cache_length, make_cache, rewind
 from .drafters import Drafter, HiddenDrafter
 from .errors import SpecmlxError
 from .generation import MAX_SEED, RANDOM_SEED, Generation, GenerationConfig
-from .hidden import check_exposes_hidden, decoder
+from .hidden import check_exposes_hidden, decoder_taps
 from .peers import ALONE, Peers
 from .policy import DraftPolicy
 from .schedule import AutoDraft, AutoDrafts
@@ -71,6 +71,11 @@ class Engine:
         """Whether the drafter reads the target's hidden states (MTP-style)."""
         return self._reads_hidden
 
+    @property
+    def fused_layers(self) -> tuple[int, ...]:
+        """Target layers whose input the drafter reads besides the final hidden state (EAGLE-3 style)."""
+        return self._fused_layers
+
     def use(self, drafter: Drafter) -> None:
         """Draft with `drafter` from now on, keeping the target's cache.
 
@@ -99,6 +104,7 @@ class Engine:
             rewind(self.cache, keep)
         self.drafter: Drafter = drafter
         self._reads_hidden = reads_hidden
+        self._fused_layers = tuple(drafter.fused_layers) if reads_hidden else ()
 
     def forget(self, keep: int) -> None:
         """Keep only the first `keep` tokens of the context and caches (a new
@@ -155,9 +161,9 @@ class Engine:
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
         for start in range(self.cache_length(), len(prompt) - 1, PREFILL_STEP):
             chunk = mx.array(prompt[start : min(start + PREFILL_STEP, len(prompt) - 1)], dtype=mx.uint32)
-            hidden = decoder(self.target, chunk[None], self.cache)
+            hidden, taps = decoder_taps(self.target, chunk[None], self.cache, self.fused_layers)
             if self.reads_hidden:
-                self.drafter.observe(start, hidden[0])
+                self.drafter.observe(start, hidden[0], None if taps is None else taps[0])
             with self.peers.waiting():
                 mx.eval(hidden, [c.state for c in self.cache])
         if drafter:

@@ -50,10 +50,13 @@ class _Tap:
 
 
 def decoder_taps(model: nn.Module, tokens: mx.array, cache: list[Any] | None,
-                 layers: tuple[int, ...]) -> tuple[mx.array, mx.array]:
+                 layers: tuple[int, ...]) -> tuple[mx.array, mx.array | None]:
     """`decoder`, and the residual stream entering each of `layers` (ascending), (B, L, len(layers), H):
-    the low, middle and high features an EAGLE-3 head fuses. The layers are wrapped for this one call
-    rather than the model's loop copied, so every architecture's own masks and scales still apply."""
+    the low, middle and high features an EAGLE-3 head fuses (None without layers). The layers are
+    wrapped for this one call rather than the model's loop copied, so every architecture's own masks
+    and scales still apply."""
+    if not layers:
+        return decoder(model, tokens, cache), None
     if list(layers) != sorted(set(layers)):
         raise SpecmlxError(f"tapped layers must ascend without repeats: {layers}")
     inner = text_model(model).model

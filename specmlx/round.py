@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from .drafters import Draft, Drafter
 from .drafters.ngram import lookup
-from .hidden import decoder, head
+from .hidden import decoder_taps, head
 from .plan import Plan, Round
 from .policy import LOOKUP_NGRAM, DraftPolicy
 from .sampling import SamplingParams, warp
@@ -105,10 +105,11 @@ def score(engine: "Engine", tokens: list[int], draft: mx.array,
     fed = mx.concatenate([mx.array(tokens[scored:], dtype=mx.uint32), draft])
     if ahead is not None and not fed.size:
         return None, ahead.logits
-    hidden = decoder(engine.target, fed[None], engine.cache)[0]
+    hidden, taps = decoder_taps(engine.target, fed[None], engine.cache, engine.fused_layers)
+    hidden = hidden[0]
     logits = head(engine.target, hidden[-(draft.shape[0] + (ahead is None)) :])
     if engine.reads_hidden:
-        engine.drafter.observe(scored, hidden)
+        engine.drafter.observe(scored, hidden, None if taps is None else taps[0])
     if ahead is not None:
         logits = mx.concatenate([ahead.logits, logits])
     return hidden, logits
@@ -128,10 +129,11 @@ def start_ahead(engine: "Engine", outputs: list[mx.array], following: mx.array) 
 def look_ahead(engine: "Engine", following: mx.array) -> Ahead:
     """Feed the round's own next token (lazy) to the target: the next position's logits."""
     scored = engine.cache_length()
-    hidden = decoder(engine.target, following.reshape(1, 1).astype(mx.uint32), engine.cache)[0]
+    hidden, taps = decoder_taps(engine.target, following.reshape(1, 1).astype(mx.uint32), engine.cache,
+                                engine.fused_layers)
     if engine.reads_hidden:
-        engine.drafter.observe(scored, hidden)
-    return Ahead(head(engine.target, hidden))
+        engine.drafter.observe(scored, hidden[0], None if taps is None else taps[0])
+    return Ahead(head(engine.target, hidden[0]))
 
 
 def verify(logits: mx.array, p: mx.array | None, draft: Draft, key: mx.array) -> tuple[mx.array, mx.array]:

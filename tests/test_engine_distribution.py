@@ -101,12 +101,14 @@ def test_model_drafter_reproduces_the_target_distribution(pair, name):
     assert chi_square_pvalue(samples, exact_distribution(target, sampling)) > 1e-3
 
 
+@pytest.mark.parametrize("fused", [(), (0,)])
 @pytest.mark.parametrize("name", ["temperature 1", "top-p 0.7"])
-def test_mtp_head_reproduces_the_target_distribution(pair, name):
-    """The head drafts from 4 of the 5 ids: q is zero on the fifth."""
+def test_mtp_head_reproduces_the_target_distribution(pair, name, fused):
+    """The head drafts from 4 of the 5 ids: q is zero on the fifth. A head that fuses
+    target layers (EAGLE-3 style) is fed them by the same forward."""
     target, _ = pair
     sampling = SAMPLINGS[name]
-    head = tiny.mtp(tiny.qwen2_args(VOCAB), seed=9, draft_vocab=VOCAB - 1)
+    head = tiny.mtp(tiny.qwen2_args(VOCAB), seed=9, draft_vocab=VOCAB - 1, fused_layers=fused)
     engine = Engine(target, MTPDrafter(head, VOCAB), eos_token_ids=[])
     samples, rounds_per_run = sample_sequences(engine, sampling)
     assert 1 < rounds_per_run < LENGTH

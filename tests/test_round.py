@@ -14,6 +14,7 @@ from specmlx.policy import DraftPolicy
 
 from . import tiny
 from .schedules import Alternating
+from .drafters.test_mtp import assert_fed_the_fusion, fused_head
 from .test_engine import PROMPTS, reference_greedy, run
 
 
@@ -67,7 +68,7 @@ def recorded(drafter):
     return drafter, proposals
 
 
-@pytest.mark.parametrize("kind", ["model", "mtp"])
+@pytest.mark.parametrize("kind", ["model", "mtp", "fused"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_exact_when_drafting_rounds_follow_a_look_ahead(monkeypatch, tokenizer, vocab, target,
                                                                target_args, noisy_drafter, kind, k):
@@ -78,8 +79,11 @@ def test_greedy_exact_when_drafting_rounds_follow_a_look_ahead(monkeypatch, toke
     runs = {}
     for guess in (True, False):
         monkeypatch.setattr("specmlx.generation.schedule_for", lambda engine, policy: Alternating(k, guess))
-        drafter, proposals = recorded(ModelDrafter(noisy_drafter, vocab) if kind == "model"
-                                      else MTPDrafter(tiny.mtp(target_args, seed=3), vocab))
+        drafter, proposals = recorded({
+            "model": lambda: ModelDrafter(noisy_drafter, vocab),
+            "mtp": lambda: MTPDrafter(tiny.mtp(target_args, seed=3), vocab),
+            "fused": lambda: MTPDrafter(fused_head(target_args, (0, 1)), vocab),  # fed taps of the look-ahead too
+        }[kind]())
         engine = Engine(target, drafter, eos_token_ids=[])
         runs[guess] = []
         for text in PROMPTS:
@@ -87,6 +91,8 @@ def test_greedy_exact_when_drafting_rounds_follow_a_look_ahead(monkeypatch, toke
             rounds = list(engine.generate(prompt, GenerationConfig(max_tokens=30)))
             assert [t.token for r in rounds for t in r.tokens] == reference_greedy(target, prompt, 30)
             assert [r.num_draft > 0 for r in rounds[:4]] == [False, True, False, True]
+            if kind == "fused":
+                assert_fed_the_fusion(drafter, target, prompt + [t.token for r in rounds for t in r.tokens])
             runs[guess].append([(r.drafted, r.accepted) for r in rounds])
         runs[guess].append(proposals)
     assert runs[True] == runs[False]

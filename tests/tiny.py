@@ -106,9 +106,10 @@ def save_model(model: nn.Module, args, tokenizer, path: Path) -> Path:
     return path
 
 
-def mtp(target_args, seed: int, draft_vocab: int | None = None, layers: int = 1):
+def mtp(target_args, seed: int, draft_vocab: int | None = None, layers: int = 1, fused_layers: tuple = ()):
     """A random specmlx MTP head for a tiny target; `draft_vocab` < vocab drafts
-    from a subset (every other id, then the rest), as trained heads do."""
+    from a subset (every other id, then the rest), as trained heads do. With
+    `fused_layers` it fuses what enters those target layers (random fusion weights)."""
     from specmlx.models.mtp import MTPConfig, MTPModel
 
     vocab = target_args.vocab_size
@@ -117,7 +118,7 @@ def mtp(target_args, seed: int, draft_vocab: int | None = None, layers: int = 1)
         target_hidden_size=target_args.hidden_size, target_vocab_size=vocab,
         hidden_size=target_args.hidden_size, intermediate_size=2 * target_args.hidden_size,
         num_attention_heads=4, num_key_value_heads=2, num_layers=layers, draft_vocab_size=size,
-        rope_theta=10000.0,
+        rope_theta=10000.0, fused_layers=tuple(fused_layers),
     )
     mx.random.seed(seed)
     model = MTPModel(config)

@@ -19,7 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..drafters import Draft
-from ..hidden import decoder, head
+from ..hidden import decoder_taps, head
 from ..plan import Plan, Round
 from ..drafters.ngram import lookup
 from ..policy import LOOKUP_NGRAM
@@ -174,7 +174,9 @@ def score(target: nn.Module, cache: BatchCache, members: Sequence[Member],
     rows = [mx.concatenate([mx.array(p, dtype=mx.uint32), d.tokens, mx.zeros((width - n,), dtype=mx.uint32)])
             for p, d, n in zip(pending, drafts, fed)]
     scored = list(cache.lengths)
-    hidden = decoder(target, mx.stack(rows), cache.layers)  # (B, width, H)
+    # (B, width, H); taps (B, width, T, H) when a row's drafter fuses target layers
+    union = fused_layers(members)
+    hidden, taps = decoder_taps(target, mx.stack(rows), cache.layers, union)
     cache.grown(width)
     read = [(i * width + len(p) - 1, d.size + 1) for i, (p, d) in enumerate(zip(pending, drafts))]
     flat = hidden.reshape(-1, hidden.shape[-1])
@@ -185,5 +187,19 @@ def score(target: nn.Module, cache: BatchCache, members: Sequence[Member],
         out.append(logits[at : at + n])
         at += n
         if m.engine.reads_hidden:
-            m.engine.drafter.observe(start, hidden[i, :count])
+            m.engine.drafter.observe(start, hidden[i, :count], row_taps(m.engine.fused_layers, union, taps, i, count))
     return width, out
+
+
+def fused_layers(members: Sequence[Member]) -> tuple[int, ...]:
+    """Every target layer some row's drafter fuses: the one batched forward taps them all."""
+    return tuple(sorted({layer for m in members for layer in m.engine.fused_layers}))
+
+
+def row_taps(mine: tuple[int, ...], union: tuple[int, ...], taps: mx.array | None, row: int,
+             count: int) -> mx.array | None:
+    """One row's taps, (count, T, H), of the layers its own drafter fuses (None: it fuses none)."""
+    if not mine:
+        return None
+    picked = taps[row, :count]
+    return picked if mine == union else picked[:, mx.array([union.index(layer) for layer in mine])]

@@ -74,8 +74,13 @@ class HiddenDrafter(Drafter, Protocol):
     drops the rows of rejected positions.
     """
 
+    # Target layers whose input it reads besides the final hidden state (an EAGLE-3-style
+    # head); the engine taps them in the same forward. Empty for most.
+    fused_layers: tuple[int, ...]
+
     def attach(self, target: nn.Module, cache: list) -> None:
         """Share the target's weights and caches (read only)."""
 
-    def observe(self, start: int, hidden: mx.array) -> None:
-        """`hidden` (n, H): the target's final hidden states at positions start..start+n-1."""
+    def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
+        """`hidden` (n, H): the target's final hidden states at positions start..start+n-1;
+        `taps` (n, T, H): what enters each of `fused_layers` there (None when there are none)."""

@@ -54,6 +54,7 @@ HF_WINDOW_EXTRA = 1
 
 class Gemma4AssistantDrafter:
     drafts = True
+    fused_layers = ()  # it reads the final hidden state and the target's K/V only
 
     def __init__(
         self, model: Gemma4AssistantModel, vocab_size: int, name: str = "gemma4-assistant",
@@ -108,7 +109,7 @@ class Gemma4AssistantDrafter:
             raise SpecmlxError(f"the target's cache has no entry for layer {i}")
         return cache[i]
 
-    def observe(self, start: int, hidden: mx.array) -> None:
+    def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         self.history.observe(start, hidden)
 
     def prefill(self, tokens: Sequence[int]) -> None:

@@ -37,6 +37,7 @@ class MTPDrafter:
         self.real = 0  # cache entries built from the target's own hidden states
         self.target: nn.Module | None = None
         self.head_rows: mx.array | None = None  # (draft vocab, H) rows of the target's head
+        self.fused_layers = model.config.fused_layers
 
     def fresh(self) -> "MTPDrafter":
         """The same weights with no state: a drafter for another conversation."""
@@ -51,14 +52,20 @@ class MTPDrafter:
         if rows.shape[-1] != config.target_hidden_size:
             raise SpecmlxError(f"MTP drafter {self.name} reads hidden states of width "
                                f"{config.target_hidden_size}, but the target's are {rows.shape[-1]} wide")
-        if config.fused_layers:
-            # Drafting feeds the head final hidden states only; a fused head is for training runs so far.
+        count = len(text_model(target).layers)
+        if config.fused_layers and config.fused_layers[-1] >= count:
             raise SpecmlxError(f"MTP drafter {self.name} fuses target layers {list(config.fused_layers)}, "
-                               "which drafting does not feed yet")
+                               f"but this target has {count}")
         self.target, self.head_rows = target, rows
         mx.eval(rows)
 
-    def observe(self, start: int, hidden: mx.array) -> None:
+    def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
+        # A fused head keeps its input feature (the fusion), so drafting reads one row a position as before.
+        if self.fused_layers:
+            if taps is None:
+                raise SpecmlxError(f"MTP drafter {self.name} fuses target layers {list(self.fused_layers)}: "
+                                   "it needs what enters them")
+            hidden = self.model.fused(taps, hidden)
         self.history.observe(start, hidden)
 
     def prefill(self, tokens: Sequence[int]) -> None:

@@ -18,7 +18,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache
 
 from ..errors import SpecmlxError
-from ..hidden import decoder, decoder_taps, head, text_model
+from ..hidden import decoder_taps, head, text_model
 from ..prompting import PromptRow, encode_prompts, has_chat_template
 from .features import ANSWER, CONTEXT, PAD, Window
 
@@ -45,11 +45,7 @@ def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[PromptRow]
     pads = [width - len(p) for p in prompts]
     layers = len(text_model(model).layers)
     cache = [BatchKVCache(pads) for _ in range(layers)]
-
-    def forward(tokens: mx.array) -> tuple[mx.array, mx.array | None]:
-        return decoder_taps(model, tokens, cache, taps) if taps else (decoder(model, tokens, cache), None)
-
-    hidden, tapped = forward(mx.array([[0] * pad + p for pad, p in zip(pads, prompts)]))
+    hidden, tapped = decoder_taps(model, mx.array([[0] * pad + p for pad, p in zip(pads, prompts)]), cache, taps)
     rows = list(range(len(prompts)))  # live rows -> request index
     tokens = [list(p) for p in prompts]
     states = [[_kept(hidden, tapped, i, pads[i])] for i in range(len(prompts))]
@@ -68,7 +64,7 @@ def answer_batch(model: nn.Module, tokenizer: Any, requests: Sequence[PromptRow]
                 c.filter(mx.array(keep))
             nxt = nxt[mx.array(keep)]
             rows = [rows[i] for i in keep]
-        hidden, tapped = forward(nxt[:, None])
+        hidden, tapped = decoder_taps(model, nxt[:, None], cache, taps)
         for i, row in enumerate(rows):
             states[row].append(_kept(hidden, tapped, i, 0))
         nxt = mx.argmax(head(model, hidden[:, -1]), axis=-1)

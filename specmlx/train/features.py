@@ -20,7 +20,7 @@ import mlx.nn as nn
 from tqdm import tqdm
 
 from ..errors import SpecmlxError
-from ..hidden import decoder, decoder_taps
+from ..hidden import decoder_taps
 
 WINDOWS_PER_SHARD = 4
 PAD, CONTEXT, ANSWER = 0, 1, 2  # mask values: no token, a token of the request, a token of the answer
@@ -193,10 +193,8 @@ def _states(target: nn.Module, window: Window, tokens: mx.array, taps: tuple[int
         if taps and window.taps is None:
             raise SpecmlxError("this source keeps no tapped layers")
         return window.hidden, window.taps if taps else None
-    if taps:
-        hidden, tapped = decoder_taps(target, tokens[None], None, taps)
-        return hidden[0], tapped[0]
-    return decoder(target, tokens[None], None)[0], None
+    hidden, tapped = decoder_taps(target, tokens[None], None, taps)
+    return hidden[0], None if tapped is None else tapped[0]
 
 
 def _batched(items: Iterator, size: int) -> Iterator[list]:

@@ -120,11 +120,41 @@ def test_a_head_for_another_width_is_refused(tokenizer, vocab, target):
         Engine(target, MTPDrafter(other, vocab), eos_token_ids=[])
 
 
-def test_a_head_fusing_target_layers_is_refused_by_drafting(target, target_args, vocab):
-    from dataclasses import replace
+def fused_head(target_args, layers: tuple[int, ...], seed: int = 3):
+    """A random head that fuses `layers`: its fusion's weights are random, so what it is fed shows."""
+    return tiny.mtp(target_args, seed=seed, draft_vocab=target_args.vocab_size // 2, fused_layers=layers)
 
-    from specmlx.models.mtp import MTPModel
 
-    fused = MTPModel(replace(tiny.mtp(target_args, seed=3).config, fused_layers=(0, 1)))
-    with pytest.raises(SpecmlxError, match=r"fuses target layers \[0, 1\], which drafting does not feed yet"):
-        MTPDrafter(fused, vocab).attach(target, [])
+def assert_fed_the_fusion(drafter: MTPDrafter, target, context: list[int]) -> None:
+    """The head's history holds fused(taps, hidden) of the context, as one full forward computes them."""
+    from specmlx.hidden import decoder_taps
+
+    n = drafter.history.length
+    assert n >= len(context) - 2
+    hidden, taps = decoder_taps(target, mx.array(context[:n])[None], None, drafter.fused_layers)
+    assert mx.allclose(drafter.history.rows(0, n), drafter.model.fused(taps[0], hidden[0]), atol=1e-4)
+
+
+@pytest.mark.parametrize("layers, num_draft", [((0, 1), 3), ((1,), 5)])
+def test_a_head_fusing_target_layers_drafts_exactly_from_them(tokenizer, vocab, target, target_args, layers,
+                                                               num_draft):
+    drafter = MTPDrafter(fused_head(target_args, layers), vocab)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    for text in PROMPTS[:2]:  # the second reuses the engine: prefill, rounds and rewinds all feed it
+        prompt = tokenizer.encode(text)
+        run = engine.generate(prompt, GenerationConfig(max_tokens=20, policy=DraftPolicy(num_draft=num_draft)))
+        tokens = [e.token for e in run.token_events()]
+        assert tokens == reference_greedy(target, prompt, 20)
+        assert run.stats.drafted > 0
+        assert_fed_the_fusion(drafter, target, prompt + tokens)
+
+
+def test_a_fused_head_for_a_deeper_target_is_refused(target, target_args, vocab):
+    with pytest.raises(SpecmlxError, match=r"fuses target layers \[0, 5\], but this target has 2"):
+        Engine(target, MTPDrafter(fused_head(target_args, (0, 5)), vocab), eos_token_ids=[])
+
+
+def test_a_fused_head_shown_no_taps_says_so(target_args, vocab):
+    drafter = MTPDrafter(fused_head(target_args, (0,)), vocab)
+    with pytest.raises(SpecmlxError, match=r"fuses target layers \[0\]: it needs what enters them"):
+        drafter.observe(0, mx.zeros((2, target_args.hidden_size)))
