@@ -37,7 +37,10 @@ class MTPDrafter:
         self.real = 0  # cache entries built from the target's own hidden states
         self.target: nn.Module | None = None
         self.head_rows: mx.array | None = None  # (draft vocab, H) rows of the target's head
-        self.fused_layers = model.config.fused_layers
+
+    @property
+    def fused_layers(self) -> tuple[int, ...]:
+        return self.model.config.fused_layers
 
     def fresh(self) -> "MTPDrafter":
         """The same weights with no state: a drafter for another conversation."""

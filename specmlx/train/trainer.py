@@ -219,15 +219,16 @@ class Trainer:
             return mean(CLASSIFICATION_WEIGHT * ce + REGRESSION_WEIGHT * reg, trained), agree
 
         features = self.head(emb, h_in)
-        loss, agree_1 = pass_loss(features, 0)
-        agree_2 = mx.array(0.0)
+        loss, agree = pass_loss(features, 0)
+        agreements = [agree]
         for skip in range(1, self.config.passes):
             # Pass `skip`: position j sees the last pass's guess of hidden j (made at j-1).
             features = self.head(emb, mx.concatenate([h_in[:, :1], features[:, :-1]], axis=1))
             step_loss, agree = pass_loss(features, skip)
             loss = loss + SECOND_PASS_WEIGHT**skip * step_loss
-            agree_2 = agree if skip == 1 else agree_2  # the second token's agreement, as before
-        return loss, (agree_1, agree_2)
+            agreements.append(agree)
+        # The first draft token's agreement and the second's (none with one pass), as reported before.
+        return loss, (agreements[0], agreements[1] if len(agreements) > 1 else mx.array(0.0))
 
     # -- the loop ----------------------------------------------------------------
 
