@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Collection, Iterator
 
 import mlx.core as mx
 
+from .drafters.prediction import Prediction
 from .errors import SpecmlxError
 from .events import RoundEvent, TokenEvent
 from .peers import ALONE
@@ -38,7 +39,9 @@ MAX_SEED = 2**64 - 1  # MLX's random keys take an unsigned 64-bit seed
 class GenerationConfig:
     """How to generate: how many tokens, how to sample, and how rounds draft
     (`policy`). `profile` adds one host sync per round so that drafting and
-    verification are timed apart; leave it off to measure speed."""
+    verification are timed apart; leave it off to measure speed. `prediction`:
+    the tokens the caller expects the output to be (OpenAI's predicted outputs),
+    copied as drafts where the output agrees with them (`drafters.prediction`)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -46,6 +49,11 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     profile: bool = False
+    prediction: tuple[int, ...] = ()
+
+    def predicted(self, prompt_tokens: int) -> Prediction | None:
+        """A generation's own place in `prediction`, after a prompt of this length (None without one)."""
+        return Prediction(self.prediction, prompt_tokens) if self.prediction else None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -142,6 +150,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
     tokens, finish = engine.context, ""  # tokens grows as rounds commit
     ahead = None  # the next position's forward, started by a plain round (`run_round`)
+    prediction = config.predicted(len(prompt))
     rec.resume()
     try:
         while not finish:
@@ -151,7 +160,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             plan = schedule.plan(budget - 1)
             done, ahead = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
                                     timed=config.profile, ahead=ahead,
-                                    overlap=overlaps(engine, config, schedule, plan, budget))
+                                    overlap=overlaps(engine, config, schedule, plan, budget), prediction=prediction)
             rec.record_round(plan.num_draft, done)
             emitted, finish = emit(done, tokens, text, engine.eos_token_ids, budget)
             rec.generation_tokens += len(emitted)

@@ -51,6 +51,8 @@ class GenerationStats:
     probes: int = 0
     auto: bool = False
     estimate: AutoEstimate | None = None
+    predicted: int = 0  # drafts copied from the request's prediction (counted in `drafted`)
+    predicted_accepted: int = 0  # and of those, accepted (in `accepted`)
 
     @property
     def mean_accepted(self) -> float:
@@ -105,6 +107,8 @@ class StatsRecorder:
     plain_rounds: int = 0
     timed_rounds: int = 0
     probes: int = 0
+    predicted: int = 0
+    predicted_accepted: int = 0
     host_syncs: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -119,6 +123,9 @@ class StatsRecorder:
         self.accepted += done.accepted
         self.plain_rounds += done.drafted == 0
         self.probes += done.probe is not None
+        if done.predicted:
+            self.predicted += done.drafted
+            self.predicted_accepted += done.accepted
         _count(self.histogram, done.accepted)
         _count(self.chosen, chosen)
 
@@ -159,6 +166,8 @@ class StatsRecorder:
             finish_reason=finish_reason,
             auto=self.auto,
             estimate=estimate,
+            predicted=self.predicted,
+            predicted_accepted=self.predicted_accepted,
         )
 
 

@@ -43,11 +43,11 @@ def test_str_names_the_length_first_and_only_what_is_not_a_default():
 
 @pytest.mark.parametrize("text, line", [
     ("lots", 'draft policy "lots": unknown part lots; expected auto, a whole number N (or k=N), adaptive, max=N, '
-             'pmin=P, lookup=N or lookup-draft=N'),
+             'pmin=P, lookup=N, lookup-draft=N or prediction-draft=N'),
     ("4+fast", 'draft policy "4+fast": unknown part fast; expected auto, a whole number N (or k=N), adaptive, '
-               'max=N, pmin=P, lookup=N or lookup-draft=N'),
+               'max=N, pmin=P, lookup=N, lookup-draft=N or prediction-draft=N'),
     ("4++adaptive", 'draft policy "4++adaptive": an empty part; expected auto, a whole number N (or k=N), '
-                    'adaptive, max=N, pmin=P, lookup=N or lookup-draft=N, joined by +'),
+                    'adaptive, max=N, pmin=P, lookup=N, lookup-draft=N or prediction-draft=N, joined by +'),
     ("pmin=high", 'draft policy "pmin=high": pmin=high: pmin takes a number'),
     ("k=four", 'draft policy "k=four": k=four: k takes a whole number'),
     ("4+lookup=x", 'draft policy "4+lookup=x": lookup=x: lookup takes a whole number'),

@@ -40,6 +40,7 @@ class Member:
         self.tokens: list[int] = []  # the committed sequence, grown by each round
         self.finish = ""
         self.row = RowRef(-1)  # where it sits in the batch
+        self.prediction = config.predicted(len(self.prompt))
         self.idle = 0  # load-aware rounds since it last drafted or probed
         self.hit = False  # its last probe would have been accepted
         self.stats: GenerationStats | None = None

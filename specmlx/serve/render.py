@@ -57,9 +57,13 @@ class Reply:
 
     def usage(self, done: Done) -> dict:
         generated = done.stats.generation_tokens
+        # As OpenAI counts a prediction: its tokens the answer used, and those it proposed in vain.
+        predicted = {"accepted_prediction_tokens": done.stats.predicted_accepted,
+                     "rejected_prediction_tokens": done.stats.predicted - done.stats.predicted_accepted}
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
                 "total_tokens": self.prompt_tokens + generated,
-                "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
+                "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+                "completion_tokens_details": predicted}
 
     def extras(self, done: Done, events: Sequence[TokenEvent] = ()) -> dict:
         s = done.stats

@@ -21,7 +21,7 @@ from ..errors import SpecmlxError
 from ..loading import LoadedModel
 from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
-from ..prompting import encode_chat, encode_text, has_chat_template
+from ..prompting import encode_chat, encode_output, encode_text, has_chat_template
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
@@ -111,7 +111,8 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
 
 
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
-             room: int | None, window: int | None, owner: Hashable = None) -> Job:
+             room: int | None, window: int | None, owner: Hashable = None,
+             prediction: tuple[int, ...] = ()) -> Job:
     if request.model != defaults.model:
         raise APIError(404, f"the model {request.model!r} does not exist: this server serves {defaults.model!r}",
                        "model_not_found", "model")
@@ -143,7 +144,7 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     except SpecmlxError as err:
         raise APIError(400, str(err), "invalid_value") from None
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
-                              seed=request.seed, stop=request.stops())
+                              seed=request.seed, stop=request.stops(), prediction=prediction)
     return Job(tuple(prompt), config, drafter, owner)
 
 
@@ -177,12 +178,17 @@ class Serving:
     def completion_prompt(self, request: CompletionRequest) -> list[int]:
         return completion_prompt(self.tokenizer, request, self.vocab, self.context_window)
 
-    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink) -> Ticket:
+    def predicted(self, request: Sampling) -> tuple[int, ...]:
+        """The request's prediction as the tokens the model would write (none without one)."""
+        return tuple(encode_output(self.tokenizer, request.prediction.text())) if request.prediction else ()
+
+    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink,
+               prediction: tuple[int, ...] = ()) -> Ticket:
         """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
         wrong or the queue is full."""
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
-                       slots.context_window, owner)
+                       slots.context_window, owner, prediction)
         return self.worker.submit(job, sink)
 
 
