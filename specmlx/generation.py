@@ -38,28 +38,34 @@ MAX_SEED = 2**64 - 1  # MLX's random keys take an unsigned 64-bit seed
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to generate: how many tokens, how to sample, and how rounds draft
-    (`policy`). `profile` adds one host sync per round so that drafting and
-    verification are timed apart; leave it off to measure speed. `prediction`:
-    the tokens the caller expects the output to be (OpenAI's predicted outputs),
-    copied as drafts where the output agrees with them (`drafters.prediction`)."""
+    (`policy`). `stop_tokens` end it as the model's end of sequence does (committed,
+    not emitted): a fill-in-the-middle answer's own end tokens. `profile` adds one host
+    sync per round so that drafting and verification are timed apart; leave it off to
+    measure speed. `prediction`: the tokens the caller expects the output to be
+    (OpenAI's predicted outputs), copied as drafts where the output agrees with them
+    (`drafters.prediction`)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
     policy: DraftPolicy = field(default_factory=DraftPolicy)
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    stop_tokens: frozenset[int] = frozenset()
     profile: bool = False
     prediction: tuple[int, ...] = ()
-
-    def predicted(self, prompt_tokens: int) -> Prediction | None:
-        """A generation's own place in `prediction`, after a prompt of this length (None without one)."""
-        return Prediction(self.prediction, prompt_tokens) if self.prediction else None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
         if self.seed is not None and not RANDOM_SEED <= self.seed <= MAX_SEED:
             raise SpecmlxError(f"the seed must be {RANDOM_SEED} (a random one) or 0..{MAX_SEED}, got {self.seed}")
+        object.__setattr__(self, "stop_tokens", frozenset(self.stop_tokens))  # any collection of ids
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_tokens):
+            raise SpecmlxError(f"stop tokens must be token ids, whole numbers >= 0, got {set(self.stop_tokens)}")
+
+    def predicted(self, prompt_tokens: int) -> Prediction | None:
+        """A generation's own place in `prediction`, after a prompt of this length (None without one)."""
+        return Prediction(self.prediction, prompt_tokens) if self.prediction else None
 
     def key(self) -> mx.array:
         """The generation's random key: from the seed, or a fresh random one."""
@@ -162,7 +168,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
                                     timed=config.profile, ahead=ahead,
                                     overlap=overlaps(engine, config, schedule, plan, budget), prediction=prediction)
             rec.record_round(plan.num_draft, done)
-            emitted, finish = emit(done, tokens, text, engine.eos_token_ids, budget)
+            emitted, finish = emit(done, tokens, text, engine.eos_token_ids | config.stop_tokens, budget)
             rec.generation_tokens += len(emitted)
             running = ahead is not None  # the next forward runs meanwhile: the consumer's time is the round's
             if not running:

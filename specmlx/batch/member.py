@@ -72,7 +72,8 @@ class Member:
     def commit(self, plan: Plan, done: Round, seconds: float | None) -> RoundEvent:
         """Commit a round's tokens up to a stop rule; `seconds` (a batch of one) feeds its own schedule."""
         self.rec.record_round(plan.num_draft, done)
-        emitted, self.finish = emit(done, self.tokens, self.text, self.engine.eos_token_ids, self.room + 1)
+        emitted, self.finish = emit(done, self.tokens, self.text, self.engine.eos_token_ids | self.config.stop_tokens,
+                                   self.room + 1)
         self.rec.generation_tokens += len(emitted)
         if seconds is not None:
             self.schedule.update(done, seconds)

@@ -65,7 +65,8 @@ def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
         done = follow_round(engine, tokens, control, lockstep, rec)
         rec.record_round(control.size, done)
         if not finish:
-            events, finish = emit(done, tokens, text, engine.eos_token_ids, config.max_tokens - len(emitted))
+            events, finish = emit(done, tokens, text, engine.eos_token_ids | config.stop_tokens,
+                                  config.max_tokens - len(emitted))
             emitted += [e.token for e in events]
     rec.generation_tokens = len(emitted)
     engine.rewind(len(tokens))

@@ -150,7 +150,7 @@ class ChatRequest(Sampling):
 class CompletionRequest(Sampling):
     prompt: Union[StrictStr, list[StrictInt], list[StrictStr]]
     echo: StrictBool = False
-    suffix: StrictStr | None = None
+    suffix: StrictStr | None = None  # fill in the middle: the text after the gap ("" too); None: a plain completion
     best_of: StrictInt | None = None
 
     def unsupported(self) -> tuple[str, str] | None:
@@ -158,8 +158,6 @@ class CompletionRequest(Sampling):
             return "prompt", "one prompt per request: a list of strings must hold one"
         if self.echo:
             return "echo", "echo is not supported"
-        if self.suffix:
-            return "suffix", "suffix (insertion) is not supported"
         if self.best_of not in (None, 1):
             return "best_of", "only best_of=1 is supported"
         return super().unsupported()

@@ -51,12 +51,13 @@ def test_each_job_reaches_the_other_ranks_with_the_slots_emptied_since_the_last(
     mirror.emptied(3)
     mirror.emptied(1)
     mirror.emptied(3)
-    mirror.begin(0, 5, (1, 2, 3, 4, 5, 6), GenerationConfig(max_tokens=7, stop=("\n",)))
+    mirror.begin(0, 5, (1, 2, 3, 4, 5, 6), GenerationConfig(max_tokens=7, stop=("\n",), stop_tokens={9, 4}))
     mirror.begin(1, 0, [9], GenerationConfig(max_tokens=2))
     mirror.end()
     assert lockstep.published == [
-        {"slot": 0, "keep": 5, "prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 7, "stop": ["\n"], "emptied": [1, 3]},
-        {"slot": 1, "keep": 0, "prompt": [9], "max_tokens": 2, "stop": [], "emptied": []},
+        {"slot": 0, "keep": 5, "prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 7, "stop": ["\n"], "stop_tokens": [4, 9],
+         "emptied": [1, 3]},
+        {"slot": 1, "keep": 0, "prompt": [9], "max_tokens": 2, "stop": [], "stop_tokens": [], "emptied": []},
         None]  # the other ranks end with rank 0
 
 
