@@ -46,8 +46,7 @@ def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy
     (`room` if looked up), timing drafting apart with one more sync when
     `plan.timed` or `timed`, and in a round that drafts nothing, probing the
     drafter (`probe_chance`). `ahead`: what the round before scored ahead;
-    with `overlap`, a round that proposes nothing returns its own (`start_ahead`).
-    `prediction`: the request's predicted output, copied from first where it has something."""
+    with `overlap`, a round that proposes nothing returns its own (`start_ahead`); a `prediction` is copied first."""
     timed = plan.timed or timed
     draft_key, verify_key = mx.random.split(key)
     start = perf_counter()
