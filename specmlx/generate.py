@@ -117,6 +117,7 @@ def generate(args: argparse.Namespace) -> int:
     config = GenerationConfig(
         max_tokens=args.max_tokens, seed=args.seed, sampling=sampling_params(args), policy=draft_policy(args),
         stop=tuple(args.stop), profile=args.profile,
+        continues_text=not args.chat,  # a plain prompt's answer continues its text
     )
     with joined(args) as group:
         text = read_prompt(args) if leads(group) else None  # the others take rank 0's prompt, as tokens

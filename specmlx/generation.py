@@ -43,7 +43,8 @@ class GenerationConfig:
     sync per round so that drafting and verification are timed apart; leave it off to
     measure speed. `prediction`: the tokens the caller expects the output to be
     (OpenAI's predicted outputs), copied as drafts where the output agrees with them
-    (`drafters.prediction`)."""
+    (`drafters.prediction`). `continues_text`: the answer continues the prompt's text (a
+    completion, not a chat's answer), so its text keeps its leading space (`text.TextStream`)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -53,6 +54,7 @@ class GenerationConfig:
     stop_tokens: frozenset[int] = frozenset()
     profile: bool = False
     prediction: tuple[int, ...] = ()
+    continues_text: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -150,7 +152,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
     # A fixed length says what it drafts (0 for no drafter and no lookup, as `schedule_for` chose).
     planned = schedule.start if isinstance(schedule, DraftLength) else policy.start
     rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned, auto=isinstance(schedule, AutoDraft))
-    key, text = config.key(), TextStream(engine.tokenizer, config.stop)
+    key, text = config.key(), TextStream(engine.tokenizer, config.stop, config.continues_text)
     start = perf_counter()
     engine.prefill(prompt)
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)

@@ -36,7 +36,7 @@ class Member:
         planned = self.schedule.start if isinstance(self.schedule, DraftLength) else config.policy.start
         self.rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned,
                                  auto=isinstance(self.schedule, AutoDraft))
-        self.key, self.text = config.key(), TextStream(engine.tokenizer, config.stop)
+        self.key, self.text = config.key(), TextStream(engine.tokenizer, config.stop, config.continues_text)
         self.tokens: list[int] = []  # the committed sequence, grown by each round
         self.finish = ""
         self.row = RowRef(-1)  # where it sits in the batch

@@ -59,7 +59,9 @@ def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
     start = perf_counter()
     engine.prefill(list(prompt))
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
-    tokens, text, emitted, finish = engine.context, TextStream(engine.tokenizer, config.stop), [], ""
+    # The same text as rank 0's, so that its stop strings end the answer at the same token.
+    text = TextStream(engine.tokenizer, config.stop, config.continues_text)
+    tokens, emitted, finish = engine.context, [], ""
     rec.resume()
     while (control := lockstep.follow()) is not None:
         done = follow_round(engine, tokens, control, lockstep, rec)

@@ -163,7 +163,7 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
         raise APIError(400, str(err), "invalid_value") from None
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
                               seed=request.seed, stop=request.stops(), stop_tokens=stop_tokens,
-                              prediction=prediction)
+                              prediction=prediction, continues_text=isinstance(request, CompletionRequest))
     return Job(tuple(prompt), config, drafter, owner)
 
 

@@ -146,17 +146,23 @@ def test_greedy_fim_equals_the_engine_and_stops_at_the_fim_end_token(fim_client,
     tokens, finish = engine_answer(fim_loaded, drafter, prompt)
     assert reply.speculative["tokens"] == tokens and finish == "eos"
     assert len(tokens) == fim_dirs["cut"] < TOKENS  # <|fim_pad|> ended it, and is not in the answer
+    # The text is what the prompt's and answer's tokens decode to after the prompt's, its leading space kept.
+    tokenizer = fim_loaded[1].tokenizer
+    assert reply.choices[0].text == tokenizer.decode(prompt + tokens)[len(tokenizer.decode(prompt)):]
     assert reply.choices[0].finish_reason == "stop"
     assert reply.usage.prompt_tokens == len(prompt) and reply.usage.completion_tokens == len(tokens)
     assert reply.speculative["drafter"] == drafter
 
 
-def test_a_fim_answer_streams_the_same_text_and_its_end(fim_client):
+def test_a_fim_answer_streams_the_same_text_and_its_end(fim_client, fim_loaded):
     whole = fim_client.completions.create(model=MODEL, prompt=PREFIX, suffix=SUFFIX, max_tokens=TOKENS,
-                                          temperature=0)
+                                          temperature=0, extra_body={"speculative": {"sources": True}})
     chunks = list(fim_client.completions.create(model=MODEL, prompt=PREFIX, suffix=SUFFIX, max_tokens=TOKENS,
                                                 temperature=0, stream=True))
-    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    tokenizer = fim_loaded[1].tokenizer
+    prompt = find_layout(tokenizer).prompt(PREFIX, SUFFIX)
+    expected = tokenizer.decode(prompt + whole.speculative["tokens"])[len(tokenizer.decode(prompt)):]
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text == expected
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
 
 
