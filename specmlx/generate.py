@@ -96,8 +96,8 @@ def format_stats(stats: GenerationStats) -> str:
         f"draft length per round (k:rounds): {chosen or '-'}" + (" (auto)" if stats.auto else "")
         + f"; {stats.plain_rounds} rounds proposed nothing, {stats.probes} of them probed the drafter",
         *([auto_line(stats.estimate)] if stats.estimate is not None else []),
-        *([f"prediction: {stats.predicted_accepted} of {stats.predicted} proposed tokens accepted"]
-          if stats.predicted else []),
+        *([f"prediction: {stats.prediction_accepted} of its {stats.prediction_tokens} tokens in the answer "
+           f"({stats.prediction_drafted} proposed)"] if stats.prediction_tokens else []),
         f"target forwards {stats.target_forwards}, host syncs {stats.host_syncs}",
         timing,
     ])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import TYPE_CHECKING, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 import mlx.core as mx
 
@@ -62,12 +62,23 @@ class GenerationConfig:
         if self.seed is not None and not RANDOM_SEED <= self.seed <= MAX_SEED:
             raise SpecmlxError(f"the seed must be {RANDOM_SEED} (a random one) or 0..{MAX_SEED}, got {self.seed}")
         object.__setattr__(self, "stop_tokens", frozenset(self.stop_tokens))  # any collection of ids
+        object.__setattr__(self, "prediction", tuple(self.prediction))
+        if any(not isinstance(t, int) or t < 0 for t in self.prediction):
+            raise SpecmlxError("a prediction must be token ids, whole numbers >= 0")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_tokens):
             raise SpecmlxError(f"stop tokens must be token ids, whole numbers >= 0, got {set(self.stop_tokens)}")
 
-    def predicted(self, prompt_tokens: int) -> Prediction | None:
+    def follow_prediction(self, prompt_tokens: int) -> Prediction | None:
         """A generation's own place in `prediction`, after a prompt of this length (None without one)."""
         return Prediction(self.prediction, prompt_tokens) if self.prediction else None
+
+    def end_tokens(self, eos: frozenset[int]) -> frozenset[int]:
+        """What ends the answer: the model's end of sequence `eos`, and this request's stop tokens."""
+        return eos | self.stop_tokens
+
+    def text_stream(self, tokenizer: Any) -> TextStream:
+        """The answer's text, as this request's stop strings and `continues_text` want it."""
+        return TextStream(tokenizer, self.stop, self.continues_text)
 
     def key(self) -> mx.array:
         """The generation's random key: from the seed, or a fresh random one."""
@@ -151,14 +162,15 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
     schedule = schedule_for(engine, policy)
     # A fixed length says what it drafts (0 for no drafter and no lookup, as `schedule_for` chose).
     planned = schedule.start if isinstance(schedule, DraftLength) else policy.start
-    rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned, auto=isinstance(schedule, AutoDraft))
-    key, text = config.key(), TextStream(engine.tokenizer, config.stop, config.continues_text)
+    rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned, auto=isinstance(schedule, AutoDraft),
+                        prediction_tokens=len(config.prediction))
+    key, text = config.key(), config.text_stream(engine.tokenizer)
     start = perf_counter()
     engine.prefill(prompt)
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
     tokens, finish = engine.context, ""  # tokens grows as rounds commit
     ahead = None  # the next position's forward, started by a plain round (`run_round`)
-    prediction = config.predicted(len(prompt))
+    prediction = config.follow_prediction(len(prompt))
     rec.resume()
     try:
         while not finish:
@@ -169,9 +181,8 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             done, ahead = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
                                     timed=config.profile, ahead=ahead,
                                     overlap=overlaps(engine, config, schedule, plan, budget), prediction=prediction)
-            rec.record_round(plan.num_draft, done)
-            emitted, finish = emit(done, tokens, text, engine.eos_token_ids | config.stop_tokens, budget)
-            rec.generation_tokens += len(emitted)
+            emitted, finish = emit(done, tokens, text, config.end_tokens(engine.eos_token_ids), budget)
+            rec.record_round(plan.num_draft, done, len(emitted))
             running = ahead is not None  # the next forward runs meanwhile: the consumer's time is the round's
             if not running:
                 rec.pause()

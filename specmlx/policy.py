@@ -30,7 +30,8 @@ PARTS = {"k": ("num_draft", int), "max": ("max_draft", int), "pmin": ("p_min", f
 FORMS = "auto, a whole number N (or k=N), adaptive, max=N, pmin=P, lookup=N, lookup-draft=N or prediction-draft=N"
 KEYS = {name: key for key, (name, _) in PARTS.items() if key != "k"}
 WHAT = {"num_draft": "the draft length", "max_draft": "the longest draft", "p_min": "the draft p-min",
-        "lookup": "the lookup match length", "lookup_draft": "the lookup draft length"}
+        "lookup": "the lookup match length", "lookup_draft": "the lookup draft length",
+        "prediction_draft": "the prediction draft length"}
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, 
     draft is deterministic (q one-hot), so every round still proposes from
     a known q and verification stays exact at every temperature.
     """
-    copied = copy(tokens, num_draft, room, policy, prediction)
+    copied = copied_draft(tokens, num_draft, room, policy, prediction)
     if copied is not None:
         return copied, True
     if num_draft == 0:
@@ -96,7 +96,7 @@ def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, 
     return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
 
 
-def copy(tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
+def copied_draft(tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
          prediction: Prediction | None) -> Draft | None:
     """The round's copied draft, if any: the prediction's next tokens wherever the output stands
     in it (even in a round planned plain: a copy costs no drafter step, and one that agrees with

@@ -9,6 +9,8 @@ negative control, verification that trusts the prediction a little more.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 import pytest
 
@@ -59,14 +61,14 @@ def test_greedy_output_is_the_targets_own_whatever_the_prediction(tokenizer, voc
                                                                   prediction=prediction))
             assert [e.token for e in generation.token_events()] == own, name
             stats = generation.stats
-            assert stats.predicted_accepted <= stats.predicted <= stats.drafted
+            assert stats.prediction_accepted <= stats.prediction_drafted <= stats.drafted
             if name == "correct":  # whole spans copied: every proposal accepted, few rounds
-                assert stats.predicted_accepted == stats.predicted >= MAX_TOKENS - stats.rounds
+                assert stats.prediction_accepted == stats.prediction_drafted >= MAX_TOKENS - stats.rounds
                 assert stats.rounds <= -(-MAX_TOKENS // (DraftPolicy().prediction_draft + 1))
             if name == "none":
-                assert stats.predicted == 0
+                assert stats.prediction_drafted == 0
             if name == "diverges then agrees":  # it copied again after the edit: at most half came before it
-                assert stats.predicted_accepted > len(own) // 2 + 5
+                assert stats.prediction_accepted > len(own) // 2 + 5
 
 
 def test_the_prediction_draft_length_caps_each_copy(tokenizer, vocab, target):
@@ -100,7 +102,7 @@ def test_rows_of_a_batch_follow_their_own_predictions(tokenizer, vocab, target, 
         i, name = counted[member]
         assert tokens == owns[i], counted[member]
         if name == "correct":
-            assert member.stats.predicted_accepted == member.stats.predicted > 0
+            assert member.stats.prediction_accepted == member.stats.prediction_drafted > 0
     assert batch.widest == 8
 
 
@@ -127,9 +129,9 @@ def test_a_prediction_keeps_the_target_distribution(pair):  # noqa: F811
     target, drafter = pair
     length = LENGTH + 1
     samples, stats = sampled(target, drafter, length)
-    predicted, accepted = sum(s.predicted for s in stats), sum(s.predicted_accepted for s in stats)
+    predicted, accepted = sum(s.prediction_drafted for s in stats), sum(s.prediction_accepted for s in stats)
     assert 0 < accepted < predicted  # copies accepted and rejected
-    assert sum(s.drafted - s.predicted for s in stats) > 0  # and the drafter served where the prediction was lost
+    assert sum(s.drafted - s.prediction_drafted for s in stats) > 0  # and the drafter served where the prediction was lost
     assert chi_square_pvalue(samples, exact_distribution(target, SAMPLING, length)) > 1e-3
 
 
@@ -149,3 +151,48 @@ def test_the_check_detects_verification_that_trusts_the_prediction_more(monkeypa
     monkeypatch.setattr(round_module, "verify", trusting)
     samples, _ = sampled(target, drafter, LENGTH + 1)
     assert chi_square_pvalue(samples, exact_distribution(target, SAMPLING, LENGTH + 1)) < 1e-3
+
+
+def test_the_usage_counts_only_the_copies_the_answer_keeps(tokenizer, vocab, target):
+    """A stop token inside a copied run: the copies after it were accepted but are not in the answer."""
+    engine = Engine(target, NoDrafter(), eos_token_ids=[])
+    prompt = tokenizer.encode(PROMPTS[0])
+    own = reference_greedy(target, prompt, MAX_TOKENS)
+    stop = next(i for i in range(3, MAX_TOKENS) if own[i] not in own[:i])  # its first appearance
+    config = GenerationConfig(max_tokens=MAX_TOKENS, prediction=tuple(own), stop_tokens={own[stop]})
+    generation = engine.generate(prompt, config)
+    assert [e.token for e in generation.token_events()] == own[:stop]
+    stats = generation.stats
+    assert stats.prediction_accepted == stats.generation_tokens == stop < stats.accepted
+    assert stats.prediction_tokens == MAX_TOKENS
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_drafter_that_missed_the_copies_drafts_as_one_that_saw_the_answer(tokenizer, vocab, target, noisy_drafter,
+                                                                            batched):
+    """Output is exact whatever a drafter holds, so its caches are checked apart: after rounds that copied
+    (which the drafter never saw) and rounds it drafted, it drafts what a fresh one fed the answer drafts."""
+    prompt = tokenizer.encode(PROMPTS[1])
+    own = reference_greedy(target, prompt, MAX_TOKENS)
+    prediction = tuple(own[:10] + [(t + 1) % vocab for t in own[10:20]] + own[20:])  # copy, draft, copy
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    config = GenerationConfig(max_tokens=MAX_TOKENS, prediction=prediction, policy=DraftPolicy(num_draft=3))
+    if batched:
+        batch, other = Batch(target, len(make_cache(target)), max_rows=2), Engine(
+            target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+        member = Member(engine, prompt, config)
+        batch.add(member)
+        batch.add(Member(other, tokenizer.encode(PROMPTS[0]), replace(config, prediction=())))  # it drafts meanwhile
+        while batch.members:
+            batch.step()
+        stats = member.stats
+    else:
+        generation = engine.generate(prompt, config)
+        list(generation)
+        stats = generation.stats
+    assert 0 < stats.prediction_drafted < stats.drafted  # copies and drafts both
+    context = engine.context
+    fresh = ModelDrafter(noisy_drafter, vocab)
+    fresh.prefill(context)
+    greedy, key = SamplingParams(), mx.random.key(0)
+    assert engine.drafter.draft(context, 6, greedy, key).tokens.tolist() == fresh.draft(context, 6, greedy, key).tokens.tolist()

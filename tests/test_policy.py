@@ -81,3 +81,11 @@ def test_on_a_base_the_named_parts_replace_its_fields_and_a_length_replaces_how_
     assert DraftPolicy.parse("6+adaptive", base=adaptive) == DraftPolicy(num_draft=6, adaptive=True, lookup=2)
     with pytest.raises(SpecmlxError, match="auto and adaptive both set the draft length"):
         DraftPolicy.parse("adaptive", base=DraftPolicy(num_draft=None))
+
+
+def test_every_part_has_words_for_a_clash():
+    from specmlx.policy import PARTS, WHAT
+
+    assert {name for name, _ in PARTS.values()} <= set(WHAT)
+    with pytest.raises(SpecmlxError, match="prediction-draft=4 and prediction-draft=5 both set the prediction draft"):
+        DraftPolicy.parse("4+prediction-draft=4+prediction-draft=5")

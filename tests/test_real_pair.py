@@ -93,7 +93,7 @@ def test_an_edit_copies_its_prediction_and_stays_exact(pair):
     assert [e.token for e in generation.token_events()] == target_greedy(target.model, prompt,
                                                                          set(target.tokenizer.eos_token_ids))
     stats = generation.stats
-    assert stats.predicted_accepted >= NEW_TOKENS // 2  # most of the answer copied the prediction
+    assert stats.prediction_accepted >= NEW_TOKENS // 2  # most of the answer copied the prediction
     assert stats.rounds <= NEW_TOKENS // 4
 
 

@@ -21,7 +21,7 @@ import mlx.nn as nn
 from ..drafters import Draft
 from ..hidden import decoder_taps, head
 from ..plan import Plan, Round
-from ..round import copy, probe_chance, propose, verify
+from ..round import copied_draft, probe_chance, propose, verify
 from ..sampling import warp
 from .cache import BatchCache
 from .drafting import SharedDrafter, as_draft
@@ -110,7 +110,7 @@ def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int
     counts, keys = {}, {}
     for m in group.rows:
         plan, key = plan_of[id(m)]
-        found = copy(m.tokens, plan.num_draft, m.room, m.config.policy, m.prediction)
+        found = copied_draft(m.tokens, plan.num_draft, m.room, m.config.policy, m.prediction)
         if found is not None:
             proposals[id(m)] = (found, True, None)
             counts[id(m)] = 0

@@ -63,7 +63,7 @@ class Entrant:
     @property
     def baseline(self) -> bool:
         """Whether mlx-lm drafts with it too: a drafter model, as it is (variants are specmlx's own)."""
-        return self.model is not None and self.policy.fixed_length and not self.pinned
+        return self.model is not None and self.policy.fixed_length and not self.pinned and not self.predicted
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,12 @@ def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
     starts at the first + of the spec's last path component."""
     folder, slash, name = spec.rpartition("/")
     base, plus, text = name.partition("+")
-    policy = policy_text(text)  # "" for a bare +, refused by the parse as everywhere else
-    return folder + slash + base, plus + text, DraftPolicy.parse(policy) if plus and (policy or policy == text) \
-        else DraftPolicy()
+    if not plus:
+        return spec, "", DraftPolicy()
+    policy = policy_text(text)
+    if not policy and text.strip().lower() == PREDICTION:  # +prediction alone: the default policy
+        return folder + slash + base, plus + text, DraftPolicy()
+    return folder + slash + base, plus + text, DraftPolicy.parse(policy)
 
 
 def policy_text(text: str) -> str:

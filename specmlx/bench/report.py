@@ -29,7 +29,7 @@ def _cells(row: Row) -> list[str]:
         str(row.tokens), f"{row.tokens_per_s:.2f}", _num(row.speedup, ".2f", "×"), lowest,
         _num(row.predicted_speedup, ".2f", "×"), _num(row.vs_mlx_lm, ".2f", "×"), f"{row.mean_accepted:.2f}",
         _num(None if row.acceptance_rate is None else 100 * row.acceptance_rate, ".0f", "%"),
-        "–" if row.predicted is None else f"{row.predicted_accepted} of {row.predicted}",
+        "–" if row.prediction_drafted is None else f"{row.prediction_accepted} of {row.prediction_drafted}",
         _num(row.alpha, ".2f"), _num(row.mean_chosen, ".2f"),
         _num(None if row.plain_share is None else 100 * row.plain_share, ".0f", "%"), f"{1000 * row.s_per_round:.1f}",
         "–" if split is None else " / ".join(f"{1000 * s:.1f}" for s in split),

@@ -62,8 +62,8 @@ class Measurement:
     fixed_length: bool = True  # num_draft drafts every round (not automatic, adaptive, p-min or lookup)
     draft_histogram: tuple[int, ...] = ()  # specmlx: rounds by chosen draft length
     plain_rounds: int = 0  # specmlx: rounds that proposed nothing
-    predicted: int | None = None  # specmlx with the prompt's prediction: tokens copied from it
-    predicted_accepted: int | None = None  # ... and accepted
+    prediction_drafted: int | None = None  # specmlx with the prompt's prediction: tokens copied from it
+    prediction_accepted: int | None = None  # ... and accepted
 
     @property
     def generated(self) -> int:
@@ -185,7 +185,7 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         tokens=tokens, decode_s=stats.decode_s, rounds=stats.rounds,
         round_tokens=stats.accepted + stats.rounds, drafted=stats.drafted, accepted=stats.accepted,
         finish_reason="eos" if stats.finish_reason == "eos" else "length", split=split,
-        fixed_length=policy.fixed_length, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
-        predicted=stats.predicted if prediction else None,
-        predicted_accepted=stats.predicted_accepted if prediction else None,
+        fixed_length=policy.fixed_length and not prediction, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
+        prediction_drafted=stats.prediction_drafted if prediction else None,
+        prediction_accepted=stats.prediction_accepted if prediction else None,
     )

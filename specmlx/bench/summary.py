@@ -45,8 +45,8 @@ class Row:
     min_prompt: str | None = None  # ... and its prompt
     mean_chosen: float | None = None  # specmlx: mean chosen draft length per round
     plain_share: float | None = None  # specmlx: rounds that proposed nothing, over all rounds
-    predicted: int | None = None  # +prediction: tokens copied from the prompts' predictions
-    predicted_accepted: int | None = None  # ... and accepted
+    prediction_drafted: int | None = None  # +prediction: tokens copied from the prompts' predictions
+    prediction_accepted: int | None = None  # ... and accepted
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -113,7 +113,8 @@ def _base_row(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]
         s_per_round=decode_s / rounds if rounds else 0.0, split_per_round=_split(group),
         same_as_target=_same_as_target(group, reference), speedup=None, vs_mlx_lm=None,
         alpha=None, cost_ratio=None, predicted_speedup=None, fixed_length=first.fixed_length,
-        predicted=_total(m.predicted for m in group), predicted_accepted=_total(m.predicted_accepted for m in group),
+        prediction_drafted=_total(m.prediction_drafted for m in group),
+        prediction_accepted=_total(m.prediction_accepted for m in group),
     )
 
 

@@ -38,9 +38,17 @@ class Prediction:
         self.at: int | None = 0  # the prediction's index after the output's last token; None: lost
         self.hint = 0  # where the output last agreed with the prediction
         self.seen = 0  # output tokens accounted for
-        self._index: dict[tuple[int, ...], list[int]] = defaultdict(list)  # n-gram -> where it ends
-        for end in range(REALIGN_MIN, len(self.tokens) + 1):
-            self._index[tuple(self.tokens[end - REALIGN_MIN : end])].append(end)
+        self._index: dict[tuple[int, ...], list[int]] | None = None  # n-gram -> where it ends, made when needed
+
+    @property
+    def index(self) -> dict[tuple[int, ...], list[int]]:
+        """Where each REALIGN_MIN-gram ends in the prediction: made at the first divergence, not
+        when the request starts (an output that agrees to the end never needs it)."""
+        if self._index is None:
+            self._index = defaultdict(list)
+            for end in range(REALIGN_MIN, len(self.tokens) + 1):
+                self._index[tuple(self.tokens[end - REALIGN_MIN : end])].append(end)
+        return self._index
 
     def propose(self, sequence: Sequence[int], num: int) -> list[int]:
         """Up to `num` tokens the prediction has after the output in `sequence`; none when lost."""
@@ -51,21 +59,22 @@ class Prediction:
 
     def _follow(self, output: Sequence[int]) -> None:
         new = list(output[self.seen :])
+        if not new:  # asked again with nothing new (a round retried): nothing moved
+            return
         self.seen = len(output)
         if self.at is not None:
             self.hint = self.at + common_prefix_len(self.tokens[self.at : self.at + len(new)], new)
             if self.hint == self.at + len(new):
                 self.at = self.hint
                 return
-        if new:
-            self.at = self.realign(output)
+        self.at = self.realign(output)
 
     def realign(self, output: Sequence[int]) -> int | None:
         """Where the output's tail ends in the prediction: the longest match (REALIGN_MIN to
         REALIGN_MAX tokens), nearest at or after the last agreed place, else nearest before it."""
         if len(output) < REALIGN_MIN:
             return None
-        ends = self._index.get(tuple(output[-REALIGN_MIN:]), [])
+        ends = self.index.get(tuple(output[-REALIGN_MIN:]), [])
         if not ends:
             return None
         hint = self.hint

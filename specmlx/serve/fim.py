@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..prompting import plain_encoder
+
 
 @dataclass(frozen=True)
 class FimTokens:
@@ -44,7 +46,7 @@ FAMILIES = (
     FimTokens("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
               ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|file_separator|>")),
     FimTokens("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
-              ("<|endoftext|>", "<fim_pad>", "<file_sep>", "<reponame>", "<filename>")),
+              ("<|endoftext|>", "<fim_pad>", "<file_sep>", "<reponame>", "<repo_name>", "<filename>")),
     FimTokens("deepseek", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>",
               ("<｜end▁of▁sentence｜>", "<|EOT|>")),
 )
@@ -82,19 +84,8 @@ def find_layout(tokenizer: Any) -> FimLayout | None:
             continue
         ends = {backend.token_to_id(text) for text in family.ends} - {None}
         return FimLayout(family.name, *ids, lead=leading_tokens(tokenizer), stops=frozenset(ends | set(ids)),
-                         encode_text=plain_encoder(backend))
+                         encode_text=plain_encoder(tokenizer))
     return None
-
-
-def plain_encoder(backend: Any) -> Callable[[str], list[int]]:
-    """Text as text: special tokens written in it stay text (transformers' `split_special_tokens`).
-    On a copy of the backend, set once: switching the shared one per call would race the
-    server's other encodes, which run on other threads."""
-    from tokenizers import Tokenizer
-
-    plain = Tokenizer.from_str(backend.to_str())
-    plain.encode_special_tokens = True
-    return lambda text: plain.encode(text, add_special_tokens=False).ids
 
 
 def leading_tokens(tokenizer: Any) -> tuple[int, ...]:

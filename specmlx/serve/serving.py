@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from fastapi import FastAPI
 
@@ -22,7 +22,7 @@ from ..errors import SpecmlxError
 from ..loading import LoadedModel
 from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
-from ..prompting import encode_chat, encode_output, encode_text, has_chat_template
+from ..prompting import encode_chat, encode_text, has_chat_template, plain_encoder
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
@@ -180,7 +180,8 @@ class Serving:
     vocab: int
     loaded: tuple[str, ...]
     started: int
-    fim: FimLayout | None = None  # the model's fill-in-the-middle layout, if it has one
+    fim: FimLayout | None  # the model's fill-in-the-middle layout, if it has one
+    encode_plain: Callable[[str], list[int]]  # text as the model writes it (`plain_encoder`)
 
     @property
     def context_window(self) -> int | None:
@@ -198,9 +199,16 @@ class Serving:
     def completion_prompt(self, request: CompletionRequest) -> list[int]:
         return completion_prompt(self.tokenizer, request, self.vocab, self.context_window, self.fim)
 
-    def predicted(self, request: Sampling) -> tuple[int, ...]:
+    def prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
         """The request's prediction as the tokens the model would write (none without one)."""
-        return tuple(encode_output(self.tokenizer, request.prediction.text())) if request.prediction else ()
+        if not request.prediction:
+            return ()
+        tokens = tuple(self.encode_plain(request.prediction.text()))
+        window = self.context_window
+        if window is not None and len(tokens) > window:  # no answer is longer: it bounds the work it costs
+            raise APIError(400, f"the prediction is {len(tokens)} tokens, longer than this model's context window "
+                           f"of {window}", "context_length_exceeded", "prediction")
+        return tokens
 
     def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink,
                prediction: tuple[int, ...] = ()) -> Ticket:
@@ -241,6 +249,7 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     install(app)
     guard(app, access)
     app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
-                                tuple(named), int(time.time()), find_layout(target.tokenizer))
+                                tuple(named), int(time.time()), find_layout(target.tokenizer),
+                                plain_encoder(target.tokenizer))
     routes.include(app)
     return Built(app, worker)

@@ -139,12 +139,12 @@ def test_a_prediction_variant_reports_the_prediction_tokens_it_copied(capsys, tm
                          "--temps", "0", "--calibration-steps", 0, "--warmup-tokens", 0, "--json", out_json)
     assert code == 0, err
     rows = {r["drafter"]: r for r in json.loads(out_json.read_text())["results"]}
-    assert rows["drafter"]["predicted"] is None
+    assert rows["drafter"]["prediction_drafted"] is None
     predicted = rows["drafter+prediction"]
-    assert predicted["predicted"] >= 2 * 11  # the first round of each prompt copies all of it (12 tokens) but the room
-    assert 0 <= predicted["predicted_accepted"] <= predicted["predicted"]
+    assert predicted["prediction_drafted"] >= 2 * 11  # the first round of each prompt copies all of it (12 tokens) but the room
+    assert 0 <= predicted["prediction_accepted"] <= predicted["prediction_drafted"]
     assert predicted["same_as_target"] == 2
-    assert f"| {predicted['predicted_accepted']} of {predicted['predicted']} |" in out
+    assert f"| {predicted['prediction_accepted']} of {predicted['prediction_drafted']} |" in out
 
 
 def test_modes_and_a_p_min_variant_end_to_end(capsys, tmp_path, model_dirs, prompts_file):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specmlx.drafters.prediction import REALIGN_MIN, Prediction
+from specmlx.drafters.prediction import REALIGN_MAX, REALIGN_MIN, Prediction
 
 PROMPT = [900, 901]
 
@@ -55,3 +55,26 @@ def test_short_outputs_and_empty_predictions_propose_nothing():
     p = Prediction([5, 6, 7, 8], start=0)
     assert p.propose([9] * (REALIGN_MIN - 1), 4) == []
     assert p.propose([9] * (REALIGN_MIN - 1), 0) == []
+
+
+def test_a_match_counts_at_most_realign_max_tokens():
+    """Two places whose tails agree past REALIGN_MAX tie on length; the nearer one wins."""
+    body = list(range(100, 100 + REALIGN_MAX + 4))
+    prediction = body + [1] + body + [2]
+    p = Prediction(prediction, start=0)
+    p.propose(prediction[:3], 1)  # agreed near the start
+    assert p.propose([9] + body, 1) == [1]  # both match all REALIGN_MAX; the first is nearer
+
+
+def test_the_prompt_is_never_matched_only_the_output():
+    p = Prediction([5, 6, 7, 8, 9], start=4)
+    # The prompt ends with 5 6 7, but the output has not begun: the prediction starts from its first token.
+    assert p.propose([1, 5, 6, 7], 2) == [5, 6]
+    assert p.propose([1, 5, 6, 7, 0, 0], 2) == []  # the output's tail "7 0 0" is nowhere
+
+
+def test_asked_twice_it_proposes_the_same():
+    p = Prediction([1, 2, 3, 4, 5, 6, 7, 8], start=0)
+    assert p.propose([1, 2, 9, 4, 5, 6], 2) == [7, 8]
+    assert p.propose([1, 2, 9, 4, 5, 6], 2) == [7, 8]  # a round retried: nothing moved
+    assert p.hint == 2

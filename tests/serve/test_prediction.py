@@ -73,7 +73,7 @@ def test_specmlx_generate_reads_a_prediction_file(client, capsys, served_dirs, t
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tokens"] == reply.speculative["tokens"]
-    assert out["stats"]["predicted"] >= 16
+    assert out["stats"]["prediction_drafted"] >= 16
 
 
 def test_a_missing_prediction_file_is_one_line(capsys, served_dirs, tmp_path):
@@ -92,3 +92,27 @@ def test_a_malformed_prediction_is_a_400_naming_it(server, prediction):
     assert reply.status_code == 400
     assert reply.json()["error"]["param"].startswith("prediction")
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+
+
+def test_the_usage_counts_the_predictions_own_tokens_as_openai_does(client, tokenizer):
+    """accepted + rejected: the prediction's tokens, encoded as text the model writes (a special
+    token written in it stays text), whatever the answer kept of them."""
+    from specmlx.prompting import plain_encoder
+
+    text = "x = 1<|im_end|>\ny = 2\n"
+    reply = ask(client, text)
+    used = reply.usage.completion_tokens_details
+    tokens = plain_encoder(tokenizer)(text)
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") not in tokens
+    assert used.accepted_prediction_tokens + used.rejected_prediction_tokens == len(tokens)
+
+
+def test_a_prediction_longer_than_the_context_window_is_a_400(server):
+    url, worker = server
+    window = worker.slots.context_window
+    long = "the quick brown fox jumps over the lazy dog " * (window // 4)
+    reply = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                       json={"model": MODEL, "messages": MESSAGES, "prediction": {"type": "content", "content": long}})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["param"] == "prediction" and f"context window of {window}" in error["message"]
