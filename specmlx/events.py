@@ -30,7 +30,7 @@ class RoundEvent:
     """One round: the tokens it emitted, with their text and sources, and what it did.
 
     `num_draft` is the draft length planned for it; it proposed `drafted`
-    tokens (looked up in the context when `looked_up`) and the target accepted
+    tokens (copied, from the context or the request's prediction, when `looked_up`) and the target accepted
     `accepted` of them. `probe` is, for a plain round that probed the drafter,
     the chance the target would have accepted the probe's token. `tokens` can
     hold fewer than accepted + 1 when the generation ended inside the round

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -21,7 +22,7 @@ from .events import Source
 from .loading import load_models
 from .options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
                       sampling_params)
-from .prompting import encode_chat, encode_text, has_chat_template
+from .prompting import encode_chat, encode_output, encode_text, has_chat_template
 from .schedule import AutoEstimate
 from .stats import GenerationStats
 
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_arguments(gen)
     add_draft_arguments(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--prediction-file", type=Path, default=None,
+                     help="the text you expect the answer to be (a file to edit): drafts copy it where the answer agrees")
     gen.add_argument("--profile", action="store_true", help="time drafting and verifying apart (one more sync per round)")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, sources, stats")
     add_distributed_arguments(gen)
@@ -50,12 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
 def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return args.prompt
+    return read_text(args.prompt_file, "prompt")
+
+
+def read_text(path: Path, what: str) -> str:
     try:
-        return args.prompt_file.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecmlxError(f"{args.prompt_file}: no such prompt file") from None
+        raise SpecmlxError(f"{path}: no such {what} file") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise SpecmlxError(f"{args.prompt_file}: cannot read prompt ({err})") from None
+        raise SpecmlxError(f"{path}: cannot read {what} ({err})") from None
 
 
 def encode(tokenizer, text: str, chat: bool, system: str | None) -> list[int]:
@@ -89,6 +96,8 @@ def format_stats(stats: GenerationStats) -> str:
         f"draft length per round (k:rounds): {chosen or '-'}" + (" (auto)" if stats.auto else "")
         + f"; {stats.plain_rounds} rounds proposed nothing, {stats.probes} of them probed the drafter",
         *([auto_line(stats.estimate)] if stats.estimate is not None else []),
+        *([f"prediction: {stats.prediction_accepted} of its {stats.prediction_tokens} tokens in the answer "
+           f"({stats.prediction_drafted} proposed)"] if stats.prediction_tokens else []),
         f"target forwards {stats.target_forwards}, host syncs {stats.host_syncs}",
         timing,
     ])
@@ -108,15 +117,20 @@ def generate(args: argparse.Namespace) -> int:
     config = GenerationConfig(
         max_tokens=args.max_tokens, seed=args.seed, sampling=sampling_params(args), policy=draft_policy(args),
         stop=tuple(args.stop), profile=args.profile,
+        continues_text=not args.chat,  # a plain prompt's answer continues its text
     )
     with joined(args) as group:
         text = read_prompt(args) if leads(group) else None  # the others take rank 0's prompt, as tokens
+        # Rank 0 alone proposes, so it alone reads the prediction.
+        predicted = read_text(args.prediction_file, "prediction") if args.prediction_file and leads(group) else None
         # Loading takes seconds to minutes: say what is happening, on a terminal only.
         progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else None
         loaded = load_models(args.target, [args.drafter], progress, placement(args, group))
         target = loaded.target
         lockstep = loaded.peers if isinstance(loaded.peers, Lockstep) else None
         prompt = encode(target.tokenizer, text, args.chat, args.system) if leads(group) else None
+        if predicted:
+            config = replace(config, prediction=tuple(encode_output(target.tokenizer, predicted)))
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
         engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import TYPE_CHECKING, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Collection, Iterator
 
 import mlx.core as mx
 
+from .drafters.prediction import Prediction
 from .errors import SpecmlxError
 from .events import RoundEvent, TokenEvent
 from .peers import ALONE
@@ -37,21 +38,47 @@ MAX_SEED = 2**64 - 1  # MLX's random keys take an unsigned 64-bit seed
 @dataclass(frozen=True)
 class GenerationConfig:
     """How to generate: how many tokens, how to sample, and how rounds draft
-    (`policy`). `profile` adds one host sync per round so that drafting and
-    verification are timed apart; leave it off to measure speed."""
+    (`policy`). `stop_tokens` end it as the model's end of sequence does (committed,
+    not emitted): a fill-in-the-middle answer's own end tokens. `profile` adds one host
+    sync per round so that drafting and verification are timed apart; leave it off to
+    measure speed. `prediction`: the tokens the caller expects the output to be
+    (OpenAI's predicted outputs), copied as drafts where the output agrees with them
+    (`drafters.prediction`). `continues_text`: the answer continues the prompt's text (a
+    completion, not a chat's answer), so its text keeps its leading space (`text.TextStream`)."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
     policy: DraftPolicy = field(default_factory=DraftPolicy)
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    stop_tokens: frozenset[int] = frozenset()
     profile: bool = False
+    prediction: tuple[int, ...] = ()
+    continues_text: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise SpecmlxError(f"max tokens must be >= 1, got {self.max_tokens}")
         if self.seed is not None and not RANDOM_SEED <= self.seed <= MAX_SEED:
             raise SpecmlxError(f"the seed must be {RANDOM_SEED} (a random one) or 0..{MAX_SEED}, got {self.seed}")
+        object.__setattr__(self, "stop_tokens", frozenset(self.stop_tokens))  # any collection of ids
+        object.__setattr__(self, "prediction", tuple(self.prediction))
+        if any(not isinstance(t, int) or t < 0 for t in self.prediction):
+            raise SpecmlxError("a prediction must be token ids, whole numbers >= 0")
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_tokens):
+            raise SpecmlxError(f"stop tokens must be token ids, whole numbers >= 0, got {set(self.stop_tokens)}")
+
+    def follow_prediction(self, prompt_tokens: int) -> Prediction | None:
+        """A generation's own place in `prediction`, after a prompt of this length (None without one)."""
+        return Prediction(self.prediction, prompt_tokens) if self.prediction else None
+
+    def end_tokens(self, eos: frozenset[int]) -> frozenset[int]:
+        """What ends the answer: the model's end of sequence `eos`, and this request's stop tokens."""
+        return eos | self.stop_tokens
+
+    def text_stream(self, tokenizer: Any) -> TextStream:
+        """The answer's text, as this request's stop strings and `continues_text` want it."""
+        return TextStream(tokenizer, self.stop, self.continues_text)
 
     def key(self) -> mx.array:
         """The generation's random key: from the seed, or a fresh random one."""
@@ -135,13 +162,15 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
     schedule = schedule_for(engine, policy)
     # A fixed length says what it drafts (0 for no drafter and no lookup, as `schedule_for` chose).
     planned = schedule.start if isinstance(schedule, DraftLength) else policy.start
-    rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned, auto=isinstance(schedule, AutoDraft))
-    key, text = config.key(), TextStream(engine.tokenizer, config.stop)
+    rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned, auto=isinstance(schedule, AutoDraft),
+                        prediction_tokens=len(config.prediction))
+    key, text = config.key(), config.text_stream(engine.tokenizer)
     start = perf_counter()
     engine.prefill(prompt)
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
     tokens, finish = engine.context, ""  # tokens grows as rounds commit
     ahead = None  # the next position's forward, started by a plain round (`run_round`)
+    prediction = config.follow_prediction(len(prompt))
     rec.resume()
     try:
         while not finish:
@@ -151,10 +180,9 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             plan = schedule.plan(budget - 1)
             done, ahead = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
                                     timed=config.profile, ahead=ahead,
-                                    overlap=overlaps(engine, config, schedule, plan, budget))
-            rec.record_round(plan.num_draft, done)
-            emitted, finish = emit(done, tokens, text, engine.eos_token_ids, budget)
-            rec.generation_tokens += len(emitted)
+                                    overlap=overlaps(engine, config, schedule, plan, budget), prediction=prediction)
+            emitted, finish = emit(done, tokens, text, config.end_tokens(engine.eos_token_ids), budget)
+            rec.record_round(plan.num_draft, done, len(emitted))
             running = ahead is not None  # the next forward runs meanwhile: the consumer's time is the round's
             if not running:
                 rec.pause()

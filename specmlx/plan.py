@@ -22,8 +22,9 @@ class Plan:
 @dataclass(frozen=True)
 class Round:
     """The accepted drafts then the target's own next token (`tokens`), out of
-    `drafted` proposed, and whether the proposal was looked up in the context
-    rather than drafted. `draft_s` is the proposing alone, when the round
+    `drafted` proposed, and whether the proposal was copied (`looked_up`: from
+    the context, or with `predicted`, from the request's prediction) rather
+    than drafted. `draft_s` is the proposing alone, when the round
     timed it apart with one more sync; otherwise None. `probe` is, for a
     probed round, the chance the target would have accepted the probe's
     token (1 or 0 at temperature 0)."""
@@ -33,6 +34,7 @@ class Round:
     looked_up: bool
     draft_s: float | None = None
     probe: float | None = None
+    predicted: bool = False
 
     @property
     def accepted(self) -> int:

@@ -25,11 +25,13 @@ START_DRAFT = 4
 # The grammar: `auto`, a whole number (or `k=N`), `adaptive`, and key=value parts.
 AUTO, ADAPTIVE = "auto", "adaptive"
 PARTS = {"k": ("num_draft", int), "max": ("max_draft", int), "pmin": ("p_min", float),
-         "lookup": ("lookup", int), "lookup-draft": ("lookup_draft", int)}
-FORMS = "auto, a whole number N (or k=N), adaptive, max=N, pmin=P, lookup=N or lookup-draft=N"
+         "lookup": ("lookup", int), "lookup-draft": ("lookup_draft", int),
+         "prediction-draft": ("prediction_draft", int)}
+FORMS = "auto, a whole number N (or k=N), adaptive, max=N, pmin=P, lookup=N, lookup-draft=N or prediction-draft=N"
 KEYS = {name: key for key, (name, _) in PARTS.items() if key != "k"}
 WHAT = {"num_draft": "the draft length", "max_draft": "the longest draft", "p_min": "the draft p-min",
-        "lookup": "the lookup match length", "lookup_draft": "the lookup draft length"}
+        "lookup": "the lookup match length", "lookup_draft": "the lookup draft length",
+        "prediction_draft": "the prediction draft length"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,9 @@ class DraftPolicy:
     `lookup` = n > 0 first looks for the last n (up to `LOOKUP_NGRAM`) tokens
     earlier in the context and, when found, proposes up to `lookup_draft`
     tokens that followed them instead of asking the drafter: free drafts where
-    the answer copies its input (code edits)."""
+    the answer copies its input (code edits). A request's prediction (OpenAI's
+    predicted outputs, `drafters.prediction`) proposes up to `prediction_draft`
+    tokens a round wherever the output stands in it, before lookup and drafter."""
 
     num_draft: int | None = START_DRAFT
     max_draft: int = 12
@@ -51,6 +55,7 @@ class DraftPolicy:
     p_min: float = 0.0
     lookup: int = 0
     lookup_draft: int = 8
+    prediction_draft: int = 16
 
     def __post_init__(self) -> None:
         if self.num_draft is not None and self.num_draft < 0:
@@ -64,6 +69,8 @@ class DraftPolicy:
                                f"got {self.lookup}")
         if self.lookup_draft < 1:
             raise SpecmlxError(f"lookup draft length must be >= 1, got {self.lookup_draft}")
+        if self.prediction_draft < 1:
+            raise SpecmlxError(f"prediction draft length must be >= 1, got {self.prediction_draft}")
         if self.num_draft is None and self.adaptive:
             raise SpecmlxError(f"{AUTO} and {ADAPTIVE} both set the draft length: choose one")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import SpecmlxError
 
@@ -33,6 +33,7 @@ class PromptRow:
     id: str
     kind: str  # "code", "edit", "prose", ...: free text, for grouping figures
     prompt: str
+    prediction: str = ""  # what the answer is expected to be, mostly (an edited file): optional
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class EncodedPrompt:
     id: str
     kind: str
     tokens: tuple[int, ...]
+    prediction: tuple[int, ...] = ()  # the row's prediction as the model would write it
 
 
 def packaged_prompts_path() -> Path:
@@ -88,15 +90,20 @@ def _parse_row(line: str, where: str, default_id: str) -> PromptRow:
     prompt = data.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise SpecmlxError(f"{where}: missing or empty \"prompt\" string")
-    return PromptRow(id=str(data.get("id", default_id)), kind=str(data.get("kind", "")), prompt=prompt)
+    prediction = data.get("prediction", "")
+    if not isinstance(prediction, str):
+        raise SpecmlxError(f"{where}: \"prediction\" must be a string")
+    return PromptRow(id=str(data.get("id", default_id)), kind=str(data.get("kind", "")), prompt=prompt,
+                     prediction=prediction)
 
 
 def write_prompts(rows: Sequence[PromptRow], path: Path) -> None:
     """`rows` as a prompts file `read_prompts` reads back the same, written whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".partial")
-    temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}) + "\n" for r in rows),
-                    encoding="utf-8")
+    temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}
+                                       | ({"prediction": r.prediction} if r.prediction else {})) + "\n"
+                            for r in rows), encoding="utf-8")
     temp.replace(path)
 
 
@@ -125,10 +132,32 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return [int(t) for t in tokenizer.encode(text)]
 
 
+def plain_encoder(tokenizer: Any) -> Callable[[str], list[int]]:
+    """Text as text, nothing added (no BOS), and special tokens written in it kept as text
+    (transformers' `split_special_tokens`): a file that holds `<|im_end|>` is not read as its
+    end token. On a copy of the fast backend, set once: switching the shared one per call would
+    race the server's other encodes, which run on other threads. Building it takes a moment
+    (the whole vocabulary): make one per tokenizer and keep it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a tokenizer without a fast backend splits no special tokens it cannot see
+        return lambda text: [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
+    from tokenizers import Tokenizer
+
+    plain = Tokenizer.from_str(backend.to_str())
+    plain.encode_special_tokens = True
+    return lambda text: plain.encode(text, add_special_tokens=False).ids
+
+
+def encode_output(tokenizer: Any, text: str) -> list[int]:
+    """Text as the model would write it after a prompt (`plain_encoder`, made for this one text)."""
+    return plain_encoder(tokenizer)(text)
+
+
 def encode_prompts(rows: Sequence[PromptRow], tokenizer: Any, chat: bool) -> list[EncodedPrompt]:
     """Each row's prompt as a user turn in the chat template, or as plain text
     for a tokenizer without one (`chat` False)."""
     encoded = []
+    plain = plain_encoder(tokenizer) if any(row.prediction for row in rows) else None
     for row in rows:
         if chat:
             ids = encode_chat(tokenizer, [{"role": "user", "content": row.prompt}])
@@ -136,5 +165,6 @@ def encode_prompts(rows: Sequence[PromptRow], tokenizer: Any, chat: bool) -> lis
             ids = encode_text(tokenizer, row.prompt)
         if not ids:
             raise SpecmlxError(f"prompt {row.id}: encodes to no tokens")
-        encoded.append(EncodedPrompt(row.id, row.kind, tuple(ids)))
+        prediction = tuple(plain(row.prediction)) if row.prediction else ()
+        encoded.append(EncodedPrompt(row.id, row.kind, tuple(ids), prediction))
     return encoded

@@ -17,6 +17,7 @@ import mlx.core as mx
 
 from .drafters import Draft, Drafter
 from .drafters.ngram import lookup
+from .drafters.prediction import Prediction
 from .hidden import decoder_taps, head
 from .plan import Plan, Round
 from .policy import LOOKUP_NGRAM, DraftPolicy
@@ -39,22 +40,24 @@ class Ahead:
 
 def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy: DraftPolicy,
               sampling: SamplingParams, key: mx.array, rec: StatsRecorder, timed: bool = False,
-              ahead: Ahead | None = None, overlap: bool = False) -> tuple[Round, Ahead | None]:
+              ahead: Ahead | None = None, overlap: bool = False,
+              prediction: Prediction | None = None) -> tuple[Round, Ahead | None]:
     """One round as `plan` says: drafting at most `plan.num_draft` tokens
     (`room` if looked up), timing drafting apart with one more sync when
     `plan.timed` or `timed`, and in a round that drafts nothing, probing the
     drafter (`probe_chance`). `ahead`: what the round before scored ahead;
-    with `overlap`, a round that proposes nothing returns its own (`start_ahead`)."""
+    with `overlap`, a round that proposes nothing returns its own (`start_ahead`); a `prediction` is copied first."""
     timed = plan.timed or timed
     draft_key, verify_key = mx.random.split(key)
     start = perf_counter()
-    # 1. propose: lazy for model drafters (step by step with a p-min), host-side for prompt lookup
-    draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, draft_key)
+    # 1. propose: lazy for model drafters (step by step with a p-min), host-side for copies
+    draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, draft_key,
+                               prediction)
     probe = engine.drafter.draft(tokens, 1, sampling, draft_key) if plan.probe and not draft.size else None
     if timed:
         engine.sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
         rec.timed_rounds += 1
-    draft = Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs)
+    draft = Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs, draft.predicted)
     draft_done = perf_counter()
     # 2. score [last, d1..dk] in one target forward (still lazy)
     hidden, logits = score(engine, tokens, draft.tokens, ahead)
@@ -74,24 +77,39 @@ def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy
     rec.draft_s += draft_done - start
     rec.verify_s += perf_counter() - draft_done
     return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up,
-                 draft_done - start if timed else None, probed[0] if probed else None), nxt
+                 draft_done - start if timed else None, probed[0] if probed else None, draft.predicted), nxt
 
 
 def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
-            sampling: SamplingParams, key: mx.array) -> tuple[Draft, bool]:
-    """The round's draft, and whether it was looked up rather than drafted.
+            sampling: SamplingParams, key: mx.array, prediction: Prediction | None = None) -> tuple[Draft, bool]:
+    """The round's draft, and whether it was copied (from the prediction or the context) rather than drafted.
 
-    Whether to look up depends only on the committed tokens, and a copied
+    Whether to copy depends only on the committed tokens, and a copied
     draft is deterministic (q one-hot), so every round still proposes from
     a known q and verification stays exact at every temperature.
     """
+    copied = copied_draft(tokens, num_draft, room, policy, prediction)
+    if copied is not None:
+        return copied, True
     if num_draft == 0:
         return Draft.empty(), False
-    if policy.lookup:
+    return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
+
+
+def copied_draft(tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
+         prediction: Prediction | None) -> Draft | None:
+    """The round's copied draft, if any: the prediction's next tokens wherever the output stands
+    in it (even in a round planned plain: a copy costs no drafter step, and one that agrees with
+    the output is cheap to check), else, when drafting and looking up, the context's."""
+    if prediction is not None:
+        found = prediction.propose(tokens, min(policy.prediction_draft, room))
+        if found:
+            return Draft(mx.array(found, dtype=mx.uint32), predicted=True)
+    if num_draft and policy.lookup:
         found = lookup(tokens, min(policy.lookup_draft, room), LOOKUP_NGRAM, policy.lookup)
         if found:
-            return Draft(mx.array(found, dtype=mx.uint32)), True
-    return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
+            return Draft(mx.array(found, dtype=mx.uint32))
+    return None
 
 
 def score(engine: "Engine", tokens: list[int], draft: mx.array,

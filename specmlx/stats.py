@@ -51,6 +51,9 @@ class GenerationStats:
     probes: int = 0
     auto: bool = False
     estimate: AutoEstimate | None = None
+    prediction_tokens: int = 0  # the request's prediction, if it had one (`GenerationConfig.prediction`)
+    prediction_drafted: int = 0  # drafts copied from it (counted in `drafted`)
+    prediction_accepted: int = 0  # of those, accepted and emitted: its tokens that appear in the output
 
     @property
     def mean_accepted(self) -> float:
@@ -105,6 +108,9 @@ class StatsRecorder:
     plain_rounds: int = 0
     timed_rounds: int = 0
     probes: int = 0
+    prediction_tokens: int = 0
+    prediction_drafted: int = 0
+    prediction_accepted: int = 0
     host_syncs: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -112,13 +118,19 @@ class StatsRecorder:
     verify_s: float = 0.0
     _mark: float | None = None
 
-    def record_round(self, chosen: int, done: Round) -> None:
-        """A round planned to draft `chosen` tokens, and what it did."""
+    def record_round(self, chosen: int, done: Round, emitted: int | None = None) -> None:
+        """A round planned to draft `chosen` tokens, and what it did; `emitted`, if given: how
+        many of its tokens the stop rules let out (generated; of a prediction's copies, accepted)."""
         self.rounds += 1
         self.drafted += done.drafted
         self.accepted += done.accepted
         self.plain_rounds += done.drafted == 0
         self.probes += done.probe is not None
+        if emitted is not None:
+            self.generation_tokens += emitted
+        if emitted is not None and done.predicted:
+            self.prediction_drafted += done.drafted
+            self.prediction_accepted += min(done.accepted, emitted)
         _count(self.histogram, done.accepted)
         _count(self.chosen, chosen)
 
@@ -159,6 +171,9 @@ class StatsRecorder:
             finish_reason=finish_reason,
             auto=self.auto,
             estimate=estimate,
+            prediction_tokens=self.prediction_tokens,
+            prediction_drafted=self.prediction_drafted,
+            prediction_accepted=self.prediction_accepted,
         )
 
 

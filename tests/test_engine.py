@@ -270,6 +270,28 @@ def test_stops_at_eos_without_emitting_it(tokenizer, vocab, target):
     assert cache_length(engine.cache) <= len(engine.context)
 
 
+def test_a_requests_stop_tokens_end_it_as_eos_does(tokenizer, vocab, target):
+    """A fill-in-the-middle answer's own end tokens: committed, not emitted, for this generation only."""
+    prompt = tokenizer.encode(PROMPTS[0])
+    reference = reference_greedy(target, prompt, 30)
+    stop = reference[9]
+    cut = reference.index(stop)
+    engine = Engine(target, ModelDrafter(target, vocab), eos_token_ids=[])
+    events, stats = run(engine, prompt, max_tokens=30, num_draft=6, stop_tokens=(reference[cut + 1], stop))
+    assert [e.token for e in events] == reference[:cut]
+    assert stats.finish_reason == "eos"
+    assert engine.context == prompt + reference[: cut + 1]
+    events, stats = run(engine, prompt, max_tokens=30, num_draft=6)  # the next generation has none
+    assert [e.token for e in events] == reference and stats.finish_reason == "length"
+
+
+@pytest.mark.parametrize("bad", [(-1,), (2, "3"), (1.0,)])
+def test_stop_tokens_are_token_ids(bad):
+    with pytest.raises(SpecmlxError, match="stop tokens must be token ids"):
+        GenerationConfig(stop_tokens=bad)
+    assert GenerationConfig(stop_tokens=[3, 3, 5]).stop_tokens == frozenset({3, 5})
+
+
 @pytest.mark.parametrize("max_tokens", [1, 2, 5, 13])
 def test_max_tokens_is_never_overshot(tokenizer, vocab, target, max_tokens):
     engine = Engine(target, ModelDrafter(target, vocab), eos_token_ids=[])

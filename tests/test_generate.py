@@ -82,6 +82,25 @@ def test_lookup_before_drafting_stays_exact(capsys, model_dirs, target):
     assert data["stats"]["drafted"] > data["stats"]["rounds"]  # more than 1 a round: some were looked up
 
 
+def test_a_plain_prompts_answer_keeps_its_leading_space_and_a_chats_drops_it(capsys, model_dirs):
+    """The tiny target answers "hi" with a space first, as a plain prompt (the chat template's text for
+    "hi") and in the chat template: the same tokens, the text as decode has it after the prompt and as
+    a chat's answer has it."""
+    saved = load_tokenizer("target", model_dirs["target"])
+    plain_prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", "none", "--prompt", plain_prompt,
+                         "--max-tokens", 4, "--json")
+    assert code == 0, err
+    plain = json.loads(out)
+    prompt = saved.encode(plain_prompt)
+    expected = saved.decode(prompt + plain["tokens"])[len(saved.decode(prompt)):]
+    assert expected.startswith(" ") and plain["text"] == expected
+    code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", "none", "--prompt", "hi", "--chat",
+                         "--max-tokens", 4, "--json")
+    chat = json.loads(out)
+    assert chat["tokens"] == plain["tokens"] and chat["text"] == expected[1:]
+
+
 @pytest.mark.parametrize("drafter", ["ngram", "none"])
 def test_plain_text_output_and_stats(capsys, model_dirs, drafter):
     code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", drafter,

@@ -43,11 +43,11 @@ def test_str_names_the_length_first_and_only_what_is_not_a_default():
 
 @pytest.mark.parametrize("text, line", [
     ("lots", 'draft policy "lots": unknown part lots; expected auto, a whole number N (or k=N), adaptive, max=N, '
-             'pmin=P, lookup=N or lookup-draft=N'),
+             'pmin=P, lookup=N, lookup-draft=N or prediction-draft=N'),
     ("4+fast", 'draft policy "4+fast": unknown part fast; expected auto, a whole number N (or k=N), adaptive, '
-               'max=N, pmin=P, lookup=N or lookup-draft=N'),
+               'max=N, pmin=P, lookup=N, lookup-draft=N or prediction-draft=N'),
     ("4++adaptive", 'draft policy "4++adaptive": an empty part; expected auto, a whole number N (or k=N), '
-                    'adaptive, max=N, pmin=P, lookup=N or lookup-draft=N, joined by +'),
+                    'adaptive, max=N, pmin=P, lookup=N, lookup-draft=N or prediction-draft=N, joined by +'),
     ("pmin=high", 'draft policy "pmin=high": pmin=high: pmin takes a number'),
     ("k=four", 'draft policy "k=four": k=four: k takes a whole number'),
     ("4+lookup=x", 'draft policy "4+lookup=x": lookup=x: lookup takes a whole number'),
@@ -81,3 +81,11 @@ def test_on_a_base_the_named_parts_replace_its_fields_and_a_length_replaces_how_
     assert DraftPolicy.parse("6+adaptive", base=adaptive) == DraftPolicy(num_draft=6, adaptive=True, lookup=2)
     with pytest.raises(SpecmlxError, match="auto and adaptive both set the draft length"):
         DraftPolicy.parse("adaptive", base=DraftPolicy(num_draft=None))
+
+
+def test_every_part_has_words_for_a_clash():
+    from specmlx.policy import PARTS, WHAT
+
+    assert {name for name, _ in PARTS.values()} <= set(WHAT)
+    with pytest.raises(SpecmlxError, match="prediction-draft=4 and prediction-draft=5 both set the prediction draft"):
+        DraftPolicy.parse("4+prediction-draft=4+prediction-draft=5")

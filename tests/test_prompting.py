@@ -57,12 +57,33 @@ def test_missing_unreadable_and_empty_files(tmp_path):
         read_prompts(write(tmp_path / "empty.jsonl", ""))
 
 
+def test_a_row_may_carry_a_prediction(tmp_path, wrapped):
+    path = write(tmp_path / "p.jsonl", {"id": "e", "kind": "edit", "prompt": "Rename x.", "prediction": "x = 1\n"},
+                 {"id": "f", "prompt": "No prediction."})
+    rows = read_prompts(path)
+    assert [r.prediction for r in rows] == ["x = 1\n", ""]
+    edit, plain = encode_prompts(rows, wrapped, chat=True)
+    # As the model would write it: no BOS or other added token.
+    assert edit.prediction == tuple(wrapped.encode("x = 1\n", add_special_tokens=False)) and plain.prediction == ()
+    with pytest.raises(SpecmlxError, match=r'p\.jsonl:1: "prediction" must be a string'):
+        read_prompts(write(tmp_path / "p.jsonl", {"prompt": "a", "prediction": ["x"]}))
+
+
 def test_written_rows_read_back_the_same(tmp_path):
-    rows = [PromptRow("gen-00000", "code", "Write x.\nWith a newline and \"quotes\"."), PromptRow("b", "", "y")]
+    rows = [PromptRow("gen-00000", "code", "Write x.\nWith a newline and \"quotes\"."), PromptRow("b", "", "y"),
+            PromptRow("e", "edit", "Rename x.", prediction="x = 1\n")]
     path = tmp_path / "deep" / "requests.jsonl"
     write_prompts(rows, path)
     assert read_prompts(path) == rows
     assert not path.with_suffix(".partial").exists()
+
+
+def test_the_edit_set_predicts_each_answer_by_the_file_it_edits():
+    rows = read_prompts(packaged_prompts_path().with_name("edits.jsonl"))
+    assert len(rows) == 6 and {r.kind for r in rows} == {"edit"}
+    for row in rows:
+        assert 60 <= len(row.prediction.splitlines()) <= 200
+        assert f"```python\n{row.prediction}```" in row.prompt  # the file it asks to change, as sent
 
 
 def test_the_packaged_set_ships_with_the_package_and_covers_each_kind():

@@ -80,6 +80,23 @@ def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
     assert code_tokens / code_rounds >= 2.0  # mean accepted length on the code prompts
 
 
+def test_an_edit_copies_its_prediction_and_stays_exact(pair):
+    """One of the edit bench's tasks (`specmlx/bench/edits.jsonl`): the file to change is the prediction."""
+    from specmlx.prompting import encode_output, packaged_prompts_path, read_prompts
+
+    target, drafter = pair
+    row = read_prompts(packaged_prompts_path().with_name("edits.jsonl"))[0]
+    prompt = chat(target.tokenizer, row.prompt)
+    config = GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=4),
+                              prediction=tuple(encode_output(target.tokenizer, row.prediction)))
+    generation = Engine(target.model, drafter, target.tokenizer).generate(prompt, config)
+    assert [e.token for e in generation.token_events()] == target_greedy(target.model, prompt,
+                                                                         set(target.tokenizer.eos_token_ids))
+    stats = generation.stats
+    assert stats.prediction_accepted >= NEW_TOKENS // 2  # most of the answer copied the prediction
+    assert stats.rounds <= NEW_TOKENS // 4
+
+
 def test_a_drafter_of_another_tokenizer_family_is_refused(pair):
     gemma = presets.get_preset("gemma-3-270m")
     fetch_preset(gemma, progress=False, log=lambda m: None)

@@ -73,8 +73,8 @@ def gemma3_args(vocab_size: int, window: int = 8) -> gemma3_text.ModelArgs:
     )
 
 
-def train_tokenizer(vocab_size: int = 320):
-    """A real byte-level BPE tokenizer (HF `tokenizers`), trained on CORPUS."""
+def train_tokenizer(vocab_size: int = 320, specials: list[str] = SPECIALS):
+    """A real byte-level BPE tokenizer (HF `tokenizers`), trained on CORPUS, with `specials` first."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -82,7 +82,7 @@ def train_tokenizer(vocab_size: int = 320):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS,
+        vocab_size=vocab_size, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS * 4, trainer)

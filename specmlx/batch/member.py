@@ -19,7 +19,6 @@ from ..generation import GenerationConfig, emit, schedule_for
 from ..plan import Plan, Round
 from ..schedule import AutoDraft, DraftLength
 from ..stats import GenerationStats, StatsRecorder
-from ..text import TextStream
 from .cache import RowRef
 
 if TYPE_CHECKING:  # a slot's engine brings the member's context, drafter and tokenizer
@@ -35,11 +34,12 @@ class Member:
         self.schedule = schedule_for(engine, config.policy)
         planned = self.schedule.start if isinstance(self.schedule, DraftLength) else config.policy.start
         self.rec = StatsRecorder(drafter=engine.drafter.name, num_draft=planned,
-                                 auto=isinstance(self.schedule, AutoDraft))
-        self.key, self.text = config.key(), TextStream(engine.tokenizer, config.stop)
+                                 auto=isinstance(self.schedule, AutoDraft), prediction_tokens=len(config.prediction))
+        self.key, self.text = config.key(), config.text_stream(engine.tokenizer)
         self.tokens: list[int] = []  # the committed sequence, grown by each round
         self.finish = ""
         self.row = RowRef(-1)  # where it sits in the batch
+        self.prediction = config.follow_prediction(len(self.prompt))
         self.idle = 0  # load-aware rounds since it last drafted or probed
         self.hit = False  # its last probe would have been accepted
         self.stats: GenerationStats | None = None
@@ -70,9 +70,9 @@ class Member:
 
     def commit(self, plan: Plan, done: Round, seconds: float | None) -> RoundEvent:
         """Commit a round's tokens up to a stop rule; `seconds` (a batch of one) feeds its own schedule."""
-        self.rec.record_round(plan.num_draft, done)
-        emitted, self.finish = emit(done, self.tokens, self.text, self.engine.eos_token_ids, self.room + 1)
-        self.rec.generation_tokens += len(emitted)
+        emitted, self.finish = emit(done, self.tokens, self.text, self.config.end_tokens(self.engine.eos_token_ids),
+                                    self.room + 1)
+        self.rec.record_round(plan.num_draft, done, len(emitted))
         if seconds is not None:
             self.schedule.update(done, seconds)
         return RoundEvent(emitted, plan.num_draft, done.drafted, done.accepted, done.looked_up, done.probe)

@@ -21,9 +21,7 @@ import mlx.nn as nn
 from ..drafters import Draft
 from ..hidden import decoder_taps, head
 from ..plan import Plan, Round
-from ..drafters.ngram import lookup
-from ..policy import LOOKUP_NGRAM
-from ..round import probe_chance, propose, verify
+from ..round import copied_draft, probe_chance, propose, verify
 from ..sampling import warp
 from .cache import BatchCache
 from .drafting import SharedDrafter, as_draft
@@ -74,7 +72,7 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
         m.rec.timed_rounds += timed  # as a round alone counts it: host syncs are rounds plus timed rounds
         kept = int(accepted.item())
         done.append(Round(tuple(tokens.tolist()[:kept]) + (int(following.item()),), draft.size, looked_up,
-                          draft_s if timed else None, None if chance is None else chance.item()))
+                          draft_s if timed else None, None if chance is None else chance.item(), draft.predicted))
     cache.keep([len(m.tokens) + r.accepted for m, r in zip(members, done)])
     rewind_drafters(members, done, shared)
     for m in members:
@@ -112,7 +110,7 @@ def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int
     counts, keys = {}, {}
     for m in group.rows:
         plan, key = plan_of[id(m)]
-        found = lookup_draft(m, plan)
+        found = copied_draft(m.tokens, plan.num_draft, m.room, m.config.policy, m.prediction)
         if found is not None:
             proposals[id(m)] = (found, True, None)
             counts[id(m)] = 0
@@ -137,18 +135,9 @@ def _propose(member: Member, plan: Plan, key: mx.array) -> tuple[Draft, bool, Dr
     """A row's draft (looked up or drafted, as a round alone proposes), and its probe."""
     drafter, sampling = member.engine.drafter, member.config.sampling
     draft, looked_up = propose(drafter, member.tokens, plan.num_draft, member.room, member.config.policy,
-                               sampling, key)
+                               sampling, key, member.prediction)
     probe = drafter.draft(member.tokens, 1, sampling, key) if plan.probe and not draft.size else None
     return draft, looked_up, probe
-
-
-def lookup_draft(member: Member, plan: Plan) -> Draft | None:
-    """Prompt lookup's proposal for this round, if the policy looks up and the context has one."""
-    policy = member.config.policy
-    if plan.num_draft == 0 or not policy.lookup:
-        return None
-    found = lookup(member.tokens, min(policy.lookup_draft, member.room), LOOKUP_NGRAM, policy.lookup)
-    return Draft(mx.array(found, dtype=mx.uint32)) if found else None
 
 
 def rewind_drafters(members: Sequence[Member], done: Sequence[Round], shared: Sequence[SharedDrafter]) -> None:

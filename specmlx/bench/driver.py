@@ -33,13 +33,15 @@ def run_one(lineup: Lineup, prompt: EncodedPrompt, spec: RunSpec, settings: RunS
         return run_mlx_lm_spec(target.model, target.tokenizer, entrant.model, entrant.name,
                                num_draft=spec.num_draft, **common)
     if spec.mode == SPECMLX:
+        prediction = prompt.prediction if entrant.predicted else ()
         measured = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
-                               num_draft=spec.num_draft, policy=entrant.policy, lockstep=lineup.lockstep, **common)
+                               num_draft=spec.num_draft, policy=entrant.policy, lockstep=lineup.lockstep,
+                               prediction=prediction, **common)
         if settings.profile:
             # Profiling adds a sync per round: its own pass, so tokens/s stays clean.
             profiled = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
                                    num_draft=spec.num_draft, profile=True, policy=entrant.policy,
-                                   lockstep=lineup.lockstep, **common)
+                                   lockstep=lineup.lockstep, prediction=prediction, **common)
             measured = replace(measured, split=profiled.split)
         return measured
     raise ValueError(f"unknown mode {spec.mode!r}")

@@ -10,7 +10,9 @@ it with the adaptive draft length (`--num-draft` is then where the length
 starts), `+pmin=P` stops each draft once the drafter's top probability falls
 below P (`--num-draft` is then a cap), `+lookup=N` proposes what followed an
 earlier match of the last N+ tokens, when there is one, before drafting (up
-to 8 tokens); they combine.
+to 8 tokens); they combine. `+prediction`, the bench's own word, copies each
+prompt's `prediction` first (OpenAI's predicted outputs; prompts without one
+run as without it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from ..drafters import NGRAM, Drafter, ModelDrafter
 from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models, resolve_drafter
 from ..policy import AUTO, START_DRAFT, DraftPolicy, read_parts
 
+PREDICTION = "prediction"  # the variant word that copies each prompt's prediction first
+
 
 @dataclass(frozen=True)
 class Entrant:
@@ -35,6 +39,7 @@ class Entrant:
     drafter: Drafter
     policy: DraftPolicy = DraftPolicy(num_draft=START_DRAFT)  # num_draft is set per run unless `pinned`
     pinned: bool = False  # +k=N (or +N): policy.num_draft whatever --num-draft says
+    predicted: bool = False  # +prediction: each prompt's prediction drafts first
 
     @property
     def model(self) -> nn.Module | None:
@@ -58,7 +63,7 @@ class Entrant:
     @property
     def baseline(self) -> bool:
         """Whether mlx-lm drafts with it too: a drafter model, as it is (variants are specmlx's own)."""
-        return self.model is not None and self.policy.fixed_length and not self.pinned
+        return self.model is not None and self.policy.fixed_length and not self.pinned and not self.predicted
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,28 @@ def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
     starts at the first + of the spec's last path component."""
     folder, slash, name = spec.rpartition("/")
     base, plus, text = name.partition("+")
-    return folder + slash + base, plus + text, DraftPolicy.parse(text) if plus else DraftPolicy()
+    if not plus:
+        return spec, "", DraftPolicy()
+    policy = policy_text(text)
+    if not policy and text.strip().lower() == PREDICTION:  # +prediction alone: the default policy
+        return folder + slash + base, plus + text, DraftPolicy()
+    return folder + slash + base, plus + text, DraftPolicy.parse(policy)
+
+
+def policy_text(text: str) -> str:
+    """A suffix's parts but +prediction: what `DraftPolicy` reads."""
+    return "+".join(word for word in text.split("+") if word.strip().lower() != PREDICTION)
+
+
+def predicts(suffix: str) -> bool:
+    """Whether a variant's suffix asks for each prompt's prediction (+prediction)."""
+    return policy_text(suffix[1:]) != suffix[1:]
 
 
 def pins_length(suffix: str) -> bool:
     """Whether a variant's suffix sets its draft length (+k=N), whatever `--num-draft` says."""
-    return bool(suffix) and read_parts(suffix[1:]).get("num_draft", None) is not None
+    policy = policy_text(suffix[1:])
+    return bool(policy) and read_parts(policy).get("num_draft", None) is not None
 
 
 def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
@@ -106,7 +127,7 @@ def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
     names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(loaded.drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafter, policy, pinned=pins_length(suffix))
+        Entrant(name, spec, drafter, policy, pinned=pins_length(suffix), predicted=predicts(suffix))
         for name, spec, drafter, (_, suffix, policy) in zip(names, specs, loaded.drafters, split)
     )
     return Lineup(loaded.target, entrants, loaded.peers if isinstance(loaded.peers, Lockstep) else None)

@@ -13,7 +13,7 @@ from .runs import Measurement
 from .summary import Row
 
 COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target", "lowest × (prompt)", "predicted ×",
-           "× mlx-lm", "mean acc.", "accept", "α", "chosen k", "plain rounds", "ms/round",
+           "× mlx-lm", "mean acc.", "accept", "prediction acc.", "α", "chosen k", "plain rounds", "ms/round",
            "draft/verify/other ms", "= target")
 
 
@@ -29,6 +29,7 @@ def _cells(row: Row) -> list[str]:
         str(row.tokens), f"{row.tokens_per_s:.2f}", _num(row.speedup, ".2f", "×"), lowest,
         _num(row.predicted_speedup, ".2f", "×"), _num(row.vs_mlx_lm, ".2f", "×"), f"{row.mean_accepted:.2f}",
         _num(None if row.acceptance_rate is None else 100 * row.acceptance_rate, ".0f", "%"),
+        "–" if row.prediction_drafted is None else f"{row.prediction_accepted} of {row.prediction_drafted}",
         _num(row.alpha, ".2f"), _num(row.mean_chosen, ".2f"),
         _num(None if row.plain_share is None else 100 * row.plain_share, ".0f", "%"), f"{1000 * row.s_per_round:.1f}",
         "–" if split is None else " / ".join(f"{1000 * s:.1f}" for s in split),
@@ -63,7 +64,8 @@ NOTES = (
     "the last prompt token, so prompt processing is excluded in every mode.",
     "lowest ×: the lowest per-prompt speed-up over the target alone on the same prompt, and that prompt.",
     "mean acc.: tokens per target forward (accepted drafts + the target's own token); "
-    "accept: accepted / drafted.",
+    "accept: accepted / drafted; prediction acc.: tokens copied from the prompts' predictions "
+    "(+prediction) that were accepted, of those proposed.",
     "predicted ×: Leviathan's (1-α^(k+1)) / ((1-α)(k·c+v)), α solved from mean acc. at k, "
     "c and v (a forward of k+1 tokens in target steps; Leviathan takes v = 1) from the calibration.",
     "chosen k: mean draft length per round (k = auto chooses it each round, 0 = plain decoding); "

@@ -62,6 +62,8 @@ class Measurement:
     fixed_length: bool = True  # num_draft drafts every round (not automatic, adaptive, p-min or lookup)
     draft_histogram: tuple[int, ...] = ()  # specmlx: rounds by chosen draft length
     plain_rounds: int = 0  # specmlx: rounds that proposed nothing
+    prediction_drafted: int | None = None  # specmlx with the prompt's prediction: tokens copied from it
+    prediction_accepted: int | None = None  # ... and accepted
 
     @property
     def generated(self) -> int:
@@ -162,15 +164,15 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
 def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
                 prompt: Sequence[int], temp: float, num_draft: int | None, max_tokens: int, seed: int,
                 profile: bool = False, policy: DraftPolicy = DraftPolicy(),
-                lockstep: Lockstep | None = None) -> Measurement:
+                lockstep: Lockstep | None = None, prediction: Sequence[int] = ()) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do,
     and an automatic draft length starts from nothing measured, as in a new
-    `specmlx generate`."""
+    `specmlx generate`. With a `prediction`, the request's (`drafters.prediction`)."""
     engine = Engine(model, drafter, tokenizer, peers=ALONE if lockstep is None else lockstep)
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
-                              profile=profile, policy=policy)
+                              profile=profile, policy=policy, prediction=tuple(prediction))
     if lockstep is not None and not lockstep.leads:  # this rank runs rank 0's rounds with it
         tokens, stats = follow(engine, prompt, config, lockstep)
     else:
@@ -183,5 +185,7 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         tokens=tokens, decode_s=stats.decode_s, rounds=stats.rounds,
         round_tokens=stats.accepted + stats.rounds, drafted=stats.drafted, accepted=stats.accepted,
         finish_reason="eos" if stats.finish_reason == "eos" else "length", split=split,
-        fixed_length=policy.fixed_length, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
+        fixed_length=policy.fixed_length and not prediction, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
+        prediction_drafted=stats.prediction_drafted if prediction else None,
+        prediction_accepted=stats.prediction_accepted if prediction else None,
     )

@@ -8,7 +8,7 @@ generations weigh what they cost rather than one prompt one vote.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .calibrate import Calibration
 from .leviathan import alpha_from_mean_accepted, predicted_speedup
@@ -45,6 +45,8 @@ class Row:
     min_prompt: str | None = None  # ... and its prompt
     mean_chosen: float | None = None  # specmlx: mean chosen draft length per round
     plain_share: float | None = None  # specmlx: rounds that proposed nothing, over all rounds
+    prediction_drafted: int | None = None  # +prediction: tokens copied from the prompts' predictions
+    prediction_accepted: int | None = None  # ... and accepted
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -111,7 +113,15 @@ def _base_row(group: Sequence[Measurement], reference: dict[str, tuple[int, ...]
         s_per_round=decode_s / rounds if rounds else 0.0, split_per_round=_split(group),
         same_as_target=_same_as_target(group, reference), speedup=None, vs_mlx_lm=None,
         alpha=None, cost_ratio=None, predicted_speedup=None, fixed_length=first.fixed_length,
+        prediction_drafted=_total(m.prediction_drafted for m in group),
+        prediction_accepted=_total(m.prediction_accepted for m in group),
     )
+
+
+def _total(counts: Iterable[int | None]) -> int | None:
+    """The sum of the counts a run kept; None if none kept it."""
+    kept = [c for c in counts if c is not None]
+    return sum(kept) if kept else None
 
 
 

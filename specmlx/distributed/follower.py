@@ -20,7 +20,6 @@ from ..plan import Round
 from ..round import score
 from ..sampling import SamplingParams
 from ..stats import GenerationStats, StatsRecorder
-from ..text import TextStream
 from .lockstep import Control, Lockstep
 
 
@@ -56,16 +55,20 @@ def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
     Returns the tokens emitted and this rank's stats."""
     engine.check(prompt, config)  # refused here as on rank 0, before any collective
     rec = StatsRecorder(drafter=engine.drafter.name, num_draft=config.policy.start)
+    # The same text as rank 0's, so that its stop strings end the answer at the same token; made before
+    # prefill's collectives, as rank 0 makes it, so a tokenizer that refuses it fails both ranks there.
+    text = config.text_stream(engine.tokenizer)
     start = perf_counter()
     engine.prefill(list(prompt))
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
-    tokens, text, emitted, finish = engine.context, TextStream(engine.tokenizer, config.stop), [], ""
+    tokens, emitted, finish = engine.context, [], ""
     rec.resume()
     while (control := lockstep.follow()) is not None:
         done = follow_round(engine, tokens, control, lockstep, rec)
         rec.record_round(control.size, done)
         if not finish:
-            events, finish = emit(done, tokens, text, engine.eos_token_ids, config.max_tokens - len(emitted))
+            events, finish = emit(done, tokens, text, config.end_tokens(engine.eos_token_ids),
+                                  config.max_tokens - len(emitted))
             emitted += [e.token for e in events]
     rec.generation_tokens = len(emitted)
     engine.rewind(len(tokens))

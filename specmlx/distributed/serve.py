@@ -3,10 +3,12 @@
 Rank 0's server mirrors its slots through `RankMirror` (the serve package's
 `Mirror` seam). Before each generation it tells the others which slot the job
 runs in, how much of that slot's context its caches keep, the prompt, what
-ends the answer (max tokens, stop strings), and which slots it emptied since
-the last job (to keep its caches under --cache-gb): the rest follows round by
-round through the engine's lockstep. A follower's slots (`follow`) hold
-exactly the tokens rank 0's do, so every rank prefills the same positions.
+ends the answer (max tokens, stop tokens, stop strings and the text they are
+sought in: a chat's answer or a completion's), and which slots it
+emptied since the last job (to keep its caches under --cache-gb): the rest
+follows round by round through the engine's lockstep. A follower's slots
+(`follow`) hold exactly the tokens rank 0's do, so every rank prefills the
+same positions.
 A rank lost, or a job that fails inside its collectives, leaves the ranks out
 of step: the server cannot answer again, and stops with one line.
 """
@@ -32,7 +34,14 @@ def job_message(slot: int, keep: int, prompt: Sequence[int], config: GenerationC
     """What the other ranks need of a job: where, from what, what ends it, and
     which slots rank 0 emptied to keep its caches under --cache-gb."""
     return {"slot": slot, "keep": keep, "prompt": list(prompt), "max_tokens": config.max_tokens,
-            "stop": list(config.stop), "emptied": list(emptied)}
+            "stop": list(config.stop), "stop_tokens": sorted(config.stop_tokens),
+            "continues_text": config.continues_text, "emptied": list(emptied)}
+
+
+def job_config(job: dict) -> GenerationConfig:
+    """What ends rank 0's answer, on this rank: its stop rules as rank 0 applies them."""
+    return GenerationConfig(max_tokens=job["max_tokens"], stop=tuple(job["stop"]),
+                            stop_tokens=frozenset(job["stop_tokens"]), continues_text=job["continues_text"])
 
 
 class RankMirror:
@@ -81,6 +90,5 @@ def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str) 
         if slot not in engines:
             engines[slot] = Engine(target, Follower(drafter), tokenizer, peers=lockstep)
         engines[slot].forget(job["keep"])
-        config = GenerationConfig(max_tokens=job["max_tokens"], stop=tuple(job["stop"]))
-        follow_generation(engines[slot], job["prompt"], config, lockstep)
+        follow_generation(engines[slot], job["prompt"], job_config(job), lockstep)
     return 0

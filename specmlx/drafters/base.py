@@ -18,10 +18,12 @@ class Draft:
     `tokens`: (k,) uint32 ids. `probs`: (k, V) float32, the distribution each
     token was drawn from, or None when the drafter is deterministic (as at
     temperature 0, or for prompt lookup); verification then treats q as one-hot.
+    `predicted`: copied from the request's prediction (`prediction.py`).
     """
 
     tokens: mx.array
     probs: mx.array | None = None
+    predicted: bool = False
 
     @property
     def size(self) -> int:

@@ -65,6 +65,7 @@ class AutoDraft:
         self.drafting = 0  # rounds planned to draft with the drafter caught up, for the timed-apart cadence
         self._first = True
         self._behind = True  # whether the round running catches the drafter up first
+        self._copied = False  # the last round committed a copy the drafter has not seen
         self._probing = False  # whether the round running probes
 
     def begin(self, limit: int) -> None:
@@ -90,7 +91,7 @@ class AutoDraft:
         else:
             k = self._best(cap)
         # A drafter left out of two rounds or more has their tokens to catch up on first.
-        self._behind = self._first or self.idle >= 2
+        self._behind = self._first or self.idle >= 2 or self._copied
         self._first = False
         timed = False
         if k > 0 and not self._behind:  # counted as planned: a draft that comes back empty still counts
@@ -129,6 +130,7 @@ class AutoDraft:
             self.idle = 0
         else:
             self.idle += 1
+        self._copied = done.looked_up and done.accepted > 0
 
     def _best(self, cap: int) -> int:
         """The k of most tokens per second, as measured."""

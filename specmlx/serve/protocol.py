@@ -51,17 +51,32 @@ class TextPart(BaseModel):
     text: StrictStr
 
 
+def joined(content: Union[str, list[TextPart], None]) -> str:
+    """A content field's text: a string, or its text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content)
+
+
 class Message(BaseModel):
     role: Literal["system", "developer", "user", "assistant"]
     content: Union[StrictStr, list[TextPart], None] = None
     name: StrictStr | None = None
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return joined(self.content)
+
+
+class PredictedContent(BaseModel):
+    """OpenAI's `prediction` (Predicted Outputs): the text the answer is expected to be, mostly."""
+
+    type: Literal["content"]
+    content: Union[StrictStr, list[TextPart]]
+
+    def text(self) -> str:
+        return joined(self.content)
 
 
 class Sampling(BaseModel):
@@ -79,6 +94,7 @@ class Sampling(BaseModel):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     speculative: Speculative = Field(default_factory=Speculative)
+    prediction: PredictedContent | None = None
     # Accepted so that a refusal can name them (see `unsupported`).
     n: StrictInt | None = None
     logprobs: Any = None
@@ -134,7 +150,7 @@ class ChatRequest(Sampling):
 class CompletionRequest(Sampling):
     prompt: Union[StrictStr, list[StrictInt], list[StrictStr]]
     echo: StrictBool = False
-    suffix: StrictStr | None = None
+    suffix: StrictStr | None = None  # fill in the middle: the text after the gap ("" too); None: a plain completion
     best_of: StrictInt | None = None
 
     def unsupported(self) -> tuple[str, str] | None:
@@ -142,8 +158,6 @@ class CompletionRequest(Sampling):
             return "prompt", "one prompt per request: a list of strings must hold one"
         if self.echo:
             return "echo", "echo is not supported"
-        if self.suffix:
-            return "suffix", "suffix (insertion) is not supported"
         if self.best_of not in (None, 1):
             return "best_of", "only best_of=1 is supported"
         return super().unsupported()
@@ -161,7 +175,7 @@ class Job:
     (the caller's API key's id: a request reuses only its own owner's caches)."""
 
     prompt: tuple[int, ...]
-    config: GenerationConfig
+    config: GenerationConfig  # its `prediction` holds the request's, as tokens
     drafter: str
     owner: Hashable = None
 

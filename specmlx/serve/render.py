@@ -57,9 +57,14 @@ class Reply:
 
     def usage(self, done: Done) -> dict:
         generated = done.stats.generation_tokens
+        # As OpenAI counts a prediction: its tokens that appear in the answer, and the rest of them.
+        s = done.stats
+        predicted = {"accepted_prediction_tokens": s.prediction_accepted,
+                     "rejected_prediction_tokens": max(s.prediction_tokens - s.prediction_accepted, 0)}
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
                 "total_tokens": self.prompt_tokens + generated,
-                "prompt_tokens_details": {"cached_tokens": done.cached_tokens}}
+                "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+                "completion_tokens_details": predicted}
 
     def extras(self, done: Done, events: Sequence[TokenEvent] = ()) -> dict:
         s = done.stats

@@ -125,8 +125,10 @@ async def completions(body: CompletionRequest, request: Request):
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
     s = serving(request)
     queue: asyncio.Queue = asyncio.Queue()
+    prediction = await run_in_threadpool(s.prediction_tokens, body)
     # A wrong request (400, 404) or a full queue (429) raises here, before any byte is sent.
-    ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post)
+    ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post,
+                      prediction)
     reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)

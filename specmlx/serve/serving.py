@@ -2,16 +2,17 @@
 
 Everything a request can get wrong is refused here, before it waits in the
 queue: an unknown model or drafter, a value the engine cannot honour, a
-prompt and `max_tokens` past the context window. `build` makes a server of
-loaded models (its slots, worker and FastAPI app): the command line, the
-bench and the tests all serve what it makes.
+prompt and `max_tokens` past the context window, a `suffix` for a model
+without fill-in-the-middle tokens (`fim.py`). `build` makes a server of loaded
+models (its slots, worker and FastAPI app): the command line, the bench and
+the tests all serve what it makes.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from fastapi import FastAPI
 
@@ -21,11 +22,12 @@ from ..errors import SpecmlxError
 from ..loading import LoadedModel
 from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
-from ..prompting import encode_chat, encode_text, has_chat_template
+from ..prompting import encode_chat, encode_text, has_chat_template, plain_encoder
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
 from .errors import APIError, install
+from .fim import FimLayout, find_layout, stop_tokens
 from .limits import Access, guard
 from .mirror import NO_MIRROR, Mirror
 from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
@@ -79,7 +81,10 @@ def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None)
                        "messages") from None
 
 
-def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, window: int | None = None) -> list[int]:
+def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, window: int | None = None,
+                      fim: FimLayout | None = None) -> list[int]:
+    if request.suffix is not None:
+        return infill_prompt(tokenizer, request, window, fim)
     prompt = request.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
         bad = [t for t in prompt if not 0 <= t < vocab]
@@ -90,6 +95,19 @@ def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, wi
     text = prompt if isinstance(prompt, str) else "".join(prompt)
     refuse_past_window(tokenizer, text, window, "prompt")
     return encode_text(tokenizer, text)
+
+
+def infill_prompt(tokenizer: Any, request: CompletionRequest, window: int | None, fim: FimLayout | None) -> list[int]:
+    """Fill in the middle: `prompt` before the gap and `suffix` after it, in the model's FIM layout."""
+    if fim is None:
+        raise APIError(400, "this model has no fill-in-the-middle tokens, so it cannot complete between a prompt "
+                       "and a suffix", "unsupported_parameter", "suffix")
+    prompt = request.prompt
+    if prompt and isinstance(prompt, list) and isinstance(prompt[0], int):
+        raise APIError(400, "with a suffix the prompt must be text, not token ids", "invalid_value", "prompt")
+    text = prompt if isinstance(prompt, str) else "".join(prompt)
+    refuse_past_window(tokenizer, text + request.suffix, window, "prompt")
+    return fim.prompt(text, request.suffix)
 
 
 def policy(spec, defaults: Defaults) -> DraftPolicy:
@@ -111,7 +129,8 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
 
 
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
-             room: int | None, window: int | None, owner: Hashable = None) -> Job:
+             room: int | None, window: int | None, owner: Hashable = None,
+             prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset()) -> Job:
     if request.model != defaults.model:
         raise APIError(404, f"the model {request.model!r} does not exist: this server serves {defaults.model!r}",
                        "model_not_found", "model")
@@ -143,7 +162,8 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     except SpecmlxError as err:
         raise APIError(400, str(err), "invalid_value") from None
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
-                              seed=request.seed, stop=request.stops())
+                              seed=request.seed, stop=request.stops(), stop_tokens=stop_tokens,
+                              prediction=prediction, continues_text=isinstance(request, CompletionRequest))
     return Job(tuple(prompt), config, drafter, owner)
 
 
@@ -160,6 +180,8 @@ class Serving:
     vocab: int
     loaded: tuple[str, ...]
     started: int
+    fim: FimLayout | None  # the model's fill-in-the-middle layout, if it has one
+    encode_plain: Callable[[str], list[int]]  # text as the model writes it (`plain_encoder`)
 
     @property
     def context_window(self) -> int | None:
@@ -175,14 +197,27 @@ class Serving:
         return chat_prompt(self.tokenizer, request, self.context_window)
 
     def completion_prompt(self, request: CompletionRequest) -> list[int]:
-        return completion_prompt(self.tokenizer, request, self.vocab, self.context_window)
+        return completion_prompt(self.tokenizer, request, self.vocab, self.context_window, self.fim)
 
-    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink) -> Ticket:
+    def prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
+        """The request's prediction as the tokens the model would write (none without one)."""
+        if not request.prediction:
+            return ()
+        tokens = tuple(self.encode_plain(request.prediction.text()))
+        window = self.context_window
+        if window is not None and len(tokens) > window:  # no answer is longer: it bounds the work it costs
+            raise APIError(400, f"the prediction is {len(tokens)} tokens, longer than this model's context window "
+                           f"of {window}", "context_length_exceeded", "prediction")
+        return tokens
+
+    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink,
+               prediction: tuple[int, ...] = ()) -> Ticket:
         """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
         wrong or the queue is full."""
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
-                       slots.context_window, owner)
+                       slots.context_window, owner, prediction,
+                       stop_tokens(self.fim, getattr(request, "suffix", None)))
         return self.worker.submit(job, sink)
 
 
@@ -214,6 +249,7 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     install(app)
     guard(app, access)
     app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
-                                tuple(named), int(time.time()))
+                                tuple(named), int(time.time()), find_layout(target.tokenizer),
+                                plain_encoder(target.tokenizer))
     routes.include(app)
     return Built(app, worker)

@@ -23,6 +23,7 @@ by the same amount (the least or the most any row drops) changes outputs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from unittest import mock
@@ -194,6 +195,21 @@ def test_dropping_the_padding_every_row_has_mid_batch_changes_no_row(monkeypatch
     members, alone = prefix_members("qwen2")
     served = serve(target_of("qwen2"), members, join_every=1)
     assert all(served.tokens[i] == want for i, want in enumerate(alone))
+
+
+def test_a_rows_stop_tokens_end_that_row_alone():
+    """A fill-in-the-middle row's end tokens end it, committed and not emitted, as eos would; its
+    neighbour, with the same prompt and none, goes on to its golden end."""
+    golden = load_golden()["cases"]["model T=0.0 fixed-4"]["tokens"]
+    stop = golden[11]
+    cut = golden.index(stop)
+    stopped = Member(engine_for("model", POLICIES["fixed-4"]), PROMPT,
+                     dataclasses.replace(config(0.0, "fixed-4"), stop_tokens={stop}))
+    plain = Member(engine_for("model", POLICIES["fixed-4"]), PROMPT, config(0.0, "fixed-4"))
+    served = serve(target_of("qwen2"), [stopped, plain], join_every=1)
+    assert served.tokens[0] == golden[:cut] and stopped.stats.finish_reason == "eos"
+    assert stopped.tokens[-1] == stop
+    assert served.tokens[1] == golden and plain.stats.finish_reason == "length"
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -39,13 +39,16 @@ SETTINGS = {
     "top-k 3": SamplingParams(temp=1.0, top_k=3),
 }
 # How each row proposes: a model drafter at a fixed k, the MTP head (q zero on
-# one id), prompt lookup (q one-hot), and the automatic length chosen per round.
+# one id), prompt lookup (q one-hot), the automatic length chosen per round, and
+# a request's prediction copied first (the model drafter where it is lost).
 POLICIES = {
     "model": DraftPolicy(num_draft=2),
     "mtp": DraftPolicy(num_draft=2),
     "lookup": DraftPolicy(num_draft=2),
     "auto": DraftPolicy(num_draft=None),
+    "prediction": DraftPolicy(num_draft=2),
 }
+PREDICTED = (3, 0, 1, 2, 3)  # PROMPT's pattern continued
 ROWS = 16  # at most this many members decode together
 # At these costs the load-aware choice drafts two, one or none for an auto row
 # with the same room, by the batch and the acceptance history (at step 0.1 a
@@ -99,14 +102,15 @@ class Slots:
 
 
 def drafter_of(policy: str) -> str:
-    return "model" if policy == "auto" else policy
+    return "model" if policy in ("auto", "prediction") else policy
 
 
 def request(j: int) -> tuple[str, str, GenerationConfig]:
     """Member j's setting, drafter and config: neighbours differ in both, every seed differs."""
     setting = list(SETTINGS)[j % len(SETTINGS)]
     policy = list(POLICIES)[j // len(SETTINGS) % len(POLICIES)]
-    config = GenerationConfig(max_tokens=LENGTH, sampling=SETTINGS[setting], seed=j, policy=POLICIES[policy])
+    config = GenerationConfig(max_tokens=LENGTH, sampling=SETTINGS[setting], seed=j, policy=POLICIES[policy],
+                              prediction=PREDICTED if policy == "prediction" else ())
     return setting, policy, config
 
 

@@ -127,6 +127,26 @@ def test_end_to_end_on_tiny_models(capsys, tmp_path, model_dirs, prompts_file):
     assert "bench: 100%" in err.replace("\r", "\n")  # the progress bar went to stderr
 
 
+def test_a_prediction_variant_reports_the_prediction_tokens_it_copied(capsys, tmp_path, model_dirs):
+    """The tiny target writes random bytes, so its predictions are mostly rejected: this checks the counts,
+    and that the answers are the target's own."""
+    prompts = tmp_path / "edits.jsonl"
+    prompts.write_text("".join(json.dumps(p | {"prediction": "    return a + b\n"}) + "\n" for p in PROMPTS[:2]))
+    out_json = tmp_path / "bench.json"
+    drafter = str(model_dirs["drafter"])
+    code, out, err = run(capsys, "--target", model_dirs["target"], "--drafter", f"{drafter},{drafter}+prediction",
+                         "--modes", "target,specmlx", "--prompts", prompts, "--max-tokens", 12, "--num-draft", "2",
+                         "--temps", "0", "--calibration-steps", 0, "--warmup-tokens", 0, "--json", out_json)
+    assert code == 0, err
+    rows = {r["drafter"]: r for r in json.loads(out_json.read_text())["results"]}
+    assert rows["drafter"]["prediction_drafted"] is None
+    predicted = rows["drafter+prediction"]
+    assert predicted["prediction_drafted"] >= 2 * 11  # the first round of each prompt copies all of it (12 tokens) but the room
+    assert 0 <= predicted["prediction_accepted"] <= predicted["prediction_drafted"]
+    assert predicted["same_as_target"] == 2
+    assert f"| {predicted['prediction_accepted']} of {predicted['prediction_drafted']} |" in out
+
+
 def test_modes_and_a_p_min_variant_end_to_end(capsys, tmp_path, model_dirs, prompts_file):
     out_json = tmp_path / "bench.json"
     drafter = str(model_dirs["drafter"])

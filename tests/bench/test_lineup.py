@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from specmlx.bench.lineup import drafter_specs, load_lineup, pins_length, split_variant
+from specmlx.bench.lineup import drafter_specs, load_lineup, pins_length, predicts, split_variant
 from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
@@ -136,3 +136,14 @@ def test_auto_and_pinned_entrants_run_once_a_temperature_and_without_mlx_lm(mode
     assert len(runs) == 2 * len(at_zero)
     assert [r.label for r in runs if r.drafter == "drafter+auto"] == ["specmlx drafter+auto t=0 k=auto",
                                                                         "specmlx drafter+auto t=0.7 k=auto"]
+
+
+def test_a_prediction_variant_copies_each_prompts_prediction_first(model_dirs):
+    assert split_variant("d+prediction") == ("d", "+prediction", policy())
+    assert split_variant("d+auto+prediction") == ("d", "+auto+prediction", DraftPolicy(num_draft=None))
+    assert [predicts(s) for s in ("", "+prediction", "+k=2+Prediction", "+auto")] == [False, True, True, False]
+    assert pins_length("+k=2+prediction") and not pins_length("+prediction")
+    lineup = load_lineup(str(model_dirs["target"]), [str(model_dirs["drafter"]), f"{model_dirs['drafter']}+prediction"])
+    plain, predicted = lineup.entrants
+    assert (plain.predicted, predicted.predicted) == (False, True)
+    assert predicted.drafter is plain.drafter and predicted.name == "drafter+prediction"

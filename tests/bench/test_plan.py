@@ -51,3 +51,10 @@ def test_variable_length_variants_have_no_mlx_lm_twin(target, vocab):
     plan = plan_runs([Entrant("small+pmin=0.5", "/m/small+pmin=0.5", drafter, DraftPolicy(p_min=0.5))],
                      temps=[0.0], num_drafts=[6])
     assert [r.mode for r in plan] == [TARGET, SPECMLX]
+
+
+def test_a_prediction_variant_has_no_mlx_lm_run(target, vocab):
+    """mlx-lm has no predicted outputs: its run of the same model would use none, and be no baseline."""
+    predicted = Entrant("small+prediction", "/m/small+prediction", ModelDrafter(target, vocab, name="small"),
+                        predicted=True)
+    assert [r.mode for r in plan_runs([predicted], temps=[0.0], num_drafts=[2])] == [TARGET, SPECMLX]

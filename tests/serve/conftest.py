@@ -1,25 +1,32 @@
 """A real server on 127.0.0.1 with tiny models: a target, a noisy copy as drafter,
-an MTP head, prompt lookup and none. Loaded once per session on its own MLX thread."""
+an MTP head, prompt lookup and none. Loaded once per session on its own MLX thread.
+And a tiny target with fill-in-the-middle tokens, for FIM requests and their bench."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
+from mlx_lm.generate import generate_step
 
 from specmlx.drafters import NGRAM, NONE
-from specmlx.loading import load_models
+from specmlx.loading import load_models, load_tokenizer
 from specmlx.mlx_thread import MLXThread
 from specmlx.models.mtp import save_mtp
 from specmlx.serve.limits import Access
 from specmlx.serve.mirror import NO_MIRROR, Mirror
 from specmlx.serve.run import Background
+from specmlx.serve.fim import find_layout
 from specmlx.serve.serving import build
 
 from .. import tiny
 
 MODEL = "target"  # the served id: the target directory's name
 KEY = "sk-test-key"
+FIM = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"]
+FIM_PREFIX, FIM_SUFFIX = "def add(a, b):\n    return ", "\n\nfor i in range(10):\n    print(add(i, i))\n"
+FIM_TOKENS = 24
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +74,33 @@ def client(server):
     url, _ = server
     with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def fim_tokenizer():
+    """The tiny tokenizer with Qwen2.5-Coder's FIM tokens."""
+    return tiny.train_tokenizer(specials=tiny.SPECIALS + FIM)
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    return [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=n)]
+
+
+@pytest.fixture(scope="session")
+def fim_dirs(fim_tokenizer, tmp_path_factory):
+    """A tiny FIM target that writes <|fim_pad|> where it would first write its answer's ninth token
+    (that token's head row, scaled up), and a noisy copy of it as drafter; "cut": the answer's length."""
+    args, root = tiny.qwen2_args(len(fim_tokenizer)), tmp_path_factory.mktemp("fim")
+    target = tiny.build(args, seed=0)
+    saved = tiny.save_model(target, args, fim_tokenizer, root / "target")
+    served = load_tokenizer("target", saved)  # as the server loads it: its merges can differ from the trained
+    prompt = find_layout(served).prompt(FIM_PREFIX, FIM_SUFFIX)
+    answer = greedy(target, prompt, FIM_TOKENS)
+    pad = served.convert_tokens_to_ids("<|fim_pad|>")
+    head = target.lm_head.weight
+    target.lm_head.weight = head.at[pad].add(head[answer[8]] * 1.01 - head[pad])
+    cut = answer.index(answer[8])
+    assert greedy(target, prompt, cut + 1) == answer[:cut] + [pad]
+    drafter = tiny.perturbed(target, args, noise=0.3, seed=5)
+    return {"target": tiny.save_model(target, args, fim_tokenizer, saved),
+            "drafter": tiny.save_model(drafter, args, fim_tokenizer, root / "drafter"), "cut": cut}

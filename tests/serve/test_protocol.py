@@ -42,6 +42,8 @@ def test_what_changes_nothing_is_not_refused():
     assert CompletionRequest(model="m", prompt=["one"], best_of=1).unsupported() is None
     assert CompletionRequest(model="m", prompt=["one", "two"]).unsupported()[0] == "prompt"
     assert CompletionRequest(model="m", prompt="x", echo=True).unsupported()[0] == "echo"
+    assert CompletionRequest(model="m", prompt="x", suffix="").unsupported() is None  # fill in the middle
+    assert CompletionRequest(model="m", prompt="x", suffix="y", echo=True).unsupported()[0] == "echo"
 
 
 def test_stops_text_and_the_token_limit():

@@ -234,3 +234,28 @@ def test_prompts_are_encoded_off_the_event_loop_and_one_past_the_window_only_in_
     assert {kind for kind, _, _ in spy.calls} == {"encode", "template"}
     assert all(thread != loop_thread for _, _, thread in spy.calls), spy.calls
     assert max(size for _, size, _ in spy.calls) < len(long)  # the long prompt was never encoded whole
+
+
+CHAT_TEXT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"  # the tiny chat template's own prompt for "hi"
+
+
+def test_a_completion_keeps_its_answers_leading_space_where_a_chat_drops_it(client, loaded):
+    """The tiny target answers "hi" with a space first: as a completion the text keeps it, whole and
+    streamed, and a stop string can match it; as a chat's answer the same tokens' text drops it."""
+    served = loaded[1].tokenizer
+    whole = client.completions.create(model=MODEL, prompt=CHAT_TEXT, max_tokens=4, temperature=0,
+                                      extra_body=spec(sources=True))
+    prompt, tokens = served.encode(CHAT_TEXT), whole.speculative["tokens"]
+    expected = served.decode(prompt + tokens)[len(served.decode(prompt)):]
+    assert expected.startswith(" ") and not expected.startswith("  ")  # the answer this test is about
+    assert whole.choices[0].text == expected
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt=CHAT_TEXT, max_tokens=4, temperature=0, stream=True) if c.choices)
+    assert streamed == expected
+    stopped = client.completions.create(model=MODEL, prompt=CHAT_TEXT, max_tokens=4, temperature=0,
+                                        stop=[expected[:2]])
+    assert stopped.choices[0].text == "" and stopped.choices[0].finish_reason == "stop"
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                          temperature=0, extra_body=spec(sources=True))
+    assert chat.speculative["tokens"] == tokens
+    assert chat.choices[0].message.content == expected[1:]
