@@ -20,6 +20,7 @@ matcher (`Constraint.advance`).
 
 from __future__ import annotations
 
+import copy
 import json
 import weakref
 from dataclasses import dataclass
@@ -39,11 +40,13 @@ class Grammar:
     origin: str
 
     @staticmethod
-    def json_schema(schema: dict[str, Any]) -> "Grammar":
-        """Answers that are JSON valid against `schema`; refused in one line if llguidance cannot compile it."""
+    def json_schema(schema: dict[str, Any], any_whitespace: bool = True) -> "Grammar":
+        """Answers that are JSON valid against `schema`, laid out as the model likes (`any_whitespace`)
+        or on one line; refused in one line if llguidance cannot compile it."""
         from llguidance import LLMatcher
 
-        text = LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        text = LLMatcher.grammar_from_json_schema(json.dumps(schema),
+                                                  overrides={"whitespace_flexible": any_whitespace})
         return Grammar(checked(text, "the JSON schema"), "a JSON schema")
 
     @staticmethod
@@ -77,12 +80,21 @@ def grammar_tokenizer(tokenizer: Any, width: int, eos: Iterable[int]) -> Any:
     """llguidance's tokenizer for a Hugging Face fast tokenizer (or mlx-lm's wrapper of one), over
     `width` token ids (the target's logits; ids past the tokenizer's are never allowed) with `eos`
     as the tokens that end an answer the grammar accepts."""
-    key = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx-lm's TokenizerWrapper holds the HF one
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    key = tokenizer._tokenizer if isinstance(tokenizer, TokenizerWrapper) else tokenizer  # the HF one
     made = _TOKENIZERS.get(key)
     if made is None:
-        from llguidance.hf import from_tokenizer
+        from llguidance import LLTokenizer
 
-        made = _TOKENIZERS[key] = from_tokenizer(key, n_vocab=width, eos_token=sorted(eos))
+        backend = getattr(key, "backend_tokenizer", None)
+        if backend is None:
+            raise SpecmlxError("constrained output needs a fast (Rust) tokenizer, and this model has none")
+        # What llguidance.hf.from_tokenizer does, whose check names transformers 4's fast class only.
+        backend = copy.copy(backend)
+        backend.no_padding()
+        backend.no_truncation()
+        made = _TOKENIZERS[key] = LLTokenizer(backend.to_str(), n_vocab=width, eos_token=sorted(eos))
     return made
 
 
