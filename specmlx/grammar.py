@@ -105,6 +105,7 @@ class Constraint:
         from llguidance import LLMatcher
 
         self.width = tokenizer.vocab_size
+        self.ends = frozenset(tokenizer.eos_tokens)
         self.matcher = LLMatcher(tokenizer, grammar.text)
         if self.matcher.is_error():
             raise SpecmlxError(f"{grammar.origin} cannot be used: {self.matcher.get_error()}")
@@ -116,11 +117,13 @@ class Constraint:
     def masks(self, draft: Sequence[int]) -> mx.array:
         """(len(draft) + 1, width) booleans: the tokens allowed after the committed tokens and each
         prefix of `draft`. Past a drafted token the grammar forbids, the rows repeat the row before it:
-        that token is rejected there, so the rows after it are never read."""
+        that token is rejected there, so the rows after it are never read; past an end token too, as
+        the answer ends there (and the matcher does not count an end token it consumes, so rolling
+        one back would undo the token before it)."""
         rows, consumed = [], 0
         for token in draft:
             rows.append(self._mask())
-            if not rows[-1][token] or not self.matcher.consume_token(token):
+            if not rows[-1][token] or token in self.ends or not self.matcher.consume_token(token):
                 break
             consumed += 1
         else:

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import json
 
+import llguidance
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
+from scipy.stats import chisquare
 
-from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+import specmlx.round as round_module
+from specmlx.drafters import Draft, ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.grammar import Constraint, Grammar, grammar_tokenizer
 from specmlx.policy import DraftPolicy
+from specmlx.sampling import SamplingParams, warp
 from specmlx.vocab import vocab_size
 
+from . import tiny
 from .test_engine import PROMPTS
+from .test_grammar import EOS, LARK, TOKENS, ToyTokenizer
 
 # Every answer is finite, so that a random model's ends within MAX_TOKENS.
 SCHEMA = {"type": "object", "properties": {"kind": {"enum": ["add", "sub", "mul"]},
@@ -60,3 +66,95 @@ def test_greedy_output_is_plain_constrained_decodings(tokenizer, vocab, target, 
         answer = json.loads(tokenizer.decode(tokens))
         assert answer["kind"] in ("add", "sub", "mul") and 0 <= answer["n"] <= 999 and len(answer["tag"]) <= 5
         assert generation.stats.finish_reason == "eos"
+
+
+# -- above temperature 0: the target's distribution restricted to the grammar --------------------------
+
+
+LENGTH, RUNS = 4, 2000
+TOY_PROMPT = [6, 2, 6, 3]
+SAMPLING = SamplingParams(temp=1.0)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    args = tiny.qwen2_args(len(TOKENS), layers=1)
+    target = tiny.build(args, seed=7, sharpness=2.0)
+    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(ToyTokenizer()), n_vocab=len(TOKENS))
+    return target, tiny.perturbed(target, args, noise=0.6, seed=8), lltok
+
+
+def restricted(target, constraint: Constraint, prefix: list[int]) -> np.ndarray:
+    """The target's next-token distribution after `prefix`, restricted to what the grammar allows."""
+    logits = target(mx.array([TOY_PROMPT + prefix]))[0, -1]
+    allowed = constraint.masks([])[0]
+    return np.array(mx.exp(warp(mx.where(allowed, logits, -mx.inf), SAMPLING)), dtype=np.float64)
+
+
+def exact_constrained(target, lltok) -> dict[tuple[int, ...], float]:
+    """P(answer) for every answer of at most LENGTH tokens (ending in EOS, or cut at LENGTH)."""
+    out: dict[tuple[int, ...], float] = {}
+    constraint = Constraint(Grammar.lark(LARK), lltok)
+
+    def walk(prefix: list[int], prob: float) -> None:
+        if len(prefix) == LENGTH:
+            out[tuple(prefix)] = prob
+            return
+        p = restricted(target, constraint, prefix)
+        for token in map(int, np.flatnonzero(p > 0)):
+            if token == EOS:  # the answer ends (and the matcher would not count it to roll back)
+                out[tuple(prefix + [token])] = prob * p[token]
+                continue
+            constraint.advance([token])
+            walk(prefix + [token], prob * p[token])
+            constraint.matcher.rollback(1)
+
+    walk([], 1.0)
+    return out
+
+
+def sampled(monkeypatch, target, drafter, lltok) -> list[tuple[int, ...]]:
+    monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
+    engine = Engine(target, ModelDrafter(drafter, len(TOKENS)), eos_token_ids=[EOS])
+    config = GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(LARK),
+                              policy=DraftPolicy(num_draft=3))
+    samples = []
+    for seed in range(RUNS):
+        generation = engine.generate(TOY_PROMPT, GenerationConfig(**{**config.__dict__, "seed": seed}))
+        tokens = [e.token for e in generation.token_events()]
+        samples.append(tuple(tokens) + ((EOS,) if generation.stats.finish_reason == "eos" else ()))
+    return samples
+
+
+def pvalue(samples, probs) -> float:
+    assert set(samples) <= set(probs), "an answer the grammar forbids"
+    total = sum(probs.values())  # 1 but for rounding
+    expect = {s: p / total * len(samples) for s, p in probs.items()}
+    big = [s for s in expect if expect[s] >= 5]
+    small = [s for s in expect if expect[s] < 5]
+    observed = [samples.count(s) for s in big] + ([sum(samples.count(s) for s in small)] if small else [])
+    expected = [expect[s] for s in big] + ([sum(expect[s] for s in small)] if small else [])
+    return chisquare(observed, expected).pvalue
+
+
+def test_sampled_answers_follow_the_targets_distribution_restricted_to_the_grammar(monkeypatch, toy):
+    target, drafter, lltok = toy
+    assert pvalue(sampled(monkeypatch, target, drafter, lltok), exact_constrained(target, lltok)) > 1e-3
+
+
+def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monkeypatch, toy):
+    """Negative control: cutting a drafter's sampled draft where the grammar forbids a token (as a copy is
+    cut) makes its length depend on a draw nobody verifies."""
+    target, drafter, lltok = toy
+    honest = round_module.proposal
+
+    def cutting(engine, tokens, plan, room, config, key, rec, guides):
+        draft, looked_up, probe, masks = honest(engine, tokens, plan, room, config, key, rec, guides)
+        if looked_up or guides.constraint is None or not draft.size:
+            return draft, looked_up, probe, masks
+        n = guides.constraint.allowed(draft.tokens.tolist())
+        cut = Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n])
+        return cut, looked_up, probe, masks[: n + 1]
+
+    monkeypatch.setattr(round_module, "proposal", cutting)
+    assert pvalue(sampled(monkeypatch, target, drafter, lltok), exact_constrained(target, lltok)) < 1e-3

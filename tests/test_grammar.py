@@ -68,3 +68,11 @@ def test_a_schema_it_cannot_compile_is_one_line():
     with pytest.raises(SpecmlxError, match="the JSON schema cannot be used") as refused:
         Grammar.json_schema({"type": "object", "properties": {"x": {"type": "no such type"}}})
     assert "\n" not in str(refused.value)
+
+
+def test_a_drafted_end_token_ends_the_rows_and_leaves_the_state_as_it_was(toy):
+    c = Constraint(Grammar.lark(LARK), toy)
+    c.advance([OPEN, A, CLOSE])
+    assert [allowed(r) for r in c.masks([EOS, OPEN])] == [{EOS}, {EOS}, {EOS}]
+    c.matcher.rollback(1)  # the state is "{a}" still: one step back is "{a"
+    assert [allowed(r) for r in c.masks([])] == [{B, COMMA, CLOSE}]
