@@ -158,3 +158,34 @@ def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monk
 
     monkeypatch.setattr(round_module, "proposal", cutting)
     assert pvalue(sampled(monkeypatch, target, drafter, lltok), exact_constrained(target, lltok)) < 1e-3
+
+
+def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy_drafter):
+    """Rows with the grammar and without, drafting together: each as plain constrained (or plain) decoding."""
+    from specmlx.batch import Batch, Member
+    from specmlx.cache import make_cache
+
+    from .test_engine import reference_greedy
+
+    eos = {tokenizer.eos_token_id}
+    wrapper, grammar = TokenizerWrapper(tokenizer), Grammar.json_schema(SCHEMA, any_whitespace=False)
+    batch = Batch(target, len(make_cache(target)), max_rows=6)
+    expected, outputs = {}, {}
+    for i, text in enumerate(PROMPTS * 2):
+        prompt = tokenizer.encode(text)
+        constrained = i % 2 == 0
+        drafter = ModelDrafter(noisy_drafter, vocab) if i < 3 else PromptLookupDrafter()
+        config = GenerationConfig(max_tokens=MAX_TOKENS, grammar=grammar if constrained else None,
+                                  policy=DraftPolicy(num_draft=2, lookup=2))
+        member = Member(Engine(target, drafter, wrapper, eos_token_ids=eos), prompt, config)
+        batch.add(member)
+        own = reference_greedy(target, prompt, MAX_TOKENS)
+        own = own[: next((j for j, t in enumerate(own) if t in eos), len(own))]  # the engine stops at eos
+        expected[member] = constrained_greedy(target, tokenizer, prompt, grammar, eos) if constrained else own
+        outputs[member] = []
+    while batch.members:
+        for member, event in batch.step():
+            outputs[member] += [t.token for t in event.tokens]
+    for member, tokens in outputs.items():
+        assert tokens == expected[member]
+    assert batch.widest == 6
