@@ -32,6 +32,12 @@ import numpy as np
 from .errors import SpecmlxError
 
 
+# Between JSON's tokens: nothing, a space, or a new line and up to 20 of indentation, as llama.cpp's
+# JSON grammars allow (`json_schema_to_grammar`'s SPACE_RULE). Unbounded whitespace lets a model
+# that is unsure write blank lines until max_tokens, a known failure of JSON modes.
+WHITESPACE = r" ?|\n[ \t]{0,20}"
+
+
 @dataclass(frozen=True)
 class Grammar:
     """A grammar in llguidance's form, and a line saying what it came from (for errors and logs)."""
@@ -40,13 +46,14 @@ class Grammar:
     origin: str
 
     @staticmethod
-    def json_schema(schema: dict[str, Any], any_whitespace: bool = True) -> "Grammar":
-        """Answers that are JSON valid against `schema`, laid out as the model likes (`any_whitespace`)
-        or on one line; refused in one line if llguidance cannot compile it."""
+    def json_schema(schema: dict[str, Any], laid_out: bool = True) -> "Grammar":
+        """Answers that are JSON valid against `schema`, laid out as the model likes within bounds
+        (`laid_out`) or on one line; refused in one line if llguidance cannot compile it."""
         from llguidance import LLMatcher
 
-        text = LLMatcher.grammar_from_json_schema(json.dumps(schema),
-                                                  overrides={"whitespace_flexible": any_whitespace})
+        layout = {"whitespace_flexible": True, "whitespace_pattern": WHITESPACE} if laid_out else {
+            "whitespace_flexible": False}
+        text = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=layout)
         return Grammar(checked(text, "the JSON schema"), "a JSON schema")
 
     @staticmethod

@@ -55,7 +55,7 @@ def test_greedy_output_is_plain_constrained_decodings(tokenizer, vocab, target, 
     engine = Engine(target, {"none": NoDrafter(), "ngram": PromptLookupDrafter(),
                              "model": ModelDrafter(noisy_drafter, vocab)}[drafter], TokenizerWrapper(tokenizer),
                     eos_token_ids=eos)
-    grammar = Grammar.json_schema(SCHEMA, any_whitespace=False)  # a random model would indent forever
+    grammar = Grammar.json_schema(SCHEMA, laid_out=False)  # a random model would indent forever
     for text in PROMPTS:
         prompt = tokenizer.encode(text)
         expected = constrained_greedy(target, tokenizer, prompt, grammar, eos)
@@ -168,7 +168,7 @@ def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy
     from .test_engine import reference_greedy
 
     eos = {tokenizer.eos_token_id}
-    wrapper, grammar = TokenizerWrapper(tokenizer), Grammar.json_schema(SCHEMA, any_whitespace=False)
+    wrapper, grammar = TokenizerWrapper(tokenizer), Grammar.json_schema(SCHEMA, laid_out=False)
     batch = Batch(target, len(make_cache(target)), max_rows=6)
     expected, outputs = {}, {}
     for i, text in enumerate(PROMPTS * 2):

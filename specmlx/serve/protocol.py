@@ -42,6 +42,23 @@ class Speculative(BaseModel):
     sources: StrictBool = False  # each token's source (draft, corrected, bonus, target) in the response
 
 
+class JsonSchema(BaseModel):
+    """OpenAI's `response_format.json_schema`: a named schema. `strict` is accepted either way:
+    the answer is always constrained to the schema (what OpenAI's strict mode promises)."""
+
+    name: StrictStr = Field(default="response", max_length=64)
+    description: StrictStr | None = None
+    schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: text (the default), any JSON object, or JSON that a schema validates."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
+
+
 class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
@@ -95,6 +112,7 @@ class Sampling(BaseModel):
     stream_options: StreamOptions | None = None
     speculative: Speculative = Field(default_factory=Speculative)
     prediction: PredictedContent | None = None
+    response_format: ResponseFormat | None = None
     # Accepted so that a refusal can name them (see `unsupported`).
     n: StrictInt | None = None
     logprobs: Any = None
@@ -131,7 +149,6 @@ class ChatRequest(Sampling):
     tools: list[Any] | None = None
     tool_choice: Any = None
     functions: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
 
     def unsupported(self) -> tuple[str, str] | None:
         for name in ("tools", "functions"):
@@ -139,8 +156,6 @@ class ChatRequest(Sampling):
                 return name, f"{name} are not supported: this server returns text only"
         if self.tool_choice not in (None, "none"):
             return "tool_choice", "tools are not supported: this server returns text only"
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            return "response_format", "only response_format {\"type\": \"text\"} is supported"
         return super().unsupported()
 
     def token_limit(self) -> int | None:

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from ..drafters import Drafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
+from ..grammar import Grammar
 from ..loading import LoadedModel
 from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
@@ -110,6 +111,27 @@ def infill_prompt(tokenizer: Any, request: CompletionRequest, window: int | None
     return fim.prompt(text, request.suffix)
 
 
+def grammar_of(request: Sampling, tokenizer: Any) -> Grammar | None:
+    """What `response_format` asks the answer to match: nothing, any JSON object, or a JSON schema's
+    instances. Refused (400) before the request waits: a schema llguidance cannot compile, or a model
+    whose tokenizer it cannot read (it needs the fast one)."""
+    fmt = request.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise APIError(400, "this model's tokenizer cannot be read by the grammar engine, so structured output "
+                       "is not available", "unsupported_parameter", "response_format")
+    if fmt.type == "json_object":
+        return Grammar.json_object()
+    if fmt.json_schema is None:
+        raise APIError(400, "a json_schema response format needs its json_schema", "missing_required_parameter",
+                       "response_format.json_schema")
+    try:
+        return Grammar.json_schema(fmt.json_schema.schema_)
+    except SpecmlxError as err:
+        raise APIError(400, str(err), "invalid_value", "response_format.json_schema.schema") from None
+
+
 def policy(spec, defaults: Defaults) -> DraftPolicy:
     """The request's draft policy: the server's, with the parts `speculative` names, in
     `DraftPolicy`'s grammar (so `auto` with `num_draft` is refused as everywhere else)."""
@@ -130,7 +152,8 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
 
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
              room: int | None, window: int | None, owner: Hashable = None,
-             prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset()) -> Job:
+             prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
+             grammar: Grammar | None = None) -> Job:
     if request.model != defaults.model:
         raise APIError(404, f"the model {request.model!r} does not exist: this server serves {defaults.model!r}",
                        "model_not_found", "model")
@@ -163,7 +186,8 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
         raise APIError(400, str(err), "invalid_value") from None
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
                               seed=request.seed, stop=request.stops(), stop_tokens=stop_tokens,
-                              prediction=prediction, continues_text=isinstance(request, CompletionRequest))
+                              prediction=prediction, continues_text=isinstance(request, CompletionRequest),
+                              grammar=grammar)
     return Job(tuple(prompt), config, drafter, owner)
 
 
@@ -217,7 +241,7 @@ class Serving:
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
                        slots.context_window, owner, prediction,
-                       stop_tokens(self.fim, getattr(request, "suffix", None)))
+                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar_of(request, self.tokenizer))
         return self.worker.submit(job, sink)
 
 
