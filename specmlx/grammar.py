@@ -139,6 +139,10 @@ class Constraint:
         rows += [rows[-1]] * (len(draft) + 1 - len(rows))
         return mx.array(np.stack(rows))
 
+    def after(self, drafted: Sequence[int]) -> mx.array:
+        """(width,) booleans: the tokens allowed after the committed tokens and `drafted`."""
+        return self.masks(drafted)[-1]
+
     def advance(self, tokens: Sequence[int]) -> None:
         """The round committed `tokens` (each one allowed where it was committed)."""
         for token in tokens:

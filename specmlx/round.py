@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import mlx.core as mx
 
 from .drafters import Draft, Drafter
+from .drafters.loop import Allowed
 from .drafters.ngram import lookup
 from .drafters.prediction import Prediction
 from .grammar import Constraint
@@ -97,8 +98,9 @@ def proposal(engine: "Engine", tokens: list[int], plan: Plan, room: int, config:
     forbids: it depends on the committed tokens alone. A sampled draft is not: its length would
     then depend on a draw nobody verifies, and the output would be biased (`grammar.py`)."""
     policy, sampling = config.policy, config.sampling
+    constraint = guides.constraint
     draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, key,
-                               guides.prediction)
+                               guides.prediction, None if constraint is None else constraint.after)
     probe = engine.drafter.draft(tokens, 1, sampling, key) if plan.probe and not draft.size else None
     if plan.timed or config.profile or (guides.constraint is not None and not looked_up and draft.size):
         engine.sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
@@ -113,7 +115,8 @@ def proposal(engine: "Engine", tokens: list[int], plan: Plan, room: int, config:
 
 
 def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
-            sampling: SamplingParams, key: mx.array, prediction: Prediction | None = None) -> tuple[Draft, bool]:
+            sampling: SamplingParams, key: mx.array, prediction: Prediction | None = None,
+            allowed: Allowed | None = None) -> tuple[Draft, bool]:
     """The round's draft, and whether it was copied (from the prediction or the context) rather than drafted.
 
     Whether to copy depends only on the committed tokens, and a copied
@@ -125,6 +128,8 @@ def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, 
         return copied, True
     if num_draft == 0:
         return Draft.empty(), False
+    if allowed is not None:  # under a grammar: q masked as p will be
+        return drafter.draft(tokens, num_draft, sampling, key, policy.p_min, allowed=allowed), False
     return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
 
 

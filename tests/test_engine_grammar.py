@@ -127,7 +127,8 @@ def sampled(monkeypatch, target, drafter, lltok) -> list[tuple[int, ...]]:
 
 
 def pvalue(samples, probs) -> float:
-    assert set(samples) <= set(probs), "an answer the grammar forbids"
+    if not set(samples) <= set(probs):  # an answer the grammar forbids
+        return 0.0
     total = sum(probs.values())  # 1 but for rounding
     expect = {s: p / total * len(samples) for s, p in probs.items()}
     big = [s for s in expect if expect[s] >= 5]
@@ -143,10 +144,12 @@ def test_sampled_answers_follow_the_targets_distribution_restricted_to_the_gramm
 
 
 def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monkeypatch, toy):
-    """Negative control: cutting a drafter's sampled draft where the grammar forbids a token (as a copy is
-    cut) makes its length depend on a draw nobody verifies."""
+    """Negative control: a drafter that draws from its whole distribution (q not masked), its draft cut
+    where the grammar forbids a token (as a copy is cut): the draft's length then depends on a draw nobody
+    verifies."""
     target, drafter, lltok = toy
     honest = round_module.proposal
+    monkeypatch.setattr(Constraint, "after", lambda self, drafted: mx.ones((self.width,), dtype=mx.bool_))
 
     def cutting(engine, tokens, plan, room, config, key, rec, guides):
         draft, looked_up, probe, masks = honest(engine, tokens, plan, room, config, key, rec, guides)
@@ -189,3 +192,24 @@ def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy
     for member, tokens in outputs.items():
         assert tokens == expected[member]
     assert batch.widest == 6
+
+
+
+def test_a_drafter_draws_only_what_the_grammar_allows(monkeypatch, toy):
+    """q masked as p is: every drafted token is one the grammar allows where it stands."""
+    target, drafter, lltok = toy
+    monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
+    checked, honest = [], Constraint.masks
+
+    def recording(self, draft):
+        rows = honest(self, draft)
+        checked.extend(bool(rows[i][t]) for i, t in enumerate(draft) if t != EOS)
+        return rows
+
+    monkeypatch.setattr(Constraint, "masks", recording)
+    engine = Engine(target, ModelDrafter(drafter, len(TOKENS)), eos_token_ids=[EOS])
+    for seed in range(100):
+        config = GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(LARK), seed=seed,
+                                  policy=DraftPolicy(num_draft=3))
+        list(engine.generate(TOY_PROMPT, config))
+    assert len(checked) > 100 and all(checked)

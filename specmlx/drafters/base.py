@@ -55,7 +55,9 @@ class Drafter(Protocol):
     ) -> Draft:
         """Propose at most `num_draft` tokens; lazily where possible. A drafter
         with a distribution stops early after a step whose top probability is
-        below `p_min` (see `confidence.py`); 0 drafts all `num_draft`."""
+        below `p_min` (see `confidence.py`); 0 drafts all `num_draft`. Under a
+        grammar the round also passes `allowed` (`loop.Allowed`): a model drafter
+        draws each token from what it lets through."""
 
     def rewind(self, length: int) -> None:
         """Forget everything past the first `length` tokens of the sequence."""
