@@ -90,7 +90,7 @@ def grammar_tokenizer(tokenizer: Any, width: int, eos: Iterable[int]) -> Any:
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
     key = tokenizer._tokenizer if isinstance(tokenizer, TokenizerWrapper) else tokenizer  # the HF one
-    made = _TOKENIZERS.get(key)
+    made = _TOKENIZERS.setdefault(key, {}).get((width, frozenset(eos)))
     if made is None:
         from llguidance import LLTokenizer
 
@@ -101,7 +101,8 @@ def grammar_tokenizer(tokenizer: Any, width: int, eos: Iterable[int]) -> Any:
         backend = copy.copy(backend)
         backend.no_padding()
         backend.no_truncation()
-        made = _TOKENIZERS[key] = LLTokenizer(backend.to_str(), n_vocab=width, eos_token=sorted(eos))
+        made = _TOKENIZERS[key][(width, frozenset(eos))] = LLTokenizer(backend.to_str(), n_vocab=width,
+                                                                        eos_token=sorted(eos))
     return made
 
 
@@ -113,6 +114,7 @@ class Constraint:
 
         self.width = tokenizer.vocab_size
         self.ends = frozenset(tokenizer.eos_tokens)
+        self._ends = np.isin(np.arange(self.width), list(self.ends))  # a row allowing end tokens only
         self.matcher = LLMatcher(tokenizer, grammar.text)
         if self.matcher.is_error():
             raise SpecmlxError(f"{grammar.origin} cannot be used: {self.matcher.get_error()}")
@@ -124,18 +126,23 @@ class Constraint:
     def masks(self, draft: Sequence[int]) -> mx.array:
         """(len(draft) + 1, width) booleans: the tokens allowed after the committed tokens and each
         prefix of `draft`. Past a drafted token the grammar forbids, the rows repeat the row before it:
-        that token is rejected there, so the rows after it are never read; past an end token too, as
-        the answer ends there (and the matcher does not count an end token it consumes, so rolling
-        one back would undo the token before it)."""
+        that token is rejected there, so the rows after it are never read. Past a drafted end token,
+        the rows allow end tokens only: the answer ends there if it is accepted, and an end token is not
+        consumed along a draft (once the matcher has stopped, it does not count one it consumes, and
+        rolling back would undo the token before it)."""
         rows, consumed = [], 0
         for token in draft:
             rows.append(self._mask())
-            if not rows[-1][token] or token in self.ends or not self.matcher.consume_token(token):
+            if token in self.ends and rows[-1][token]:
+                rows += [self._ends] * (len(draft) + 1 - len(rows))
+                break
+            if not rows[-1][token] or not self.matcher.consume_token(token):
                 break
             consumed += 1
         else:
             rows.append(self._mask())
-        self.matcher.rollback(consumed)
+        if not self.matcher.rollback(consumed) or self.matcher.is_error():
+            raise SpecmlxError(f"the grammar could not follow a draft: {self.matcher.get_error().splitlines()[0]}")
         rows += [rows[-1]] * (len(draft) + 1 - len(rows))
         return mx.array(np.stack(rows))
 
@@ -144,8 +151,11 @@ class Constraint:
         return self.masks(drafted)[-1]
 
     def advance(self, tokens: Sequence[int]) -> None:
-        """The round committed `tokens` (each one allowed where it was committed)."""
+        """The round committed `tokens` (each one allowed where it was committed), up to an end token:
+        the answer is over there, whatever the round holds after it."""
         for token in tokens:
+            if token in self.ends:
+                return
             if not self.matcher.consume_token(token):
                 raise SpecmlxError(f"the grammar refused a committed token ({token}): {self.matcher.get_error()}")
 

@@ -76,3 +76,13 @@ def test_a_drafted_end_token_ends_the_rows_and_leaves_the_state_as_it_was(toy):
     assert [allowed(r) for r in c.masks([EOS, OPEN])] == [{EOS}, {EOS}, {EOS}]
     c.matcher.rollback(1)  # the state is "{a}" still: one step back is "{a"
     assert [allowed(r) for r in c.masks([])] == [{B, COMMA, CLOSE}]
+
+
+def test_an_accepted_end_token_where_more_could_follow_ends_the_rows_and_the_answer(toy):
+    """A grammar that could go on (`("a"|"b")+`): past a drafted end token only end tokens are allowed,
+    and a round that commits one then more advances no further than it."""
+    c = Constraint(Grammar.lark('start: ("a" | "b")+'), toy)
+    masks = [allowed(r) for r in c.masks([A, EOS, B])]
+    assert masks == [{A, B, AB}, {A, B, AB, EOS}, {EOS}, {EOS}]
+    c.advance([A, EOS, B])  # the answer ended at EOS: what follows is not the grammar's
+    assert [allowed(r) for r in c.masks([])] == [{A, B, AB, EOS}]
