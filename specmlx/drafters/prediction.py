@@ -52,26 +52,29 @@ class Prediction:
 
     def propose(self, sequence: Sequence[int], num: int) -> list[int]:
         """Up to `num` tokens the prediction has after the output in `sequence`; none when lost."""
-        self._follow(sequence[self.start :])
+        self._follow(sequence)
         if self.at is None or num <= 0:
             return []
         return self.tokens[self.at : self.at + num]
 
-    def _follow(self, output: Sequence[int]) -> None:
-        new = list(output[self.seen :])
+    def _follow(self, sequence: Sequence[int]) -> None:
+        # Only what is new and the tail a realignment reads: copying the whole output each round
+        # would cost a long answer's length every round.
+        new = list(sequence[self.start + self.seen :])
         if not new:  # asked again with nothing new (a round retried): nothing moved
             return
-        self.seen = len(output)
+        self.seen = len(sequence) - self.start
         if self.at is not None:
             self.hint = self.at + common_prefix_len(self.tokens[self.at : self.at + len(new)], new)
             if self.hint == self.at + len(new):
                 self.at = self.hint
                 return
-        self.at = self.realign(output)
+        self.at = self.realign(sequence[max(self.start, len(sequence) - REALIGN_MAX - 1) :])
 
     def realign(self, output: Sequence[int]) -> int | None:
-        """Where the output's tail ends in the prediction: the longest match (REALIGN_MIN to
-        REALIGN_MAX tokens), nearest at or after the last agreed place, else nearest before it."""
+        """Where the output's tail (`output`: its last REALIGN_MAX + 1 tokens or fewer) ends in the
+        prediction: the longest match (REALIGN_MIN to REALIGN_MAX tokens), nearest at or after the
+        last agreed place, else nearest before it."""
         if len(output) < REALIGN_MIN:
             return None
         ends = self.index.get(tuple(output[-REALIGN_MIN:]), [])
