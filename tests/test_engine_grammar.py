@@ -14,6 +14,7 @@ from scipy.stats import chisquare
 
 import specmlx.round as round_module
 from specmlx.drafters import Draft, ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.grammar import Constraint, Grammar, grammar_tokenizer
 from specmlx.policy import DraftPolicy
@@ -84,6 +85,17 @@ def toy():
     return target, tiny.perturbed(target, args, noise=0.6, seed=8), lltok
 
 
+@pytest.fixture(scope="module")
+def toy_head():
+    """An MTP head that drafts from 4 of the 8 tokens ({, a, the comma, the space), as a trained head's draft
+    vocabulary does: after "}" the grammar allows only the end token, which the head cannot draft."""
+    return tiny.mtp(tiny.qwen2_args(len(TOKENS), layers=1), seed=9, draft_vocab=4)
+
+
+def toy_drafter(kind: str, toy, toy_head):
+    return ModelDrafter(toy[1], len(TOKENS)) if kind == "model" else MTPDrafter(toy_head, len(TOKENS))
+
+
 def restricted(target, constraint: Constraint, prefix: list[int]) -> np.ndarray:
     """The target's next-token distribution after `prefix`, restricted to what the grammar allows."""
     logits = target(mx.array([TOY_PROMPT + prefix]))[0, -1]
@@ -113,16 +125,40 @@ def exact_constrained(target, lltok) -> dict[tuple[int, ...], float]:
     return out
 
 
-def sampled(monkeypatch, target, drafter, lltok) -> list[tuple[int, ...]]:
+def toy_config(seed: int, policy: DraftPolicy = DraftPolicy(num_draft=3)) -> GenerationConfig:
+    return GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(LARK), policy=policy,
+                            seed=seed)
+
+
+def sampled(monkeypatch, target, drafter, lltok, policy: DraftPolicy = DraftPolicy(num_draft=3),
+            runs: int = RUNS) -> list[tuple[int, ...]]:
     monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
-    engine = Engine(target, ModelDrafter(drafter, len(TOKENS)), eos_token_ids=[EOS])
-    config = GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(LARK),
-                              policy=DraftPolicy(num_draft=3))
+    engine = Engine(target, drafter, eos_token_ids=[EOS])
     samples = []
-    for seed in range(RUNS):
-        generation = engine.generate(TOY_PROMPT, GenerationConfig(**{**config.__dict__, "seed": seed}))
+    for seed in range(runs):
+        generation = engine.generate(TOY_PROMPT, toy_config(seed, policy))
         tokens = [e.token for e in generation.token_events()]
         samples.append(tuple(tokens) + ((EOS,) if generation.stats.finish_reason == "eos" else ()))
+    return samples
+
+
+def sampled_in_batches(monkeypatch, target, drafter, lltok, rows: int = 8, runs: int = RUNS) -> list[tuple[int, ...]]:
+    """The same answers, `rows` at a time in a continuous batch, each with its own seed and drafter."""
+    from specmlx.batch import Batch, Member
+    from specmlx.cache import make_cache
+
+    monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
+    samples = []
+    for first in range(0, runs, rows):
+        batch, out = Batch(target, len(make_cache(target)), max_rows=rows), {}
+        for seed in range(first, first + rows):
+            member = Member(Engine(target, drafter.fresh(), eos_token_ids=[EOS]), TOY_PROMPT, toy_config(seed))
+            batch.add(member)
+            out[member] = []
+        while batch.members:
+            for member, event in batch.step():
+                out[member] += [t.token for t in event.tokens]
+        samples += [tuple(tokens) + ((EOS,) if m.stats.finish_reason == "eos" else ()) for m, tokens in out.items()]
     return samples
 
 
@@ -138,9 +174,66 @@ def pvalue(samples, probs) -> float:
     return chisquare(observed, expected).pvalue
 
 
-def test_sampled_answers_follow_the_targets_distribution_restricted_to_the_grammar(monkeypatch, toy):
+@pytest.mark.parametrize("kind", ["model", "mtp"])
+def test_sampled_answers_follow_the_targets_distribution_restricted_to_the_grammar(monkeypatch, toy, toy_head,
+                                                                                    kind):
+    target, _, lltok = toy
+    samples = sampled(monkeypatch, target, toy_drafter(kind, toy, toy_head), lltok)
+    assert pvalue(samples, exact_constrained(target, lltok)) > 1e-3
+
+
+def test_with_a_p_min_too(monkeypatch, toy, toy_head):
+    target, _, lltok = toy
+    samples = sampled(monkeypatch, target, toy_drafter("model", toy, toy_head), lltok,
+                      DraftPolicy(num_draft=3, p_min=0.4))
+    assert pvalue(samples, exact_constrained(target, lltok)) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["model", "mtp"])
+def test_rows_of_a_batch_follow_it_too(monkeypatch, toy, toy_head, kind):
+    target, _, lltok = toy
+    samples = sampled_in_batches(monkeypatch, target, toy_drafter(kind, toy, toy_head), lltok)
+    assert pvalue(samples, exact_constrained(target, lltok)) > 1e-3
+
+
+def test_the_batch_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monkeypatch, toy):
+    """Negative control of the batch's check: rows drafting from q unmasked, each draft cut where the
+    grammar forbids a token."""
+    import specmlx.batch.round as batch_round
+
     target, drafter, lltok = toy
-    assert pvalue(sampled(monkeypatch, target, drafter, lltok), exact_constrained(target, lltok)) > 1e-3
+    honest = batch_round.constrain_all
+    monkeypatch.setattr(Constraint, "after", lambda self, drafted: mx.ones((self.width,), dtype=mx.bool_))
+
+    def cutting(members, proposals, shared=()):
+        cut = []
+        for m, (draft, looked_up, probe) in zip(members, proposals):
+            n = m.constraint.allowed(draft.tokens.tolist()) if draft.size else 0
+            cut.append((Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n]), looked_up, probe))
+        return honest(members, cut, shared)
+
+    monkeypatch.setattr(batch_round, "constrain_all", cutting)
+    samples = sampled_in_batches(monkeypatch, target, ModelDrafter(drafter, len(TOKENS)), lltok)
+    assert pvalue(samples, exact_constrained(target, lltok)) < 1e-3
+
+
+def test_a_draft_ends_where_the_drafter_scores_nothing_the_grammar_allows():
+    """A head's draft vocabulary may hold nothing the grammar allows: q would be empty (NaN), so the draft
+    ends before that step, whatever was asked."""
+    from specmlx.drafters.loop import Scores, draft_loop
+
+    width, only = 8, 5
+    logits = mx.where(mx.arange(width) == only, 0.0, -mx.inf)  # the drafter scores token 5 alone
+    step = lambda fed, state, greedy: (Scores(logits), state)  # noqa: E731
+    allowing = lambda after: lambda drafted: mx.arange(width) != only if len(drafted) >= after else mx.ones(  # noqa: E731
+        (width,), dtype=mx.bool_)
+    for temp in (0.0, 1.0):
+        sampling, key = SamplingParams(temp=temp), mx.random.key(0)
+        first = mx.array([1], dtype=mx.uint32)
+        assert draft_loop(step, first, None, 4, sampling, key, 0.0, allowing(0)).size == 0
+        draft = draft_loop(step, first, None, 4, sampling, key, 0.0, allowing(2))
+        assert draft.tokens.tolist() == [only, only]
+        assert draft.probs is None or not mx.any(mx.isnan(draft.probs)).item()
 
 
 def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monkeypatch, toy):
@@ -160,7 +253,8 @@ def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monk
         return cut, looked_up, probe, masks[: n + 1]
 
     monkeypatch.setattr(round_module, "proposal", cutting)
-    assert pvalue(sampled(monkeypatch, target, drafter, lltok), exact_constrained(target, lltok)) < 1e-3
+    samples = sampled(monkeypatch, target, ModelDrafter(drafter, len(TOKENS)), lltok)
+    assert pvalue(samples, exact_constrained(target, lltok)) < 1e-3
 
 
 def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy_drafter):
@@ -195,10 +289,10 @@ def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy
 
 
 
-def test_a_drafter_draws_only_what_the_grammar_allows(monkeypatch, toy):
+@pytest.mark.parametrize("where", ["alone", "batch"])
+def test_a_drafter_draws_only_what_the_grammar_allows(monkeypatch, toy, where):
     """q masked as p is: every drafted token is one the grammar allows where it stands."""
     target, drafter, lltok = toy
-    monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
     checked, honest = [], Constraint.masks
 
     def recording(self, draft):
@@ -207,11 +301,8 @@ def test_a_drafter_draws_only_what_the_grammar_allows(monkeypatch, toy):
         return rows
 
     monkeypatch.setattr(Constraint, "masks", recording)
-    engine = Engine(target, ModelDrafter(drafter, len(TOKENS)), eos_token_ids=[EOS])
-    for seed in range(100):
-        config = GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(LARK), seed=seed,
-                                  policy=DraftPolicy(num_draft=3))
-        list(engine.generate(TOY_PROMPT, config))
+    run = sampled if where == "alone" else sampled_in_batches
+    run(monkeypatch, target, ModelDrafter(drafter, len(TOKENS)), lltok, runs=96)
     assert len(checked) > 100 and all(checked)
 
 

@@ -57,10 +57,19 @@ def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling
         else:
             confidence = warp(logits, sampling)
             token = sample(confidence, keys[i])
-            probs.append(mx.exp(confidence))
         fed = token.reshape(1).astype(mx.uint32)
+        if allowed is not None:
+            # The drafter may score nothing the grammar allows (a head's draft vocabulary): q would be
+            # empty, so the draft ends here, a choice made from the tokens before this one, as p-min's is.
+            possible = mx.any(logits > -mx.inf)
+            mx.eval(possible, fed)
+            if not possible.item():
+                break
+            drafted.append(int(fed.item()))
         tokens.append(fed)
-        drafted += [int(fed.item())] if allowed is not None else []
+        probs += [] if sampling.greedy else [mx.exp(confidence)]
         if i + 1 < num_draft and unsure(confidence, p_min):
             break
+    if not tokens:
+        return Draft.empty()
     return Draft(mx.concatenate(tokens), mx.stack(probs) if probs else None)
