@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -81,6 +82,7 @@ def checked(grammar: str, what: str) -> str:
 # llguidance's view of a tokenizer takes a second or two to build (it reads the whole vocabulary):
 # one per tokenizer, kept as long as the tokenizer lives.
 _TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_BUILDING = threading.Lock()
 
 
 def grammar_tokenizer(tokenizer: Any, width: int, eos: Iterable[int]) -> Any:
@@ -90,19 +92,22 @@ def grammar_tokenizer(tokenizer: Any, width: int, eos: Iterable[int]) -> Any:
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
     key = tokenizer._tokenizer if isinstance(tokenizer, TokenizerWrapper) else tokenizer  # the HF one
-    made = _TOKENIZERS.setdefault(key, {}).get((width, frozenset(eos)))
-    if made is None:
-        from llguidance import LLTokenizer
+    with _BUILDING:  # the server makes one at start-up: a first request waits for it, not for a second one
+        return _TOKENIZERS.setdefault(key, {}).get((width, frozenset(eos))) or _build(key, width, eos)
 
-        backend = getattr(key, "backend_tokenizer", None)
-        if backend is None:
-            raise SpecmlxError("constrained output needs a fast (Rust) tokenizer, and this model has none")
-        # What llguidance.hf.from_tokenizer does, whose check names transformers 4's fast class only.
-        backend = copy.copy(backend)
-        backend.no_padding()
-        backend.no_truncation()
-        made = _TOKENIZERS[key][(width, frozenset(eos))] = LLTokenizer(backend.to_str(), n_vocab=width,
-                                                                        eos_token=sorted(eos))
+
+def _build(key: Any, width: int, eos: Iterable[int]) -> Any:
+    from llguidance import LLTokenizer
+
+    backend = getattr(key, "backend_tokenizer", None)
+    if backend is None:
+        raise SpecmlxError("constrained output needs a fast (Rust) tokenizer, and this model has none")
+    # What llguidance.hf.from_tokenizer does, whose check names transformers 4's fast class only.
+    backend = copy.copy(backend)
+    backend.no_padding()
+    backend.no_truncation()
+    made = _TOKENIZERS[key][(width, frozenset(eos))] = LLTokenizer(backend.to_str(), n_vocab=width,
+                                                                    eos_token=sorted(eos))
     return made
 
 

@@ -102,9 +102,7 @@ async def models(request: Request) -> dict:
 @api.get("/models/{model:path}")
 async def model(model: str, request: Request) -> dict:
     s = serving(request)
-    if model != s.defaults.model:
-        raise APIError(404, f"the model {model!r} does not exist: this server serves {s.defaults.model!r}",
-                       "model_not_found", "model")
+    s.check_model(model)
     return s.model_card()
 
 
@@ -125,10 +123,10 @@ async def completions(body: CompletionRequest, request: Request):
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
     s = serving(request)
     queue: asyncio.Queue = asyncio.Queue()
-    prediction = await run_in_threadpool(s.prediction_tokens, body)
+    prediction, grammar = await run_in_threadpool(s.guides, body)
     # A wrong request (400, 404) or a full queue (429) raises here, before any byte is sent.
     ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post,
-                      prediction)
+                      prediction, grammar)
     reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)

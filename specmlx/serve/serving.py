@@ -10,6 +10,7 @@ the tests all serve what it makes.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
@@ -19,7 +20,7 @@ from fastapi import FastAPI
 from ..drafters import Drafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
-from ..grammar import Grammar
+from ..grammar import Grammar, grammar_tokenizer
 from ..loading import LoadedModel
 from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
@@ -150,13 +151,18 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
                        "speculative.num_draft" if spec.num_draft is not None else "speculative") from None
 
 
+def check_model(model: str, defaults: Defaults) -> None:
+    """A request names the model this server serves, or gets OpenAI's 404."""
+    if model != defaults.model:
+        raise APIError(404, f"the model {model!r} does not exist: this server serves {defaults.model!r}",
+                       "model_not_found", "model")
+
+
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
              room: int | None, window: int | None, owner: Hashable = None,
              prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
              grammar: Grammar | None = None) -> Job:
-    if request.model != defaults.model:
-        raise APIError(404, f"the model {request.model!r} does not exist: this server serves {defaults.model!r}",
-                       "model_not_found", "model")
+    check_model(request.model, defaults)
     refused = request.unsupported()
     if refused is not None:
         raise APIError(400, refused[1], "unsupported_parameter", refused[0])
@@ -223,6 +229,15 @@ class Serving:
     def completion_prompt(self, request: CompletionRequest) -> list[int]:
         return completion_prompt(self.tokenizer, request, self.vocab, self.context_window, self.fim)
 
+    def check_model(self, model: str) -> None:
+        check_model(model, self.defaults)
+
+    def guides(self, request: Sampling) -> tuple[tuple[int, ...], Grammar | None]:
+        """The request's prediction as tokens and its grammar, refused in one line if either is wrong (a
+        model it does not name first). A schema compiles in a millisecond, a large one in more."""
+        check_model(request.model, self.defaults)
+        return self.prediction_tokens(request), grammar_of(request, self.tokenizer)
+
     def prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
         """The request's prediction as the tokens the model would write (none without one)."""
         if not request.prediction:
@@ -235,13 +250,13 @@ class Serving:
         return tokens
 
     def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink,
-               prediction: tuple[int, ...] = ()) -> Ticket:
+               prediction: tuple[int, ...] = (), grammar: Grammar | None = None) -> Ticket:
         """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
-        wrong or the queue is full."""
+        wrong or the queue is full. `prediction` and `grammar`: the request's, from `guides`."""
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
                        slots.context_window, owner, prediction,
-                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar_of(request, self.tokenizer))
+                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
         return self.worker.submit(job, sink)
 
 
@@ -276,4 +291,10 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
                                 tuple(named), int(time.time()), find_layout(target.tokenizer),
                                 plain_encoder(target.tokenizer))
     routes.include(app)
+    if getattr(target.tokenizer, "backend_tokenizer", None) is not None:
+        # The grammar engine's view of the vocabulary takes a second or two: made now, beside loading,
+        # so that the first request with a response_format does not wait for it.
+        eos = frozenset(target.tokenizer.eos_token_ids)  # the slots' engines end answers at these
+        threading.Thread(target=grammar_tokenizer, args=(target.tokenizer, vocab_size(target.model), eos),
+                         name="grammar-vocabulary", daemon=True).start()
     return Built(app, worker)

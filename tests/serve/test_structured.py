@@ -53,3 +53,38 @@ def test_a_format_it_cannot_honour_is_a_400_naming_its_field(server, fmt, param)
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+
+
+def test_a_completion_takes_a_schema_too(client):
+    reply = client.completions.create(model=MODEL, prompt="An operation as JSON: ", max_tokens=64, temperature=0,
+                                      extra_body={"response_format": FORMAT, **spec(drafter="drafter")})
+    answer = json.loads(reply.choices[0].text)
+    assert answer["kind"] in ("add", "sub") and 0 <= answer["n"] <= 99
+
+
+def test_a_model_it_does_not_serve_is_a_404_before_its_schema_is_read(server):
+    url, _ = server
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no such type"}}}
+    reply = httpx.post(f"{url}/v1/chat/completions", timeout=30,
+                       json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "response_format": fmt})
+    assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
+
+
+def test_the_grammar_engines_vocabulary_is_made_at_start_up(loaded, monkeypatch):
+    """It takes seconds on a real vocabulary: a server makes it while it starts, not on the first request."""
+    import time
+    import weakref
+
+    from specmlx import grammar
+
+    from .conftest import start
+
+    monkeypatch.setattr(grammar, "_TOKENIZERS", weakref.WeakKeyDictionary())
+    _, target, _ = loaded
+    background, _ = start(loaded)
+    with background:
+        deadline = time.monotonic() + 30
+        while not grammar._TOKENIZERS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        made = dict(grammar._TOKENIZERS)
+    assert list(made) == [target.tokenizer._tokenizer]
