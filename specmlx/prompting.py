@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .errors import SpecmlxError
 
-# A chat: {"role": ..., "content": ...} dicts, oldest first.
-Messages = Sequence[Mapping[str, str]]
+# A chat: {"role": ..., "content": ...} dicts, oldest first (an assistant's may carry `tool_calls`).
+Messages = Sequence[Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,15 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None) if flag is None else flag)
 
 
-def encode_chat(tokenizer: Any, messages: Messages, add_generation_prompt: bool = True) -> list[int]:
+def encode_chat(tokenizer: Any, messages: Messages, add_generation_prompt: bool = True,
+                tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
     """`messages` in the tokenizer's chat template, as token ids; with the header
-    the assistant's answer follows (`add_generation_prompt`), or ending with the last message.
+    the assistant's answer follows (`add_generation_prompt`), or ending with the last message;
+    `tools` (OpenAI's function tools) rendered as the template renders them.
     A template's refusal (roles out of order, say) propagates: callers word it for their users."""
-    ids = tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=add_generation_prompt)
+    extra = {"tools": [dict(t) for t in tools]} if tools else {}
+    ids = tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+                                        **extra)
     if isinstance(ids, Mapping):  # a bare tokenizer's BatchEncoding (transformers 5); mlx-lm's wrapper gives the ids
         ids = ids["input_ids"]
     return [int(t) for t in ids]

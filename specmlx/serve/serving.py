@@ -10,6 +10,7 @@ the tests all serve what it makes.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ from .fim import FimLayout, find_layout, stop_tokens
 from .limits import Access, guard
 from .mirror import NO_MIRROR, Mirror
 from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
+from .calls import CallReader, call_reader
 from .slots import Slots, slots_for
+from .tools import forced_calls, has_tools, parses_calls, template_messages, template_tools
 from .worker import Ticket, Worker
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
@@ -72,12 +75,12 @@ def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str
 def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
     if not has_chat_template(tokenizer):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
-    refuse_past_window(tokenizer, "".join(m.text() for m in request.messages), window, "messages")
-    # OpenAI's newer `developer` role is the system message of older templates.
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in request.messages]
+    tools = template_tools(request, tokenizer)
+    messages = template_messages(request, tokenizer)
+    text = "".join(m.text() for m in request.messages) + (json.dumps(tools) if tools else "")
+    refuse_past_window(tokenizer, text, window, "messages")
     try:
-        return encode_chat(tokenizer, messages)
+        return encode_chat(tokenizer, messages, tools=tools)
     except Exception as err:  # noqa: BLE001 - templates raise their own errors (e.g. roles out of order)
         raise APIError(400, f"the chat template refused these messages: {err}", "invalid_messages",
                        "messages") from None
@@ -113,15 +116,18 @@ def infill_prompt(tokenizer: Any, request: CompletionRequest, window: int | None
 
 
 def grammar_of(request: Sampling, tokenizer: Any) -> Grammar | None:
-    """What `response_format` asks the answer to match: nothing, any JSON object, or a JSON schema's
-    instances. Refused (400) before the request waits: a schema llguidance cannot compile, or a model
-    whose tokenizer it cannot read (it needs the fast one)."""
+    """What the answer must match: the calls `tool_choice` demands (`tools.py`), or what `response_format`
+    asks: nothing, any JSON object, or a JSON schema's instances. Refused (400) before the request waits:
+    a schema llguidance cannot compile, or a model whose tokenizer it cannot read (it needs the fast one)."""
+    calls = forced_calls(request, tokenizer) if isinstance(request, ChatRequest) else None
     fmt = request.response_format
-    if fmt is None or fmt.type == "text":
+    if calls is None and (fmt is None or fmt.type == "text"):
         return None
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise APIError(400, "this model's tokenizer cannot be read by the grammar engine, so structured output "
-                       "is not available", "unsupported_parameter", "response_format")
+                       "is not available", "unsupported_parameter", "tool_choice" if calls else "response_format")
+    if calls is not None:
+        return calls
     if fmt.type == "json_object":
         return Grammar.json_object()
     if fmt.json_schema is None:
@@ -218,9 +224,11 @@ class Serving:
         return self.worker.slots.context_window
 
     def model_card(self) -> dict:
+        # Zed's names for what a model can do (its `available_models[].capabilities`), as an object of
+        # booleans that can grow; LM Studio's own model list has a `capabilities` object too.
         return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
                 "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
-                "context_window": self.context_window}
+                "context_window": self.context_window, "capabilities": {"tools": has_tools(self.tokenizer)}}
 
     # Encoding a long prompt takes seconds: the routes call these off the event loop.
     def chat_prompt(self, request: ChatRequest) -> list[int]:
@@ -231,6 +239,12 @@ class Serving:
 
     def check_model(self, model: str) -> None:
         check_model(model, self.defaults)
+
+    def call_reader(self, request: ChatRequest) -> CallReader | None:
+        """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`)."""
+        if not parses_calls(request, self.tokenizer):
+            return None
+        return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools])
 
     def guides(self, request: Sampling) -> tuple[tuple[int, ...], Grammar | None]:
         """The request's prediction as tokens and its grammar, refused in one line if either is wrong (a

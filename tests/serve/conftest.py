@@ -104,3 +104,19 @@ def fim_dirs(fim_tokenizer, tmp_path_factory):
     drafter = tiny.perturbed(target, args, noise=0.3, seed=5)
     return {"target": tiny.save_model(target, args, fim_tokenizer, saved),
             "drafter": tiny.save_model(drafter, args, fim_tokenizer, root / "drafter"), "cut": cut}
+
+
+@pytest.fixture(scope="session")
+def tool_tokenizer():
+    """The tiny tokenizer with Qwen2.5's tool-call tokens and a template that renders tools and calls."""
+    return tiny.train_tokenizer(specials=tiny.SPECIALS + tiny.TOOL_SPECIALS, chat_template=tiny.TOOL_TEMPLATE)
+
+
+@pytest.fixture(scope="session")
+def tool_dirs(tool_tokenizer, tmp_path_factory) -> dict[str, Path]:
+    """A tiny target that calls tools (as far as its tokenizer goes: it is random), and a noisy copy as drafter."""
+    args, root = tiny.qwen2_args(len(tool_tokenizer)), tmp_path_factory.mktemp("tools")
+    target = tiny.build(args, seed=0)
+    drafter = tiny.perturbed(target, args, noise=0.3, seed=5)
+    return {"target": tiny.save_model(target, args, tool_tokenizer, root / "target"),
+            "drafter": tiny.save_model(drafter, args, tool_tokenizer, root / "drafter")}
