@@ -29,12 +29,12 @@ from ..prompting import encode_chat, encode_text, has_chat_template, plain_encod
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
+from .calls import CallReader, call_reader
 from .errors import APIError, install
 from .fim import FimLayout, find_layout, stop_tokens
 from .limits import Access, guard
 from .mirror import NO_MIRROR, Mirror
 from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
-from .calls import CallReader, call_reader
 from .slots import Slots, slots_for
 from .tools import forced_calls, has_tools, parses_calls, template_messages, template_tools
 from .worker import Ticket, Worker
@@ -224,8 +224,8 @@ class Serving:
         return self.worker.slots.context_window
 
     def model_card(self) -> dict:
-        # Zed's names for what a model can do (its `available_models[].capabilities`), as an object of
-        # booleans that can grow; LM Studio's own model list has a `capabilities` object too.
+        # What the model can do under Zed's names (its settings' `available_models[].capabilities`, an
+        # object of booleans that can grow); Ollama's /api/show names tool calling `tools` too.
         return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
                 "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
                 "context_window": self.context_window, "capabilities": {"tools": has_tools(self.tokenizer)}}

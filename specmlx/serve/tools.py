@@ -16,6 +16,10 @@ into one first. What the model writes back is read by mlx-lm's parser for its te
   call), each in the model's own call syntax with arguments valid against the function's
   parameters. Speculation under a grammar is exact (`grammar.py`): the answer is the target's
   distribution restricted to calls. Only for parsers whose syntax is written here (`SYNTAXES`).
+
+A function's `strict` is accepted either way: under `required` or a named function its arguments
+always match its parameters; under `auto` the answer is the model's own, unconstrained, and a call
+whose arguments miss the schema is passed on as the model wrote it (if it parses).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
+from specmlx import presets
 from specmlx.drafters import NGRAM, NONE
 from specmlx.loading import load_models, load_tokenizer
 from specmlx.mlx_thread import MLXThread
@@ -74,6 +75,15 @@ def client(server):
     url, _ = server
     with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def qwen():
+    """The default preset's target tokenizer, as the server loads it; skipped where it is not fetched."""
+    path = presets.model_path(presets.get_preset("qwen2.5-coder-1.5b"))
+    if not presets.is_fetched(path):
+        pytest.skip(f"the qwen2.5-coder-1.5b preset is not fetched ({path}): specmlx models fetch")
+    return load_tokenizer("qwen2.5-coder-1.5b", path)
 
 
 @pytest.fixture(scope="session")

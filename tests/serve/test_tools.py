@@ -10,7 +10,6 @@ import json
 import httpx
 import pytest
 
-from specmlx import presets
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.loading import load_models, load_tokenizer
@@ -86,8 +85,8 @@ def test_streamed_text_is_read_as_the_whole_is_and_no_part_of_a_call_is_shown(st
 
 def test_a_call_that_does_not_parse_is_text_with_a_line_in_the_log(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECMLX_DATA_DIR", str(tmp_path))
-    broken = '<tool_call>\n{"name": "weather", "arguments": {"city": \n</tool_call>'
-    for bad in (broken, '<tool_call>\n["weather"]\n</tool_call>', '<tool_call>\n{"name": "f", "arguments": 3}\n</tool_call>'):
+    bodies = ('{"name": "weather", "arguments": {"city": ', '["weather"]', '{"name": "f", "arguments": 3}')
+    for bad in (f"<tool_call>\n{body}\n</tool_call>" for body in bodies):
         pieces = read("Hm. " + bad + " " + CALL)
         text, calls = texts_and_calls(pieces)
         assert text == "Hm. " + bad + " " and [c[:2] for c in calls] == [(0, "weather")]
@@ -111,15 +110,6 @@ def conversation(arguments: str = '{"city": "Paris", "days": 2}', call_id: str =
     return [*ASK, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": arguments}}]},
         {"role": "tool", "tool_call_id": call_id, "content": "sunny, 21 C"}]
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    """The default preset's target tokenizer, as the server loads it; skipped where it is not fetched."""
-    path = presets.model_path(presets.get_preset("qwen2.5-coder-1.5b"))
-    if not presets.is_fetched(path):
-        pytest.skip(f"the qwen2.5-coder-1.5b preset is not fetched ({path}): specmlx models fetch")
-    return load_tokenizer("qwen2.5-coder-1.5b", path)
 
 
 def test_the_conversation_is_qwens_own_rendering_of_it(qwen):
