@@ -8,7 +8,9 @@ known not to be one, so no part of a call is ever streamed as text.
 
 A call is handed out whole when its end marker arrives: only then is it known to parse. One that
 does not parse, or that the answer's end cuts short, is handed out as the text it was, with a line
-in the log: a model's slip is its answer's text, never a 500.
+in the log: a model's slip is its answer's text, never a 500. White space just before a call, or
+after the last one at the answer's end, is the syntax's (Qwen's template writes a new line between
+calls), not text.
 """
 
 from __future__ import annotations
@@ -58,37 +60,50 @@ class CallReader:
         self.made = 0  # calls handed out
         self._held = ""  # text not yet handed out: a possible marker's start, or a call's text so far
         self._inside = False  # past a start marker
+        self._after_call = False  # the last piece handed out was a call
+        self._gap = ""  # the white space before the current call: text again if the call is not one
 
     def feed(self, text: str) -> list[Piece]:
         """The pieces `text` completes: text to show, and calls, in order."""
         self._held += text
         pieces: list[Piece] = []
         while True:
-            if not self._inside:
-                at = self._held.find(self.start)
-                if at < 0:
-                    cut = len(self._held) - partial(self._held, self.start)
-                    pieces.append(self._held[:cut])
-                    self._held = self._held[cut:]
-                    return merged(pieces)
-                pieces.append(self._held[:at])
-                self._held, self._inside = self._held[at + len(self.start):], True
-            else:
+            if self._inside:
                 at = self._held.find(self.end)
                 if at < 0:
                     return merged(pieces)
                 pieces += self._read(self._held[:at])
                 self._held, self._inside = self._held[at + len(self.end):], False
+                continue
+            at = self._held.find(self.start)
+            if at >= 0:  # the white space before a call is the syntax's (a new line between calls)
+                before = self._held[:at].rstrip()
+                self._gap = self._held[len(before):at]
+                pieces.append(self._text(before))
+                self._held, self._inside = self._held[at + len(self.start):], True
+                continue
+            # Held back: what may begin a marker, and white space, which a call may follow.
+            cut = len(self._held) - partial(self._held, self.start)
+            cut = len(self._held[:cut].rstrip())
+            pieces.append(self._text(self._held[:cut]))
+            self._held = self._held[cut:]
+            return merged(pieces)
 
     def finish(self) -> list[Piece]:
-        """What is left at the answer's end: a held-back start of a marker as text, and a call the end cut
-        short as the text it was."""
+        """What is left at the answer's end: a call the end cut short as the text it was, and what was held
+        back as text (but white space after the last call, the syntax's)."""
         held, self._held = self._held, ""
         if self._inside:
             note(f"a tool call was cut short by the answer's end ({len(held)} characters): returned as text")
-            held = self.start + held
+            held = self._gap + self.start + held
+        elif self._after_call and not held.strip():
+            held = ""
         self._inside = False
         return merged([held])
+
+    def _text(self, text: str) -> str:
+        self._after_call = self._after_call and not text
+        return text
 
     def _read(self, body: str) -> list[Piece]:
         """A call's text as calls (a parser may read several from one), or as text if it does not parse."""
@@ -98,8 +113,9 @@ class CallReader:
             found = [self._call(item, self.made + k) for k, item in enumerate(items)]
         except Exception as err:  # noqa: BLE001 - parsers raise what their syntax meets; a slip is text
             note(f"a tool call did not parse ({type(err).__name__}: {err}): returned as text")
-            return [self.start + body + self.end]
+            return [self._text(self._gap + self.start + body + self.end)]
         self.made += len(found)
+        self._after_call = True
         return found
 
     @staticmethod

@@ -6,6 +6,7 @@ answers equal to the engine's on the same prompt, and bad input refused by its f
 from __future__ import annotations
 
 import json
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -62,8 +63,10 @@ def texts_and_calls(pieces) -> tuple[str, list[tuple[int, str, dict]]]:
 
 def test_a_call_is_read_out_of_the_text_around_it():
     pieces = read("Let me look.\n" + CALL + "\n" + CALL.replace("Paris", "Oslo") + " Done.")
-    assert texts_and_calls(pieces) == ("Let me look.\n\n Done.", [(0, "weather", {"city": "Paris", "days": 2}),
-                                                                  (1, "weather", {"city": "Oslo", "days": 2})])
+    assert texts_and_calls(pieces) == ("Let me look. Done.", [(0, "weather", {"city": "Paris", "days": 2}),
+                                                              (1, "weather", {"city": "Oslo", "days": 2})])
+    assert read(CALL + "\n" + CALL + "\n") == [Call(0, ANY, "weather", ANY), Call(1, ANY, "weather", ANY)]
+    assert texts_and_calls(read("a \n"))[0] == "a \n" and texts_and_calls(read(CALL + "\nb\n"))[0] == "\nb\n"
     call = next(p for p in pieces if isinstance(p, Call))
     assert call.id.startswith("call_") and len(call.id) > 10
     assert call.whole() == {"id": call.id, "type": "function",
@@ -75,7 +78,7 @@ def test_streamed_text_is_read_as_the_whole_is_and_no_part_of_a_call_is_shown(st
     text = "Sure <tool_cal>? or </tool_call> alone.\n" + CALL + "\nafter <tool_c"
     whole = texts_and_calls(read(text))
     assert texts_and_calls(read(text, step)) == whole
-    assert whole == ("Sure <tool_cal>? or </tool_call> alone.\n\nafter <tool_c",  # a marker counts whole
+    assert whole == ("Sure <tool_cal>? or </tool_call> alone.\nafter <tool_c",  # a marker counts whole
                      [(0, "weather", {"city": "Paris", "days": 2})])
     r, shown = reader(), ""
     for i in range(0, len(text), step):
@@ -89,7 +92,7 @@ def test_a_call_that_does_not_parse_is_text_with_a_line_in_the_log(tmp_path, mon
     for bad in (f"<tool_call>\n{body}\n</tool_call>" for body in bodies):
         pieces = read("Hm. " + bad + " " + CALL)
         text, calls = texts_and_calls(pieces)
-        assert text == "Hm. " + bad + " " and [c[:2] for c in calls] == [(0, "weather")]
+        assert text == "Hm. " + bad and [c[:2] for c in calls] == [(0, "weather")]
     log = (tmp_path / "specmlx.log").read_text().splitlines()
     assert len(log) == 3 and all("a tool call did not parse" in line for line in log)
 
