@@ -37,6 +37,8 @@ from .errors import SpecmlxError
 # JSON grammars allow (`json_schema_to_grammar`'s SPACE_RULE). Unbounded whitespace lets a model
 # that is unsure write blank lines until max_tokens, a known failure of JSON modes.
 WHITESPACE = r" ?|\n[ \t]{0,20}"
+# llguidance's JSON options for that layout (a schema's `x-guidance`, or the compiler's overrides).
+LAID_OUT = {"whitespace_flexible": True, "whitespace_pattern": WHITESPACE}
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,7 @@ class Grammar:
         (`laid_out`) or on one line; refused in one line if llguidance cannot compile it."""
         from llguidance import LLMatcher
 
-        layout = {"whitespace_flexible": True, "whitespace_pattern": WHITESPACE} if laid_out else {
-            "whitespace_flexible": False}
+        layout = LAID_OUT if laid_out else {"whitespace_flexible": False}
         text = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=layout)
         return Grammar(checked(text, "the JSON schema"), "a JSON schema")
 

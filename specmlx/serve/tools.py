@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..errors import SpecmlxError
-from ..grammar import WHITESPACE, Grammar
+from ..grammar import LAID_OUT, Grammar
 from .errors import APIError
 from .protocol import ChatRequest, NamedToolChoice, Tool
 
@@ -190,10 +190,11 @@ def marker(tokenizer: Any, text: str) -> str:
 
 
 def arguments_schema(tool: Tool, index: int) -> dict:
-    """A function's parameters with the answer's JSON laid out as `response_format` lays it out
-    (bounded whitespace); a schema llguidance cannot compile is a 400 naming its tool."""
-    schema = dict(tool.function.parameters or {"type": "object", "properties": {}})
-    schema["x-guidance"] = {"whitespace_flexible": True, "whitespace_pattern": WHITESPACE}
+    """A function's parameters, an object's (a schema without a type would take any value), with the
+    answer's JSON laid out as `response_format` lays it out (bounded white space); a schema llguidance
+    cannot compile is a 400 naming its tool."""
+    schema = {"type": "object", "properties": {}} | (tool.function.parameters or {})
+    schema["x-guidance"] = dict(LAID_OUT)
     try:
         Grammar.json_schema(schema)
     except SpecmlxError as err:

@@ -203,6 +203,14 @@ def test_a_syntax_without_a_grammar_here_refuses_required_but_not_auto(tiny_tool
     assert forced_calls(chat(tools=TOOLS, tool_choice="auto"), tiny_tools) is None
 
 
+def test_arguments_are_an_object_where_the_schema_leaves_the_type_out(tiny_tools):
+    untyped = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"type": "integer"}}}}}]
+    grammar = forced_calls(chat(tools=untyped, tool_choice="required"), tiny_tools)
+    call = '<tool_call>\n{"name": "f", "arguments": %s}\n</tool_call>'
+    assert accepts(grammar, tiny_tools, call % '{"a": 1}') and accepts(grammar, tiny_tools, call % "{}")
+    assert not accepts(grammar, tiny_tools, call % "3") and not accepts(grammar, tiny_tools, call % '{"a": "x"}')
+
+
 def test_tools_and_their_calls_on_a_model_without_tool_calling_are_refused(tokenizer):
     assert refused(template_tools, chat(tools=TOOLS), tokenizer) == (400, "tools")
     assert refused(template_messages, chat(conversation()), tokenizer) == (400, "messages.1.role")
