@@ -123,7 +123,7 @@ class MessageReply:
         and their sources when asked, on the last event (a ping if there is none)."""
         out = [e for p in self._pieces("".join(e.text for e in events), end=False) for e in self.blocks.events(p)]
         if self.sources:
-            out = (out or [{"type": "ping"}])
+            out = out or [{"type": "ping"}]
             out[-1]["speculative"] = token_sources(events)
         return "".join(event(e) for e in out)
 

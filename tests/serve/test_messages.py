@@ -12,6 +12,7 @@ import pytest
 
 from specmlx.prompting import encode_chat
 from specmlx.serve.anthropic import MessagesRequest, to_chat
+from specmlx.serve.anthropic_render import MessageReply
 from specmlx.serve.errors import APIError
 
 from .conftest import KEY, MODEL, start
@@ -206,6 +207,10 @@ def test_errors_on_the_messages_routes_take_anthropics_shape_and_type():
              for status in (400, 401, 404, 413, 429, 500, 503)}
     assert types == {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                      413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}
+    # A stream that cannot finish ends with Anthropic's error event.
+    name, data = MessageReply.failed(APIError(503, "lost")).strip().split("\n")
+    assert name == "event: error" and json.loads(data.removeprefix("data: ")) == {
+        "type": "error", "error": {"type": "overloaded_error", "message": "lost"}}
 
 
 # ---- errors ----------------------------------------------------------------------------------------
@@ -237,7 +242,7 @@ BAD = [
     ("a schema that is not an object's", {"tools": NOT_OBJECT}, "tools.0.input_schema"),
     ("a result for an unknown call", {"messages": [*ASK, {"role": "assistant", "content": [USE]},
                                                    {"role": "user", "content": [RESULT | {"tool_use_id": "toolu_9"}]}],
-                                      "tools": TOOLS}, "toolu_9"),
+                                      "tools": TOOLS}, "tool_use_id 'toolu_9'"),
     ("a result in an assistant's message", {"messages": [*ASK, {"role": "assistant", "content": [USE, RESULT]}],
                                             "tools": TOOLS}, "messages.1.content.1"),
     ("a call in a user's message", {"messages": [{"role": "user", "content": [USE]}], "tools": TOOLS},
@@ -266,21 +271,31 @@ def test_an_oversize_body_is_a_413_in_each_routes_shape(tool_server):
     assert healthy(tool_server)
 
 
-def test_the_api_key_is_taken_from_x_api_key_and_refused_in_anthropics_shape(tool_loaded):
+def keyed(url: str, key: str, header: str):
+    """A client sending `key` as a Bearer token (as the 2.x client sends its api_key) or in `x-api-key`
+    (as Claude Code and older clients send it)."""
+    if header == "bearer":
+        return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=60)
+    return anthropic.Anthropic(base_url=url, api_key=None, default_headers={"x-api-key": key}, max_retries=0,
+                               timeout=60)
+
+
+def test_the_api_key_is_taken_from_x_api_key_and_refused_in_anthropics_shape(tool_loaded, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     background, _ = start(tool_loaded, api_key=KEY)
     with background as url:
-        with anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0, timeout=60) as claude:
-            with pytest.raises(anthropic.AuthenticationError) as err:
-                claude.messages.create(model=MODEL, messages=ASK, max_tokens=2)
-        assert err.value.status_code == 401 and err.value.body["error"]["type"] == "authentication_error"
+        for header in ("bearer", "x-api-key"):
+            with keyed(url, "wrong", header) as claude:
+                with pytest.raises(anthropic.AuthenticationError) as err:
+                    claude.messages.create(model=MODEL, messages=ASK, max_tokens=2)
+            assert err.value.status_code == 401 and err.value.body["error"]["type"] == "authentication_error"
+            with keyed(url, KEY, header) as claude:
+                assert claude.messages.create(model=MODEL, messages=ASK, max_tokens=2).usage.output_tokens >= 1
+                assert claude.messages.count_tokens(model=MODEL, messages=ASK).input_tokens > 5
         for path in ("/v1/messages", "/v1/messages/count_tokens"):  # no key at all
             reply = httpx.post(f"{url}{path}", json={"model": MODEL, "messages": ASK, "max_tokens": 2}, timeout=30)
             assert "x-api-key" in anthropic_error(reply, 401, "authentication_error")
-        with anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=60) as claude:
-            assert claude.messages.create(model=MODEL, messages=ASK, max_tokens=2).usage.output_tokens >= 1
-            assert claude.messages.count_tokens(model=MODEL, messages=ASK).input_tokens > 5
-        with anthropic.Anthropic(base_url=url, api_key=None, auth_token=KEY, max_retries=0, timeout=60) as claude:
-            assert claude.messages.create(model=MODEL, messages=ASK, max_tokens=2).type == "message"  # as a Bearer
         openai = httpx.post(f"{url}/v1/chat/completions", json={"model": MODEL, "messages": ASK},
                             headers={"x-api-key": "wrong"}, timeout=30)
         assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
