@@ -6,6 +6,10 @@ serving on after each."""
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from unittest.mock import ANY
 
 import httpx
 import pytest
@@ -300,3 +304,73 @@ def test_the_api_key_is_taken_from_x_api_key_and_refused_in_anthropics_shape(too
                             headers={"x-api-key": "wrong"}, timeout=30)
         assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
         assert healthy(url)
+
+
+# ---- what the server promises on every route ---------------------------------------------------------
+
+
+def stream_events(url: str, max_tokens: int) -> tuple[int, list[dict], httpx.Headers]:
+    """(status, the stream's events' data or the refusal's body, the headers) of a streamed message."""
+    body = {"model": MODEL, "messages": ASK, "max_tokens": max_tokens, "stream": True, "temperature": 0}
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
+        if reply.status_code != 200:
+            reply.read()
+            return reply.status_code, [reply.json()], reply.headers
+        events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")]
+        return 200, events, reply.headers
+
+
+def test_a_full_queue_is_a_429_in_anthropics_shape(tool_loaded):
+    background, _ = start(tool_loaded, max_queue=1)
+    with background as url:
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda _: stream_events(url, 48), range(6)))
+        refused = [r for r in results if r[0] == 429]
+        served = [r for r in results if r[0] == 200]
+        assert refused and served and len(refused) + len(served) == 6
+        for _, [error], headers in refused:
+            assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
+            assert int(headers["retry-after"]) >= 1
+        assert all(events[-1]["type"] == "message_stop" for _, events, _ in served)
+        assert healthy(url)
+
+
+def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded):
+    background, worker = start(tool_loaded)
+    with background as url:
+        body = {"model": MODEL, "messages": ASK, "max_tokens": 4000, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
+            lines = reply.iter_lines()
+            for _ in range(12):  # message_start, a ping, the text block's start and a few deltas
+                next(lines)
+        deadline = time.monotonic() + 20
+        while not worker.records and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [dropped] = worker.records
+        assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
+        assert healthy(url)
+
+
+def test_stopping_the_server_ends_an_open_stream_with_anthropics_error_event(tool_loaded):
+    background, _ = start(tool_loaded)
+    got: dict = {}
+    with background as url:
+        started = threading.Event()
+
+        def listen() -> None:
+            body = {"model": MODEL, "messages": ASK, "max_tokens": 4000, "stream": True}
+            with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
+                got["lines"] = []
+                for line in reply.iter_lines():
+                    got["lines"].append(line)
+                    started.set()
+
+        listener = threading.Thread(target=listen)
+        listener.start()
+        assert started.wait(30)
+    listener.join(30)
+    assert not listener.is_alive()
+    lines = [line for line in got["lines"] if line]
+    assert lines[-2] == "event: error"
+    error = json.loads(lines[-1].removeprefix("data: "))
+    assert error == {"type": "error", "error": {"type": "overloaded_error", "message": ANY}}
