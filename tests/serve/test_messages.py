@@ -97,7 +97,14 @@ def test_the_stream_is_server_sent_events_named_by_their_type(tool_server):
     assert blocks[0].startswith("event: message_start") and blocks[-1].startswith("event: message_stop")
 
 
-def test_a_stop_sequence_ends_the_answer_before_it_and_is_named(claude):
+@pytest.mark.parametrize("max_batch", [8, 1], ids=["batched", "one at a time"])
+def test_a_stop_sequence_ends_the_answer_before_it_and_is_named(tool_loaded, max_batch):
+    background, _ = start(tool_loaded, max_batch=max_batch)  # the batch's members, or one generation
+    with background as url, anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60) as claude:
+        check_stop_sequence(claude)
+
+
+def check_stop_sequence(claude) -> None:
     full = ask(claude, max_tokens=32).content[0].text
     cut = full[len(full) // 2: len(full) // 2 + 3]
     assert cut.strip() and cut in full
