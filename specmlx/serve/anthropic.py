@@ -62,7 +62,7 @@ Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock], Field(discrim
 
 class AnthropicMessage(BaseModel):
     role: Literal["user", "assistant"]
-    content: Union[StrictStr, list[Block]]
+    content: Union[StrictStr, Annotated[list[Block], Field(min_length=1)]]  # no blocks: no turn, as Anthropic has it
 
     def blocks(self) -> list:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
