@@ -54,7 +54,7 @@ def healthy(url: str) -> bool:
 
 
 def test_a_text_answer_is_a_message(claude, tool_server):
-    reply = ask(claude, max_tokens=16)
+    reply = ask(claude, max_tokens=16, metadata={"user_id": "someone"})  # accepted, and changes nothing
     assert reply.type == "message" and reply.role == "assistant" and reply.model == MODEL
     assert reply.id.startswith("msg_") and [b.type for b in reply.content] == ["text"]
     assert reply.content[0].text and reply.stop_reason in ("end_turn", "max_tokens") and reply.stop_sequence is None
@@ -361,24 +361,20 @@ def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded):
 
 def test_stopping_the_server_ends_an_open_stream_with_anthropics_error_event(tool_loaded):
     background, _ = start(tool_loaded)
-    got: dict = {}
-    with background as url:
-        started = threading.Event()
+    started = threading.Event()
 
-        def listen() -> None:
-            body = {"model": MODEL, "messages": ASK, "max_tokens": 4000, "stream": True}
-            with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
-                got["lines"] = []
-                for line in reply.iter_lines():
-                    got["lines"].append(line)
-                    started.set()
+    def listen(url: str) -> list[str]:
+        """The stream's non-empty lines, until the server ends it."""
+        body = {"model": MODEL, "messages": ASK, "max_tokens": 4000, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
+            # `started` is set at the first line (`set()` is None: every line is kept).
+            return [line for line in reply.iter_lines() if line and not started.set()]
 
-        listener = threading.Thread(target=listen)
-        listener.start()
-        assert started.wait(30)
-    listener.join(30)
-    assert not listener.is_alive()
-    lines = [line for line in got["lines"] if line]
-    assert lines[-2] == "event: error"
-    error = json.loads(lines[-1].removeprefix("data: "))
-    assert error == {"type": "error", "error": {"type": "overloaded_error", "message": ANY}}
+    with ThreadPoolExecutor(1) as pool:
+        with background as url:
+            lines = pool.submit(listen, url)
+            assert started.wait(30)
+        name, data = lines.result(30)[-2:]
+    assert name == "event: error"
+    assert json.loads(data.removeprefix("data: ")) == {"type": "error",
+                                                       "error": {"type": "overloaded_error", "message": ANY}}
