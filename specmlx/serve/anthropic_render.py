@@ -59,10 +59,11 @@ class Blocks:
 
     def events(self, piece: Piece) -> list[dict]:
         if isinstance(piece, Call):
+            closed = self.close()  # the text before the call
             index = self.started
             self.started += 1
             start = {"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}}
-            return self.close() + [
+            return closed + [
                 {"type": "content_block_start", "index": index, "content_block": start},
                 {"type": "content_block_delta", "index": index,
                  "delta": {"type": "input_json_delta", "partial_json": piece.arguments}},

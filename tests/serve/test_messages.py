@@ -14,13 +14,17 @@ from unittest.mock import ANY
 import httpx
 import pytest
 
+from specmlx.events import Source, TokenEvent
 from specmlx.prompting import encode_chat
 from specmlx.serve.anthropic import MessagesRequest, to_chat
 from specmlx.serve.anthropic_render import MessageReply
+from specmlx.serve.calls import CallReader
 from specmlx.serve.errors import APIError
+from specmlx.serve.protocol import Done
+from specmlx.stats import GenerationStats
 
 from .conftest import KEY, MODEL, start
-from .test_tools import CITY, TOKENS, engine_tokens, tool_loaded, tool_server  # noqa: F401 - fixtures
+from .test_tools import CALL, CITY, TOKENS, engine_tokens, json_parse, tool_loaded, tool_server  # noqa: F401
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -207,6 +211,54 @@ def test_consecutive_turns_of_a_role_are_one_and_results_answer_their_calls():
         {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: down"}, {"role": "user", "content": "and?"}]
     assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
     assert chat.stops() == ("x",) and chat.top_k == 3 and chat.max_tokens == 8 and chat.temperature is None
+
+
+def reader() -> CallReader:
+    """Qwen's call syntax read as the server reads it, with Anthropic's ids."""
+    return CallReader("<tool_call>", "</tool_call>", json_parse, id_prefix="toolu_")
+
+
+def sse_events(text: str) -> list[dict]:
+    """An Anthropic stream's events' data, each checked to be named by its type."""
+    out = []
+    for raw in text.strip().split("\n\n"):
+        name, data = raw.split("\n")
+        out.append(json.loads(data.removeprefix("data: ")))
+        assert name == "event: " + out[-1]["type"]
+    return out
+
+
+def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_blocks():
+    text = "Let me look.\n" + CALL + "\n" + CALL.replace("Paris", "Oslo") + " Done."
+    tokens = [TokenEvent(i, text[i:i + 7], Source.TARGET) for i in range(0, len(text), 7)]
+    stats = GenerationStats(drafter="none", num_draft=0, prompt_tokens=9, generation_tokens=len(tokens), rounds=1,
+                            drafted=0, accepted=0, accepted_histogram=(1,), target_forwards=1, host_syncs=1,
+                            prefill_s=0.1, decode_s=0.2, draft_s=0.0, verify_s=0.0, profiled=False,
+                            finish_reason="eos")
+    done = Done(stats, "", 0, 0.0)
+    whole = MessageReply(MODEL, 9, False, reader()).whole(tokens, done)
+    assert [(b["type"], b.get("text"), b.get("input")) for b in whole["content"]] == [
+        ("text", "Let me look.", None), ("tool_use", None, {"city": "Paris", "days": 2}),
+        ("tool_use", None, {"city": "Oslo", "days": 2}), ("text", " Done.", None)]
+    assert whole["stop_reason"] == "tool_use" and whole["usage"] == {"input_tokens": 9, "output_tokens": len(tokens)}
+    reply = MessageReply(MODEL, 9, False, reader())
+    events = sse_events(reply.first() + "".join(reply.piece([t]) for t in tokens) + reply.last(done))
+    events = [e for e in events if e["type"] != "ping"]
+    blocks: dict[int, dict] = {}
+    for e in events[1:-2]:  # each block from its start to its stop, before the next one starts
+        if e["type"] == "content_block_start":
+            assert e["index"] == len(blocks) and all(b.get("stopped") for b in blocks.values())
+            blocks[e["index"]] = dict(e["content_block"])
+        elif e["type"] == "content_block_delta":
+            block, delta = blocks[e["index"]], e["delta"]
+            block["text" if delta["type"] == "text_delta" else "json"] = (
+                block.get("text", "") + delta["text"] if delta["type"] == "text_delta" else delta["partial_json"])
+        else:
+            blocks[e["index"]]["stopped"] = True
+    assert [(b["type"], b.get("text"), json.loads(b["json"]) if "json" in b else None) for b in blocks.values()] == [
+        (b["type"], b.get("text"), b.get("input")) for b in whole["content"]]
+    assert [b["id"][:6] for b in blocks.values() if b["type"] == "tool_use"] == ["toolu_", "toolu_"]
+    assert events[-2]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
 
 
 def test_errors_on_the_messages_routes_take_anthropics_shape_and_type():
