@@ -259,6 +259,11 @@ def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_bloc
         (b["type"], b.get("text"), b.get("input")) for b in whole["content"]]
     assert [b["id"][:6] for b in blocks.values() if b["type"] == "tool_use"] == ["toolu_", "toolu_"]
     assert events[-2]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    # Each piece's sources ride on its last event, or on a ping while a call is still being written.
+    sourced = MessageReply(MODEL, 9, True, reader())
+    pieces = [sse_events(sourced.piece(tokens[k:k + 1])) for k in range(3)]
+    assert [p[-1]["type"] for p in pieces] == ["content_block_delta", "content_block_delta", "ping"]
+    assert [p[-1]["speculative"] for p in pieces] == [{"tokens": [k], "sources": ["target"]} for k in (0, 7, 14)]
 
 
 def test_errors_on_the_messages_routes_take_anthropics_shape_and_type():
