@@ -105,7 +105,7 @@ class MessagesRequest(CountTokensRequest):
     speculative: Speculative = Field(default_factory=Speculative)
 
 
-def joined(blocks: Union[str, list[TextBlock], None]) -> str:
+def text_of(blocks: Union[str, list[TextBlock], None]) -> str:
     """A string, or text blocks' text as one."""
     if blocks is None or isinstance(blocks, str):
         return blocks or ""
@@ -169,7 +169,7 @@ def turns(messages: list[AnthropicMessage]) -> Iterator[tuple[str, list[tuple[st
 
 def chat_messages(request: CountTokensRequest) -> list[dict]:
     """The conversation as chat messages: the system prompt, then each turn's."""
-    messages = [{"role": "system", "content": joined(request.system)}] if request.system else []
+    messages = [{"role": "system", "content": text_of(request.system)}] if request.system else []
     called: set[str] = set()  # the ids of the calls made so far
     for role, blocks in turns(request.messages):
         messages += assistant_turn(blocks, called) if role == "assistant" else user_turn(blocks, called)
@@ -209,7 +209,7 @@ def user_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict]:
             messages.append({"role": "user", "content": BLOCKS_JOINED.join(texts)})
             texts = []
         # The template has no place for a failure: the model reads it in the result's text.
-        content = ("Error: " if block.is_error else "") + joined(block.content)
+        content = ("Error: " if block.is_error else "") + text_of(block.content)
         messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
     if texts:
         messages.append({"role": "user", "content": BLOCKS_JOINED.join(texts)})
