@@ -62,7 +62,7 @@ Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock], Field(discrim
 
 class AnthropicMessage(BaseModel):
     role: Literal["user", "assistant"]
-    content: Union[StrictStr, Annotated[list[Block], Field(min_length=1)]]  # no blocks: no turn, as Anthropic has it
+    content: Union[StrictStr, list[Block]]  # at least one block (`turns`)
 
     def blocks(self) -> list:
         return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
@@ -158,6 +158,9 @@ def turns(messages: list[AnthropicMessage]) -> Iterator[tuple[str, list[tuple[st
     as one turn."""
     role, blocks = None, []
     for i, message in enumerate(messages):
+        if not message.blocks():  # said here: pydantic would report the union's string arm
+            raise APIError(400, f"messages.{i}.content: a message holds at least one content block",
+                           "invalid_value", f"messages.{i}.content")
         if message.role != role and blocks:
             yield role, blocks
             blocks = []

@@ -307,7 +307,7 @@ BAD = [
     # (name, body fields, words of the message)
     ("no max_tokens", {"max_tokens": None}, "max_tokens"),
     ("no messages", {"messages": []}, "messages"),
-    ("a message with no blocks", {"messages": [{"role": "user", "content": []}]}, "messages.0.content"),
+    ("a message with no blocks", {"messages": [{"role": "user", "content": []}]}, "at least one content block"),
     ("a schema that is not an object's", {"tools": NOT_OBJECT}, "tools.0.input_schema"),
     ("a result for an unknown call", {"messages": [*ASK, {"role": "assistant", "content": [USE]},
                                                    {"role": "user", "content": [RESULT | {"tool_use_id": "toolu_9"}]}],
