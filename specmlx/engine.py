@@ -19,13 +19,14 @@ from mlx_lm.utils import common_prefix_len
 from .cache import PREFILL_STEP, cache_length, make_cache, rewind
 from .drafters import Drafter, HiddenDrafter
 from .errors import SpecmlxError
+from .grammar import Constraint, Grammar, grammar_tokenizer
 from .generation import MAX_SEED, RANDOM_SEED, Generation, GenerationConfig
 from .hidden import check_exposes_hidden, decoder_taps
 from .peers import ALONE, Peers
 from .policy import DraftPolicy
 from .schedule import AutoDraft, AutoDrafts
 from .stats import StatsRecorder
-from .vocab import context_window
+from .vocab import context_window, vocab_size
 
 __all__ = ["Engine", "Generation", "GenerationConfig", "MAX_SEED", "RANDOM_SEED"]
 
@@ -177,6 +178,13 @@ class Engine:
             mx.eval(*arrays, *keep)
         rec.host_syncs += 1
         return [a.tolist() for a in arrays]
+
+    def constrain(self, grammar: Grammar | None) -> Constraint | None:
+        """A generation's place in `grammar`, over this target's token ids, its answer ended by this
+        engine's end-of-sequence tokens (None without a grammar)."""
+        if grammar is None:
+            return None
+        return Constraint(grammar, grammar_tokenizer(self.tokenizer, vocab_size(self.target), self.eos_token_ids))
 
     def auto_draft(self, drafter: Drafter | None = None, policy: DraftPolicy = DraftPolicy()) -> AutoDraft:
         """The automatic draft length of `drafter` (the current one by default)

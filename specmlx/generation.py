@@ -22,7 +22,8 @@ from .events import RoundEvent, TokenEvent
 from .peers import ALONE
 from .plan import Plan, Round
 from .policy import DraftPolicy
-from .round import run_round
+from .grammar import Grammar
+from .round import Guides, run_round
 from .sampling import SamplingParams
 from .schedule import AutoDraft, DraftLength, Schedule
 from .stats import GenerationStats, StatsRecorder
@@ -41,7 +42,8 @@ class GenerationConfig:
     (`policy`). `stop_tokens` end it as the model's end of sequence does (committed,
     not emitted): a fill-in-the-middle answer's own end tokens. `profile` adds one host
     sync per round so that drafting and verification are timed apart; leave it off to
-    measure speed. `prediction`: the tokens the caller expects the output to be
+    measure speed. `grammar`: what the answer must match (`grammar.py`), the target's
+    distribution restricted to it. `prediction`: the tokens the caller expects the output to be
     (OpenAI's predicted outputs), copied as drafts where the output agrees with them
     (`drafters.prediction`). `continues_text`: the answer continues the prompt's text (a
     completion, not a chat's answer), so its text keeps its leading space (`text.TextStream`)."""
@@ -54,6 +56,7 @@ class GenerationConfig:
     stop_tokens: frozenset[int] = frozenset()
     profile: bool = False
     prediction: tuple[int, ...] = ()
+    grammar: Grammar | None = None
     continues_text: bool = False
 
     def __post_init__(self) -> None:
@@ -170,7 +173,7 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
     rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
     tokens, finish = engine.context, ""  # tokens grows as rounds commit
     ahead = None  # the next position's forward, started by a plain round (`run_round`)
-    prediction = config.follow_prediction(len(prompt))
+    guides = Guides(config.follow_prediction(len(prompt)), engine.constrain(config.grammar))
     rec.resume()
     try:
         while not finish:
@@ -178,9 +181,8 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
             budget = config.max_tokens - rec.generation_tokens
             key, round_key = mx.random.split(key)
             plan = schedule.plan(budget - 1)
-            done, ahead = run_round(engine, tokens, plan, budget - 1, policy, config.sampling, round_key, rec,
-                                    timed=config.profile, ahead=ahead,
-                                    overlap=overlaps(engine, config, schedule, plan, budget), prediction=prediction)
+            done, ahead = run_round(engine, tokens, plan, budget - 1, config, round_key, rec, guides, ahead,
+                                    overlaps(engine, config, schedule, plan, budget))
             emitted, finish = emit(done, tokens, text, config.end_tokens(engine.eos_token_ids), budget)
             rec.record_round(plan.num_draft, done, len(emitted))
             running = ahead is not None  # the next forward runs meanwhile: the consumer's time is the round's

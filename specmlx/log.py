@@ -41,3 +41,12 @@ def user_error(err: BaseException, doing: str) -> SpecmlxError:
     except OSError:  # an unwritable data directory must not hide the first error
         where = "the log file could not be written"
     return SpecmlxError(f"{doing}: an internal error ({type(err).__name__}; {where})")
+
+
+def note(message: str) -> None:
+    """One line in the log: something a user's request met that it survived (a model's malformed
+    output, say), worth knowing when its answer looks wrong."""
+    try:
+        _logger().warning("%s", message)
+    except OSError:  # an unwritable data directory must not fail the request that noted it
+        pass

@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .errors import SpecmlxError
 
-# A chat: {"role": ..., "content": ...} dicts, oldest first.
-Messages = Sequence[Mapping[str, str]]
+# A chat: {"role": ..., "content": ...} dicts, oldest first (an assistant's may carry `tool_calls`).
+Messages = Sequence[Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class PromptRow:
     kind: str  # "code", "edit", "prose", ...: free text, for grouping figures
     prompt: str
     prediction: str = ""  # what the answer is expected to be, mostly (an edited file): optional
+    schema: str = ""  # a JSON schema the answer must match, as JSON text: optional
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class EncodedPrompt:
     kind: str
     tokens: tuple[int, ...]
     prediction: tuple[int, ...] = ()  # the row's prediction as the model would write it
+    schema: str = ""  # the row's JSON schema, as JSON text
 
 
 def packaged_prompts_path() -> Path:
@@ -93,8 +95,11 @@ def _parse_row(line: str, where: str, default_id: str) -> PromptRow:
     prediction = data.get("prediction", "")
     if not isinstance(prediction, str):
         raise SpecmlxError(f"{where}: \"prediction\" must be a string")
+    schema = data.get("schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise SpecmlxError(f"{where}: \"schema\" must be a JSON object (a JSON schema)")
     return PromptRow(id=str(data.get("id", default_id)), kind=str(data.get("kind", "")), prompt=prompt,
-                     prediction=prediction)
+                     prediction=prediction, schema=json.dumps(schema) if schema is not None else "")
 
 
 def write_prompts(rows: Sequence[PromptRow], path: Path) -> None:
@@ -102,7 +107,8 @@ def write_prompts(rows: Sequence[PromptRow], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".partial")
     temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}
-                                       | ({"prediction": r.prediction} if r.prediction else {})) + "\n"
+                                       | ({"prediction": r.prediction} if r.prediction else {})
+                                       | ({"schema": json.loads(r.schema)} if r.schema else {})) + "\n"
                             for r in rows), encoding="utf-8")
     temp.replace(path)
 
@@ -117,11 +123,15 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None) if flag is None else flag)
 
 
-def encode_chat(tokenizer: Any, messages: Messages, add_generation_prompt: bool = True) -> list[int]:
+def encode_chat(tokenizer: Any, messages: Messages, add_generation_prompt: bool = True,
+                tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
     """`messages` in the tokenizer's chat template, as token ids; with the header
-    the assistant's answer follows (`add_generation_prompt`), or ending with the last message.
+    the assistant's answer follows (`add_generation_prompt`), or ending with the last message;
+    `tools` (OpenAI's function tools) rendered as the template renders them.
     A template's refusal (roles out of order, say) propagates: callers word it for their users."""
-    ids = tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=add_generation_prompt)
+    extra = {"tools": [dict(t) for t in tools]} if tools else {}
+    ids = tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+                                        **extra)
     if isinstance(ids, Mapping):  # a bare tokenizer's BatchEncoding (transformers 5); mlx-lm's wrapper gives the ids
         ids = ids["input_ids"]
     return [int(t) for t in ids]
@@ -166,5 +176,5 @@ def encode_prompts(rows: Sequence[PromptRow], tokenizer: Any, chat: bool) -> lis
         if not ids:
             raise SpecmlxError(f"prompt {row.id}: encodes to no tokens")
         prediction = tuple(plain(row.prediction)) if row.prediction else ()
-        encoded.append(EncodedPrompt(row.id, row.kind, tuple(ids), prediction))
+        encoded.append(EncodedPrompt(row.id, row.kind, tuple(ids), prediction, row.schema))
     return encoded

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Sequence
 import mlx.core as mx
 
 from .drafters import Draft, Drafter
+from .drafters.loop import Allowed
 from .drafters.ngram import lookup
 from .drafters.prediction import Prediction
+from .grammar import Constraint
 from .hidden import decoder_taps, head
 from .plan import Plan, Round
 from .policy import LOOKUP_NGRAM, DraftPolicy
@@ -27,6 +29,7 @@ from .verify import acceptance_chance, verify_greedy, verify_sampled
 
 if TYPE_CHECKING:  # the engine calls the round; the round only reads the engine's parts
     from .engine import Engine
+    from .generation import GenerationConfig
 
 
 @dataclass(frozen=True)
@@ -38,50 +41,82 @@ class Ahead:
     logits: mx.array
 
 
-def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, policy: DraftPolicy,
-              sampling: SamplingParams, key: mx.array, rec: StatsRecorder, timed: bool = False,
-              ahead: Ahead | None = None, overlap: bool = False,
-              prediction: Prediction | None = None) -> tuple[Round, Ahead | None]:
+@dataclass(frozen=True)
+class Guides:
+    """What a request brings to its rounds beyond its config: where its output stands in its
+    prediction (copied first), and in its grammar (every scored row restricted to it)."""
+
+    prediction: Prediction | None = None
+    constraint: Constraint | None = None
+
+
+def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, config: "GenerationConfig",
+              key: mx.array, rec: StatsRecorder, guides: Guides = Guides(), ahead: Ahead | None = None,
+              overlap: bool = False) -> tuple[Round, Ahead | None]:
     """One round as `plan` says: drafting at most `plan.num_draft` tokens
-    (`room` if looked up), timing drafting apart with one more sync when
-    `plan.timed` or `timed`, and in a round that drafts nothing, probing the
+    (`room` if copied), timing drafting apart with one more sync when
+    `plan.timed` or `config.profile`, and in a round that drafts nothing, probing the
     drafter (`probe_chance`). `ahead`: what the round before scored ahead;
-    with `overlap`, a round that proposes nothing returns its own (`start_ahead`); a `prediction` is copied first."""
-    timed = plan.timed or timed
+    with `overlap`, a round that proposes nothing returns its own (`start_ahead`)."""
+    timed = plan.timed or config.profile
     draft_key, verify_key = mx.random.split(key)
     start = perf_counter()
     # 1. propose: lazy for model drafters (step by step with a p-min), host-side for copies
-    draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, draft_key,
-                               prediction)
-    probe = engine.drafter.draft(tokens, 1, sampling, draft_key) if plan.probe and not draft.size else None
-    if timed:
-        engine.sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
-        rec.timed_rounds += 1
-    draft = Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs, draft.predicted)
+    draft, looked_up, probe, masks = proposal(engine, tokens, plan, room, config, draft_key, rec, guides)
     draft_done = perf_counter()
-    # 2. score [last, d1..dk] in one target forward (still lazy)
+    # 2. score [last, d1..dk] in one target forward (still lazy); under a grammar, only what it allows
     hidden, logits = score(engine, tokens, draft.tokens, ahead)
+    logits = logits if masks is None else mx.where(masks, logits, -mx.inf)
     # 3. verify (still lazy)
-    p = None if sampling.greedy else mx.exp(warp(logits, sampling))
+    p = None if config.sampling.greedy else mx.exp(warp(logits, config.sampling))
     n_accepted, following = verify(logits, p, draft, verify_key)
     chance = probe_chance(probe, logits, p)
     n_accepted, following = engine.peers.decide(n_accepted, following, after=hidden)
     read = [draft.tokens, n_accepted, following, *([chance] if chance is not None else [])]
     keep = (hidden,) if engine.reads_hidden and hidden is not None else ()
     nxt = start_ahead(engine, [*read, *keep], following) if overlap and not draft.size else None
-    # 4. the round's one blocking host sync
-    proposal, accepted, following, *probed = engine.sync(rec, *read, keep=keep)
+    # 4. the round's one blocking host sync (a second one under a grammar or when timed: see `proposal`)
+    proposal_, accepted, following, *probed = engine.sync(rec, *read, keep=keep)
     engine.peers.end_round()
     # 5. commit: both caches drop the rejected tail, an O(1) offset move (a look-ahead keeps its token)
     engine.rewind(len(tokens) + accepted + (nxt is not None))
+    done = Round(tuple(proposal_[:accepted]) + (following,), draft.size, looked_up,
+                 draft_done - start if timed else None, probed[0] if probed else None, draft.predicted)
+    if guides.constraint is not None:
+        guides.constraint.advance(done.tokens)
     rec.draft_s += draft_done - start
     rec.verify_s += perf_counter() - draft_done
-    return Round(tuple(proposal[:accepted]) + (following,), draft.size, looked_up,
-                 draft_done - start if timed else None, probed[0] if probed else None, draft.predicted), nxt
+    return done, nxt
+
+
+def proposal(engine: "Engine", tokens: list[int], plan: Plan, room: int, config: "GenerationConfig",
+             key: mx.array, rec: StatsRecorder, guides: Guides) -> tuple[Draft, bool, Draft | None, mx.array | None]:
+    """The round's draft, whether it was copied, its probe, and under a grammar the rows it allows.
+
+    A grammar needs the draft's tokens on the host to know what it allows after each: one more
+    sync for a drafter's (a copy is there already). A copy is cut at its first token the grammar
+    forbids: it depends on the committed tokens alone. A sampled draft is not: its length would
+    then depend on a draw nobody verifies, and the output would be biased (`grammar.py`)."""
+    policy, sampling = config.policy, config.sampling
+    constraint = guides.constraint
+    draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, key,
+                               guides.prediction, None if constraint is None else constraint.after)
+    probe = engine.drafter.draft(tokens, 1, sampling, key) if plan.probe and not draft.size else None
+    if plan.timed or config.profile or (guides.constraint is not None and not looked_up and draft.size):
+        engine.sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
+        rec.timed_rounds += plan.timed or config.profile
+    masks = None
+    if guides.constraint is not None:
+        proposed = draft.tokens.tolist()
+        if looked_up:
+            draft = Draft(draft.tokens[: guides.constraint.allowed(proposed)], None, draft.predicted)
+        masks = guides.constraint.masks(proposed[: draft.size])
+    return Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs, draft.predicted), looked_up, probe, masks
 
 
 def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
-            sampling: SamplingParams, key: mx.array, prediction: Prediction | None = None) -> tuple[Draft, bool]:
+            sampling: SamplingParams, key: mx.array, prediction: Prediction | None = None,
+            allowed: Allowed | None = None) -> tuple[Draft, bool]:
     """The round's draft, and whether it was copied (from the prediction or the context) rather than drafted.
 
     Whether to copy depends only on the committed tokens, and a copied
@@ -93,6 +128,8 @@ def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, 
         return copied, True
     if num_draft == 0:
         return Draft.empty(), False
+    if allowed is not None:  # under a grammar: q masked as p will be
+        return drafter.draft(tokens, num_draft, sampling, key, policy.p_min, allowed=allowed), False
     return drafter.draft(tokens, num_draft, sampling, key, policy.p_min), False
 
 

@@ -71,7 +71,8 @@ def test_a_row_may_carry_a_prediction(tmp_path, wrapped):
 
 def test_written_rows_read_back_the_same(tmp_path):
     rows = [PromptRow("gen-00000", "code", "Write x.\nWith a newline and \"quotes\"."), PromptRow("b", "", "y"),
-            PromptRow("e", "edit", "Rename x.", prediction="x = 1\n")]
+            PromptRow("e", "edit", "Rename x.", prediction="x = 1\n"),
+            PromptRow("j", "json", "As JSON.", schema='{"type": "object"}')]
     path = tmp_path / "deep" / "requests.jsonl"
     write_prompts(rows, path)
     assert read_prompts(path) == rows
@@ -84,6 +85,23 @@ def test_the_edit_set_predicts_each_answer_by_the_file_it_edits():
     for row in rows:
         assert 60 <= len(row.prediction.splitlines()) <= 200
         assert f"```python\n{row.prediction}```" in row.prompt  # the file it asks to change, as sent
+
+
+def test_the_json_set_gives_each_prompt_a_schema_the_grammar_engine_compiles():
+    from specmlx.grammar import Grammar
+
+    rows = read_prompts(packaged_prompts_path().with_name("json.jsonl"))
+    assert len(rows) == 4 and {r.kind for r in rows} == {"json"}
+    for row in rows:
+        schema = json.loads(row.schema)
+        assert schema["type"] == "object" and Grammar.json_schema(schema).text
+
+
+def test_a_schema_that_is_not_an_object_is_one_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "x", "schema": "object"}) + "\n")
+    with pytest.raises(SpecmlxError, match="\"schema\" must be a JSON object"):
+        read_prompts(path)
 
 
 def test_the_packaged_set_ships_with_the_package_and_covers_each_kind():

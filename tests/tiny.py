@@ -15,6 +15,22 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen2.5's tool calling in miniature: its tools block, its calls (`<tool_call>` JSON `</tool_call>`, the
+# arguments written by `tojson`) and its tool results; mlx-lm reads its parser (json_tools) from this.
+TOOL_SPECIALS = ["<tool_call>", "</tool_call>"]
+TOOL_TEMPLATE = (  # a new line right after a block tag is dropped (trim_blocks): those are written as {{ NL }}
+    "{% set NL = '\\n' %}{% if tools %}<|im_start|>system\n<tools>{% for tool in tools %}{{ NL }}{{ tool | tojson }}"
+    "{% endfor %}{{ NL }}</tools><|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant"
+    "{% if m.content %}{{ NL }}{{ m.content }}{% endif %}"
+    "{% for tool_call in m.tool_calls %}{% if tool_call.function is defined %}{% set tool_call = tool_call.function %}"
+    "{% endif %}{{ NL }}<tool_call>\n{\"name\": \"{{ tool_call.name }}\", \"arguments\": "
+    "{{ tool_call.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
     "for i in range(10):\n    print(i * i)\n",
@@ -73,7 +89,7 @@ def gemma3_args(vocab_size: int, window: int = 8) -> gemma3_text.ModelArgs:
     )
 
 
-def train_tokenizer(vocab_size: int = 320, specials: list[str] = SPECIALS):
+def train_tokenizer(vocab_size: int = 320, specials: list[str] = SPECIALS, chat_template: str = CHAT_TEMPLATE):
     """A real byte-level BPE tokenizer (HF `tokenizers`), trained on CORPUS, with `specials` first."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -88,7 +104,7 @@ def train_tokenizer(vocab_size: int = 320, specials: list[str] = SPECIALS):
     tok.train_from_iterator(CORPUS * 4, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
 
 

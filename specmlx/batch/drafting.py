@@ -31,8 +31,10 @@ from .member import Member
 
 
 def shares(member: Member) -> bool:
-    """Whether `member` drafts in a shared forward: a model drafter, with no p-min."""
-    return isinstance(member.engine.drafter, ModelDrafter) and member.config.policy.p_min == 0
+    """Whether `member` drafts in a shared forward: a model drafter, with no p-min and no grammar (whose
+    draws are masked by what the row's grammar allows after each, known only after a sync per step)."""
+    return (isinstance(member.engine.drafter, ModelDrafter) and member.config.policy.p_min == 0
+            and member.constraint is None)
 
 
 class SharedDrafter:

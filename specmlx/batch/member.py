@@ -40,6 +40,7 @@ class Member:
         self.finish = ""
         self.row = RowRef(-1)  # where it sits in the batch
         self.prediction = config.follow_prediction(len(self.prompt))
+        self.constraint = engine.constrain(config.grammar)  # its place in its grammar, if it has one
         self.idle = 0  # load-aware rounds since it last drafted or probed
         self.hit = False  # its last probe would have been accepted
         self.stats: GenerationStats | None = None

@@ -55,12 +55,14 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
     start = perf_counter()
     keys = [mx.random.split(m.next_key()) for m in members]
     proposals, steps = propose_all(members, plans, [k[0] for k in keys], shared)
+    proposals, masks = constrain_all(members, proposals, shared)
     if timed:
         mx.eval([d.tokens for d, _, _ in proposals], [d.probs for d, _, _ in proposals if d.probs is not None])
     draft_s = perf_counter() - start
     width, logits = score(target, cache, members, [d for d, _, _ in proposals])
     outcomes = []
-    for m, (draft, _, probe), rows, key in zip(members, proposals, logits, keys):
+    for m, (draft, _, probe), rows, mask, key in zip(members, proposals, logits, masks, keys):
+        rows = rows if mask is None else mx.where(mask, rows, -mx.inf)  # a row under a grammar: what it allows
         p = None if m.config.sampling.greedy else mx.exp(warp(rows, m.config.sampling))
         outcomes.append((draft.tokens, *verify(rows, p, draft, key[1]), probe_chance(probe, rows, p)))
     # The round's one blocking host sync, for every row at once.
@@ -75,10 +77,40 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
                           draft_s if timed else None, None if chance is None else chance.item(), draft.predicted))
     cache.keep([len(m.tokens) + r.accepted for m, r in zip(members, done)])
     rewind_drafters(members, done, shared)
+    for m, r in zip(members, done):
+        if m.constraint is not None:
+            m.constraint.advance(r.tokens)
     for m in members:
         m.rec.draft_s += draft_s
         m.rec.verify_s += perf_counter() - start - draft_s
     return BatchRound(tuple(done), width, draft_s if timed else None, steps)
+
+
+def constrain_all(members: Sequence[Member], proposals: list[tuple[Draft, bool, Draft | None]],
+                  shared: Sequence[SharedDrafter] = ()
+                  ) -> tuple[list[tuple[Draft, bool, Draft | None]], list[mx.array | None]]:
+    """Rows under a grammar: their drafts' tokens on the host (one more sync, for them all), a copy cut
+    at its first token the grammar forbids (a sampled draft is not: `grammar.py`), and the rows each
+    grammar allows at [last, d1..dk]. None for a row without a grammar. A grammar that fails fails
+    its row alone (`RowFailure`)."""
+    bound = [i for i, m in enumerate(members) if m.constraint is not None]
+    masks: list[mx.array | None] = [None] * len(members)
+    if not bound:
+        return proposals, masks
+    mx.eval([proposals[i][0].tokens for i in bound])
+    out = list(proposals)
+    for i in bound:
+        (draft, looked_up, probe), constraint = proposals[i], members[i].constraint
+        proposed = draft.tokens.tolist()
+        try:
+            if looked_up:
+                out[i] = (Draft(draft.tokens[: constraint.allowed(proposed)], None, draft.predicted), looked_up,
+                          probe)
+            masks[i] = constraint.masks(proposed[: out[i][0].size])
+        except Exception as err:  # noqa: BLE001 - one request's grammar fails that request alone
+            undraft(members, shared)
+            raise RowFailure(members[i], err) from err
+    return out, masks
 
 
 def propose_all(members: Sequence[Member], plans: Sequence[Plan], keys: Sequence[mx.array],
@@ -93,8 +125,7 @@ def propose_all(members: Sequence[Member], plans: Sequence[Plan], keys: Sequence
         try:
             proposals[id(m)] = _propose(m, plan, key)
         except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
-            for other in members:  # drafters that already drafted drop it: back to what the target scored
-                other.engine.drafter.rewind(len(other.tokens) - 1)
+            undraft(members, shared)
             raise RowFailure(m, err) from err
         draft, looked_up, probe = proposals[id(m)]
         steps += (0 if looked_up else draft.size) + (probe is not None)
@@ -131,11 +162,19 @@ def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int
     return steps
 
 
+def undraft(members: Sequence[Member], shared: Sequence[SharedDrafter]) -> None:
+    """A round that will not run: drafters that already drafted drop it, back to what the target scored."""
+    for m in members:
+        m.engine.drafter.rewind(len(m.tokens) - 1)
+    for group in shared:
+        group.keep({id(m): len(m.tokens) - 1 for m in group.rows})
+
+
 def _propose(member: Member, plan: Plan, key: mx.array) -> tuple[Draft, bool, Draft | None]:
-    """A row's draft (looked up or drafted, as a round alone proposes), and its probe."""
-    drafter, sampling = member.engine.drafter, member.config.sampling
+    """A row's draft (looked up or drafted, as a round alone proposes, under its grammar), and its probe."""
+    drafter, sampling, constraint = member.engine.drafter, member.config.sampling, member.constraint
     draft, looked_up = propose(drafter, member.tokens, plan.num_draft, member.room, member.config.policy,
-                               sampling, key, member.prediction)
+                               sampling, key, member.prediction, None if constraint is None else constraint.after)
     probe = drafter.draft(member.tokens, 1, sampling, key) if plan.probe and not draft.size else None
     return draft, looked_up, probe
 

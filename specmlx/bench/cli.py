@@ -189,7 +189,7 @@ def bench_on(options: Options, group: Group | None) -> int:
         say("the target's tokenizer has no chat template: prompts are used as plain text")
     prompts = encode_prompts(rows, lineup.target.tokenizer, chat) if leads(group) else None
     if lineup.lockstep is not None:
-        prompts = [EncodedPrompt(p["id"], p["kind"], tuple(p["tokens"]), tuple(p["prediction"]))
+        prompts = [EncodedPrompt(p["id"], p["kind"], tuple(p["tokens"]), tuple(p["prediction"]), p["schema"])
                    for p in lineup.lockstep.shared(None if prompts is None else [asdict(p) for p in prompts])]
     machine = describe_machine()
     calibration = None

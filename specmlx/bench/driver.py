@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from tqdm import tqdm
 
+from ..grammar import Grammar
 from ..prompting import EncodedPrompt
 from .lineup import Lineup
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET, RunSpec
@@ -34,14 +36,15 @@ def run_one(lineup: Lineup, prompt: EncodedPrompt, spec: RunSpec, settings: RunS
                                num_draft=spec.num_draft, **common)
     if spec.mode == SPECMLX:
         prediction = prompt.prediction if entrant.predicted else ()
+        grammar = Grammar.json_schema(json.loads(prompt.schema)) if entrant.constrained and prompt.schema else None
         measured = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
                                num_draft=spec.num_draft, policy=entrant.policy, lockstep=lineup.lockstep,
-                               prediction=prediction, **common)
+                               prediction=prediction, grammar=grammar, **common)
         if settings.profile:
             # Profiling adds a sync per round: its own pass, so tokens/s stays clean.
             profiled = run_specmlx(target.model, target.tokenizer, entrant.drafter, entrant.name,
                                    num_draft=spec.num_draft, profile=True, policy=entrant.policy,
-                                   lockstep=lineup.lockstep, prediction=prediction, **common)
+                                   lockstep=lineup.lockstep, prediction=prediction, grammar=grammar, **common)
             measured = replace(measured, split=profiled.split)
         return measured
     raise ValueError(f"unknown mode {spec.mode!r}")

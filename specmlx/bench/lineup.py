@@ -10,9 +10,10 @@ it with the adaptive draft length (`--num-draft` is then where the length
 starts), `+pmin=P` stops each draft once the drafter's top probability falls
 below P (`--num-draft` is then a cap), `+lookup=N` proposes what followed an
 earlier match of the last N+ tokens, when there is one, before drafting (up
-to 8 tokens); they combine. `+prediction`, the bench's own word, copies each
-prompt's `prediction` first (OpenAI's predicted outputs; prompts without one
-run as without it).
+to 8 tokens); they combine. Two words are the bench's own: `+prediction` copies
+each prompt's `prediction` first (OpenAI's predicted outputs), and `+schema`
+constrains each answer to its prompt's JSON `schema` (`grammar.py`); prompts
+without one run as without it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models
 from ..policy import AUTO, START_DRAFT, DraftPolicy, read_parts
 
 PREDICTION = "prediction"  # the variant word that copies each prompt's prediction first
+SCHEMA = "schema"  # the variant word that constrains each answer to its prompt's schema
+PROMPT_WORDS = (PREDICTION, SCHEMA)  # variant words that read the prompt, not the draft policy
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Entrant:
     policy: DraftPolicy = DraftPolicy(num_draft=START_DRAFT)  # num_draft is set per run unless `pinned`
     pinned: bool = False  # +k=N (or +N): policy.num_draft whatever --num-draft says
     predicted: bool = False  # +prediction: each prompt's prediction drafts first
+    constrained: bool = False  # +schema: each answer matches its prompt's schema
 
     @property
     def model(self) -> nn.Module | None:
@@ -63,7 +67,8 @@ class Entrant:
     @property
     def baseline(self) -> bool:
         """Whether mlx-lm drafts with it too: a drafter model, as it is (variants are specmlx's own)."""
-        return self.model is not None and self.policy.fixed_length and not self.pinned and not self.predicted
+        return (self.model is not None and self.policy.fixed_length and not self.pinned and not self.predicted
+                and not self.constrained)
 
 
 @dataclass(frozen=True)
@@ -96,19 +101,19 @@ def split_variant(spec: str) -> tuple[str, str, DraftPolicy]:
     if not plus:
         return spec, "", DraftPolicy()
     policy = policy_text(text)
-    if not policy and text.strip().lower() == PREDICTION:  # +prediction alone: the default policy
+    if not policy and all(word.strip().lower() in PROMPT_WORDS for word in text.split("+")):  # the default policy
         return folder + slash + base, plus + text, DraftPolicy()
     return folder + slash + base, plus + text, DraftPolicy.parse(policy)
 
 
 def policy_text(text: str) -> str:
-    """A suffix's parts but +prediction: what `DraftPolicy` reads."""
-    return "+".join(word for word in text.split("+") if word.strip().lower() != PREDICTION)
+    """A suffix's parts but the prompt words (+prediction, +schema): what `DraftPolicy` reads."""
+    return "+".join(word for word in text.split("+") if word.strip().lower() not in PROMPT_WORDS)
 
 
-def predicts(suffix: str) -> bool:
-    """Whether a variant's suffix asks for each prompt's prediction (+prediction)."""
-    return policy_text(suffix[1:]) != suffix[1:]
+def has_word(suffix: str, word: str) -> bool:
+    """Whether a variant's suffix holds one of the prompt words (+prediction, +schema)."""
+    return word in (part.strip().lower() for part in suffix[1:].split("+"))
 
 
 def pins_length(suffix: str) -> bool:
@@ -127,7 +132,8 @@ def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
     names = [drafter.name + suffix for drafter, (_, suffix, _) in zip(loaded.drafters, split)]
     names = [n if names.count(n) == 1 else s for n, s in zip(names, specs)]  # keep them apart
     entrants = tuple(
-        Entrant(name, spec, drafter, policy, pinned=pins_length(suffix), predicted=predicts(suffix))
+        Entrant(name, spec, drafter, policy, pinned=pins_length(suffix), predicted=has_word(suffix, PREDICTION),
+                constrained=has_word(suffix, SCHEMA))
         for name, spec, drafter, (_, suffix, policy) in zip(names, specs, loaded.drafters, split)
     )
     return Lineup(loaded.target, entrants, loaded.peers if isinstance(loaded.peers, Lockstep) else None)

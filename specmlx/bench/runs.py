@@ -25,6 +25,7 @@ from ..distributed.follower import follow
 from ..peers import ALONE
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
+from ..grammar import Grammar
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET
@@ -64,6 +65,7 @@ class Measurement:
     plain_rounds: int = 0  # specmlx: rounds that proposed nothing
     prediction_drafted: int | None = None  # specmlx with the prompt's prediction: tokens copied from it
     prediction_accepted: int | None = None  # ... and accepted
+    constrained: bool = False  # specmlx under the prompt's schema (+schema)
 
     @property
     def generated(self) -> int:
@@ -164,15 +166,17 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
 def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, prompt_id: str,
                 prompt: Sequence[int], temp: float, num_draft: int | None, max_tokens: int, seed: int,
                 profile: bool = False, policy: DraftPolicy = DraftPolicy(),
-                lockstep: Lockstep | None = None, prediction: Sequence[int] = ()) -> Measurement:
+                lockstep: Lockstep | None = None, prediction: Sequence[int] = (),
+                grammar: Grammar | None = None) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do,
     and an automatic draft length starts from nothing measured, as in a new
-    `specmlx generate`. With a `prediction`, the request's (`drafters.prediction`)."""
+    `specmlx generate`. With a `prediction`, the request's (`drafters.prediction`); with a
+    `grammar`, the answer is constrained to it (`grammar.py`)."""
     engine = Engine(model, drafter, tokenizer, peers=ALONE if lockstep is None else lockstep)
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
-                              profile=profile, policy=policy, prediction=tuple(prediction))
+                              profile=profile, policy=policy, prediction=tuple(prediction), grammar=grammar)
     if lockstep is not None and not lockstep.leads:  # this rank runs rank 0's rounds with it
         tokens, stats = follow(engine, prompt, config, lockstep)
     else:
@@ -187,5 +191,5 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         finish_reason="eos" if stats.finish_reason == "eos" else "length", split=split,
         fixed_length=policy.fixed_length and not prediction, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
         prediction_drafted=stats.prediction_drafted if prediction else None,
-        prediction_accepted=stats.prediction_accepted if prediction else None,
+        prediction_accepted=stats.prediction_accepted if prediction else None, constrained=grammar is not None,
     )

@@ -74,6 +74,16 @@ def _same_as_target(group: Sequence[Measurement], reference: dict[str, tuple[int
     return sum(reference.get(m.prompt_id) == m.tokens for m in group)
 
 
+def _references(measurements: Sequence[Measurement]) -> dict[tuple[bool, float], dict[str, tuple[int, ...]]]:
+    """What each run's tokens must equal, by (constrained, temperature): the target alone's, and under a
+    schema the target's alone under it (the run that drafts nothing: plain constrained decoding)."""
+    out: dict[tuple[bool, float], dict[str, tuple[int, ...]]] = {}
+    for m in measurements:
+        if m.mode == TARGET or m.constrained and m.num_draft == 0:
+            out.setdefault((m.constrained, m.temp), {})[m.prompt_id] = m.tokens
+    return out
+
+
 def _lowest_speedup(group: Sequence[Measurement], target: dict[str, Measurement]) -> tuple[float, str] | None:
     """The lowest per-prompt tokens/s over the target alone's on the same prompt."""
     ratios = [(_tps(m) / _tps(target[m.prompt_id]), m.prompt_id) for m in group
@@ -138,8 +148,8 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
     for m in measurements:
         if m.mode == TARGET:
             targets.setdefault(m.temp, {})[m.prompt_id] = m
-    references = {t: {p: m.tokens for p, m in by_prompt.items()} for t, by_prompt in targets.items()}
-    rows = [_base_row(g, references.get(g[0].temp, {})) for g in groups.values()]
+    references = _references(measurements)
+    rows = [_base_row(g, references.get((g[0].constrained, g[0].temp), {})) for g in groups.values()]
     lowest = {_key(g[0]): _lowest_speedup(g, targets.get(g[0].temp, {})) for g in groups.values()}
     choices = {_key(g[0]): _choices(g) for g in groups.values()}
     target_tps = {r.temp: r.tokens_per_s for r in rows if r.mode == TARGET}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -51,11 +51,13 @@ class Drafter(Protocol):
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
-        p_min: float = 0.0,
+        p_min: float = 0.0, allowed: Callable[[list[int]], mx.array] | None = None,
     ) -> Draft:
         """Propose at most `num_draft` tokens; lazily where possible. A drafter
         with a distribution stops early after a step whose top probability is
-        below `p_min` (see `confidence.py`); 0 drafts all `num_draft`."""
+        below `p_min` (see `confidence.py`); 0 drafts all `num_draft`. Under a
+        grammar the round also passes `allowed` (`loop.Allowed`): a model drafter
+        draws each token from what it lets through."""
 
     def rewind(self, length: int) -> None:
         """Forget everything past the first `length` tokens of the sequence."""

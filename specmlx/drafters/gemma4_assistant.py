@@ -33,7 +33,7 @@ from ..hidden import embed
 from ..sampling import SamplingParams
 from ..vocab import fit_vocab
 from .base import Draft
-from .loop import Scores, draft_loop
+from .loop import Allowed, Scores, draft_loop
 from ..models.gemma4_assistant import SLIDING, Gemma4AssistantModel
 from .history import HiddenHistory
 
@@ -136,7 +136,7 @@ class Gemma4AssistantDrafter:
         return kv
 
     def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
-              p_min: float = 0.0) -> Draft:
+              p_min: float = 0.0, allowed: Allowed | None = None) -> Draft:
         scored = len(tokens) - 1  # target positions with K/V and a hidden row
         if (num_draft == 0 or scored < 1 or self.history.length < scored
                 or any(c.offset < scored for c in self.sources.values())):
@@ -146,7 +146,7 @@ class Gemma4AssistantDrafter:
         h = self.history.rows(scored - 1, scored)[None]  # (1, 1, backbone)
         first = mx.array([tokens[-1]], dtype=mx.uint32)
         step = functools.partial(self._step, kv, position)
-        return draft_loop(step, first, h, num_draft, sampling, key, p_min)
+        return draft_loop(step, first, h, num_draft, sampling, key, p_min, allowed)
 
     def _step(self, kv: dict, position: int, token: mx.array, h: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
         """Feed the token and the assistant's projected state; K/V and the position stay fixed."""

@@ -36,25 +36,40 @@ class Scores:
 
 # step(tokens to feed, state, greedy) -> (scores at the last of them, state for the next step)
 Step = Callable[[mx.array, Any, bool], tuple[Scores, Any]]
+# allowed(tokens drafted so far) -> the tokens a grammar allows next, (V,) booleans
+Allowed = Callable[[list[int]], mx.array]
 
 
 def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling: SamplingParams,
-               key: mx.array, p_min: float) -> Draft:
-    """Propose up to `num_draft` tokens: `first` (uint32 ids) and `state` feed the first step."""
+               key: mx.array, p_min: float, allowed: Allowed | None = None) -> Draft:
+    """Propose up to `num_draft` tokens: `first` (uint32 ids) and `state` feed the first step. Under a
+    grammar, each step draws from what `allowed` lets through (q masked as verification masks p;
+    one small sync a step, to know what was drafted)."""
     keys = mx.random.split(key, num_draft)
-    tokens, probs, fed = [], [], first
+    tokens, probs, fed, drafted = [], [], first, []
     for i in range(num_draft):
-        scores, state = step(fed, state, sampling.greedy)
-        if sampling.greedy and scores.token is not None:
+        scores, state = step(fed, state, sampling.greedy and allowed is None)
+        logits = scores.logits if allowed is None else mx.where(allowed(drafted), scores.logits, -mx.inf)
+        if sampling.greedy and scores.token is not None and allowed is None:
             token, confidence = scores.token, scores.scores
         elif sampling.greedy:
-            token, confidence = mx.argmax(scores.logits), scores.logits
+            token, confidence = mx.argmax(logits), logits
         else:
-            confidence = warp(scores.logits, sampling)
+            confidence = warp(logits, sampling)
             token = sample(confidence, keys[i])
-            probs.append(mx.exp(confidence))
         fed = token.reshape(1).astype(mx.uint32)
+        if allowed is not None:
+            # The drafter may score nothing the grammar allows (a head's draft vocabulary): q would be
+            # empty, so the draft ends here, a choice made from the tokens before this one, as p-min's is.
+            possible = mx.any(logits > -mx.inf)
+            mx.eval(possible, fed)
+            if not possible.item():
+                break
+            drafted.append(int(fed.item()))
         tokens.append(fed)
+        probs += [] if sampling.greedy else [mx.exp(confidence)]
         if i + 1 < num_draft and unsure(confidence, p_min):
             break
+    if not tokens:
+        return Draft.empty()
     return Draft(mx.concatenate(tokens), mx.stack(probs) if probs else None)

@@ -11,7 +11,7 @@ from ..cache import cache_length, make_cache, prefill, rewind
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
 from .base import Draft
-from .loop import Scores, draft_loop
+from .loop import Allowed, Scores, draft_loop
 
 
 class ModelDrafter:
@@ -39,14 +39,14 @@ class ModelDrafter:
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
-        p_min: float = 0.0,
+        p_min: float = 0.0, allowed: Allowed | None = None,
     ) -> Draft:
         if num_draft == 0:
             return Draft.empty()
         # Everything the cache has not seen: the last token, plus the final
         # draft of the previous round when all of it was accepted.
         unseen = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
-        return draft_loop(self._step, unseen, None, num_draft, sampling, key, p_min)
+        return draft_loop(self._step, unseen, None, num_draft, sampling, key, p_min, allowed)
 
     def _step(self, fed: mx.array, state: None, greedy: bool) -> tuple[Scores, None]:
         logits = self.model(fed[None], cache=self.cache)[0, -1]

@@ -20,7 +20,7 @@ from ..hidden import embed, text_model
 from ..sampling import SamplingParams
 from .base import Draft
 from .labels import MTP
-from .loop import Scores, draft_loop
+from .loop import Allowed, Scores, draft_loop
 from .history import HiddenHistory
 from ..models.mtp import MTPModel
 
@@ -81,7 +81,7 @@ class MTPDrafter:
         return mx.put_along_axis(full, mx.broadcast_to(self.model.draft_ids, scores.shape), scores, axis=-1)
 
     def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
-              p_min: float = 0.0) -> Draft:
+              p_min: float = 0.0, allowed: Allowed | None = None) -> Draft:
         if num_draft == 0 or len(tokens) < 2 or self.history.length < len(tokens) - 1:
             return Draft.empty()
         # Feed positions fed..n-2: (token j+1, real hidden j). Entries past `real` were speculative.
@@ -91,7 +91,7 @@ class MTPDrafter:
         self.real = n - 1
         ids = mx.array(tokens[fed + 1 : n], dtype=mx.uint32)
         hidden = self.history.rows(fed, n - 1)
-        return draft_loop(self._step, ids, hidden, num_draft, sampling, key, p_min)
+        return draft_loop(self._step, ids, hidden, num_draft, sampling, key, p_min, allowed)
 
     def _step(self, ids: mx.array, hidden: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
         """Feed (embed(ids), hidden) rows; the head's features are the next step's hidden."""

@@ -7,7 +7,7 @@ summaries repeat their input, which is where this wins.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 
@@ -47,7 +47,7 @@ class PromptLookupDrafter:
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
-        p_min: float = 0.0,
+        p_min: float = 0.0, allowed: Any = None,  # a copy from the context: verified, its forbidden tokens rejected
     ) -> Draft:
         found = lookup(tokens, num_draft, self.max_ngram, self.min_ngram)
         if not found:

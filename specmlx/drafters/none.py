@@ -6,7 +6,7 @@ sampling, stats and events as speculative runs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 
@@ -27,7 +27,7 @@ class NoDrafter:
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
-        p_min: float = 0.0,
+        p_min: float = 0.0, allowed: Any = None,  # nothing to draw
     ) -> Draft:
         return Draft.empty()
 

@@ -3,8 +3,8 @@
 The request bodies are pydantic models with OpenAI's field names and ranges. Fields some clients always send but that
 change nothing here (`user`, `store`, `metadata`...) are ignored, as OpenAI's
 own servers and vLLM do; fields that would change the answer and are not
-supported (`n` > 1, logprobs, tools, penalties) are accepted as types and
-refused as values by `unsupported`, so each refusal names its field.
+supported (`n` > 1, logprobs, penalties, the legacy `functions`) are accepted
+as types and refused as values by `unsupported`, so each refusal names its field.
 
 A request becomes a `Job` (`serving.py`); the worker hands what it runs back
 to the request's `Sink` as `Item`s: each round's `RoundEvent`, then `Done`
@@ -26,6 +26,11 @@ from .errors import APIError
 # OpenAI allows 4 stop strings; editors send more to other hosts (Continue's FIM templates
 # for Qwen-coder have 9), and llama.cpp and vLLM set no cap. This bounds the work per token.
 MAX_STOP = 64
+# OpenAI's own caps: 128 tools a request, and a function's name of 64 letters, digits, `_` or `-`
+# (which also keeps a name safe to write into a grammar's string).
+MAX_TOOLS = 128
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_CALL_ID = 256  # ours: ids come back from clients (OpenAI's, Anthropic's `toolu_...`), a few dozen characters
 
 
 class Speculative(BaseModel):
@@ -40,6 +45,23 @@ class Speculative(BaseModel):
     max_draft: StrictInt | None = Field(default=None, ge=1, le=64)
     lookup: StrictInt | None = Field(default=None, ge=0, le=8)
     sources: StrictBool = False  # each token's source (draft, corrected, bonus, target) in the response
+
+
+class JsonSchema(BaseModel):
+    """OpenAI's `response_format.json_schema`: a named schema. `strict` is accepted either way:
+    the answer is always constrained to the schema (what OpenAI's strict mode promises)."""
+
+    name: StrictStr = Field(default="response", max_length=64)
+    description: StrictStr | None = None
+    schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: text (the default), any JSON object, or JSON that a schema validates."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
 
 
 class StreamOptions(BaseModel):
@@ -60,13 +82,53 @@ def joined(content: Union[str, list[TextPart], None]) -> str:
     return "".join(part.text for part in content)
 
 
+class FunctionCall(BaseModel):
+    """A call an assistant made: its function's name, and its arguments as JSON text (OpenAI's form)."""
+
+    name: StrictStr = Field(pattern=FUNCTION_NAME)
+    arguments: StrictStr
+
+
+class ToolCall(BaseModel):
+    id: StrictStr = Field(min_length=1, max_length=MAX_CALL_ID)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(BaseModel):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[StrictStr, list[TextPart], None] = None
     name: StrictStr | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOLS)  # an assistant's
+    tool_call_id: StrictStr | None = Field(default=None, max_length=MAX_CALL_ID)  # a tool's answer to that call
 
     def text(self) -> str:
         return joined(self.content)
+
+
+class FunctionDef(BaseModel):
+    """A function the model may call; `parameters` a JSON schema of its arguments (an object)."""
+
+    name: StrictStr = Field(pattern=FUNCTION_NAME)
+    description: StrictStr | None = None
+    parameters: dict[str, Any] | None = None  # None: no arguments
+    strict: StrictBool | None = None  # accepted either way: see `tools.py` for what is enforced
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(BaseModel):
+    name: StrictStr = Field(pattern=FUNCTION_NAME)
+
+
+class NamedToolChoice(BaseModel):
+    """`tool_choice` naming the one function the answer calls."""
+
+    type: Literal["function"]
+    function: FunctionName
 
 
 class PredictedContent(BaseModel):
@@ -95,6 +157,7 @@ class Sampling(BaseModel):
     stream_options: StreamOptions | None = None
     speculative: Speculative = Field(default_factory=Speculative)
     prediction: PredictedContent | None = None
+    response_format: ResponseFormat | None = None
     # Accepted so that a refusal can name them (see `unsupported`).
     n: StrictInt | None = None
     logprobs: Any = None
@@ -128,19 +191,17 @@ class Sampling(BaseModel):
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: StrictBool | None = None
+    # OpenAI's legacy form of tools: accepted so that a refusal can name them.
     functions: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    function_call: Any = None
 
     def unsupported(self) -> tuple[str, str] | None:
-        for name in ("tools", "functions"):
-            if getattr(self, name):
-                return name, f"{name} are not supported: this server returns text only"
-        if self.tool_choice not in (None, "none"):
-            return "tool_choice", "tools are not supported: this server returns text only"
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            return "response_format", "only response_format {\"type\": \"text\"} is supported"
+        if self.functions or self.function_call is not None:
+            return ("functions" if self.functions else "function_call",
+                    "the legacy functions and function_call are not supported: send tools and tool_choice")
         return super().unsupported()
 
     def token_limit(self) -> int | None:

@@ -5,6 +5,9 @@ Two additions ride along, as fields OpenAI clients ignore: `speculative`
 mean draft length chosen a round, acceptance rate, and each token's source
 when asked) and `timings` (queue wait, prefill and decode time, as
 llama.cpp's server reports them).
+
+A chat whose calls are parsed (`calls.py`) carries them as OpenAI does: `message.tool_calls`
+whole, `delta.tool_calls` streamed, and `finish_reason: "tool_calls"`.
 """
 
 from __future__ import annotations
@@ -16,9 +19,24 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..events import TokenEvent
+from .calls import Call, CallReader, Piece
 from .protocol import Done
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+def finish_reason(done: Done, calls: CallReader | None) -> str | None:
+    """OpenAI's finish reason; `tool_calls` for an answer that made calls and ended of its own accord
+    (its end token or a stop string), not one max_tokens cut."""
+    reason = done.stats.finish_reason
+    return "tool_calls" if calls is not None and calls.made and reason in ("eos", "stop") else FINISH.get(reason)
+
+
+def delta(piece: Piece) -> list[dict]:
+    """A stream's deltas for a piece of the answer: its text, or a call's two."""
+    if isinstance(piece, Call):
+        return [{"tool_calls": [d]} for d in piece.deltas()]
+    return [{"content": piece}]
 
 
 @dataclass(frozen=True)
@@ -29,6 +47,7 @@ class Reply:
     model: str
     prompt_tokens: int
     sources: bool  # report each token's source
+    calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -50,9 +69,15 @@ class Reply:
 
     def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
         text = "".join(e.text for e in events) + done.tail
-        out = self._object(chunk=False) | {
-            "choices": [self._choice(text, FINISH.get(done.stats.finish_reason), chunk=False)],
-            "usage": self.usage(done)}
+        choice = self._choice(text, FINISH.get(done.stats.finish_reason), chunk=False)
+        if self.calls is not None:
+            pieces = self.calls.feed(text) + self.calls.finish()
+            content = "".join(p for p in pieces if isinstance(p, str))
+            made = [p.whole() for p in pieces if isinstance(p, Call)]
+            choice = self._choice(content or None, finish_reason(done, self.calls), chunk=False)
+            if made:
+                choice["message"]["tool_calls"] = made
+        out = self._object(chunk=False) | {"choices": [choice], "usage": self.usage(done)}
         return out | self.extras(done, events)
 
     def usage(self, done: Done) -> dict:
@@ -87,24 +112,40 @@ class Reply:
         return sse(self._object(chunk=True) | {"choices": [self._choice("", None, True, role=True)]}) if self.chat else ""
 
     def piece(self, events: Sequence[TokenEvent], usage_field: bool) -> str:
-        """A chunk for tokens of one or more rounds: their text, and their sources when asked."""
-        out = self._object(chunk=True) | {"choices": [self._choice("".join(e.text for e in events), None, True)]}
-        if usage_field:
-            out["usage"] = None
+        """Chunks for tokens of one or more rounds: their text (with calls, what is known to be text and the
+        calls they complete: maybe nothing yet), and their sources when asked, on the last chunk."""
+        text = "".join(e.text for e in events)
+        if self.calls is None:
+            chunks = [self._chunk(self._choice(text, None, True), usage_field)]
+        else:
+            deltas = [d for p in self.calls.feed(text) for d in delta(p)] or ([{}] if self.sources else [])
+            chunks = [self._chunk(self._delta(d), usage_field) for d in deltas]
         if self.sources:
-            out["speculative"] = {"tokens": [e.token for e in events], "sources": [e.source.value for e in events]}
-        return sse(out)
+            chunks[-1]["speculative"] = {"tokens": [e.token for e in events],
+                                         "sources": [e.source.value for e in events]}
+        return "".join(sse(out) for out in chunks)
+
+    def _chunk(self, choice: dict, usage_field: bool) -> dict:
+        return self._object(chunk=True) | {"choices": [choice]} | ({"usage": None} if usage_field else {})
+
+    @staticmethod
+    def _delta(delta: dict) -> dict:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
 
     def last(self, done: Done, include_usage: bool) -> str:
         """The finishing chunk (the held-back tail, the finish reason, what drafting did),
         then a usage chunk with no choices if asked, then `[DONE]`."""
         text = done.tail if done.tail or not self.chat else None
+        before = ""
+        if self.calls is not None:  # the tail's text and calls go first, then a chunk that only finishes
+            deltas = [d for p in self.calls.feed(done.tail) + self.calls.finish() for d in delta(p)]
+            before, text = "".join(sse(self._chunk(self._delta(d), include_usage)) for d in deltas), None
         out = self._object(chunk=True) | {
-            "choices": [self._choice(text, FINISH.get(done.stats.finish_reason), True)]} | self.extras(done)
+            "choices": [self._choice(text, finish_reason(done, self.calls), True)]} | self.extras(done)
         if include_usage:
             out["usage"] = None
         tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage(done)}) if include_usage else ""
-        return sse(out) + tail + DONE
+        return before + sse(out) + tail + DONE
 
 
 DONE = "data: [DONE]\n\n"

@@ -102,9 +102,7 @@ async def models(request: Request) -> dict:
 @api.get("/models/{model:path}")
 async def model(model: str, request: Request) -> dict:
     s = serving(request)
-    if model != s.defaults.model:
-        raise APIError(404, f"the model {model!r} does not exist: this server serves {s.defaults.model!r}",
-                       "model_not_found", "model")
+    s.check_model(model)
     return s.model_card()
 
 
@@ -125,11 +123,12 @@ async def completions(body: CompletionRequest, request: Request):
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
     s = serving(request)
     queue: asyncio.Queue = asyncio.Queue()
-    prediction = await run_in_threadpool(s.prediction_tokens, body)
+    prediction, grammar = await run_in_threadpool(s.guides, body)
     # A wrong request (400, 404) or a full queue (429) raises here, before any byte is sent.
     ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post,
-                      prediction)
-    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources)
+                      prediction, grammar)
+    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources,
+                  s.call_reader(body) if isinstance(body, ChatRequest) else None)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(stream(reply, queue, ticket, usage), media_type="text/event-stream",
@@ -144,19 +143,22 @@ def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
 
 
 async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
+    loop = asyncio.get_running_loop()
     try:
         yield reply.first()
+        sent = loop.time()
         while True:
             try:
                 items = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
             except asyncio.TimeoutError:
-                yield KEEPALIVE
-                continue
+                items = []
             while not queue.empty():
                 items += queue.get_nowait()
             events, end = split(items)
-            if events:
-                yield reply.piece(events, usage)
+            piece = reply.piece(events, usage) if events else ""  # nothing while a tool call is being written
+            if piece or loop.time() - sent >= KEEPALIVE_S:
+                yield piece or KEEPALIVE
+                sent = loop.time()
             if isinstance(end, Done):
                 yield reply.last(end, usage)
                 return

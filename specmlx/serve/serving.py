@@ -10,6 +10,8 @@ the tests all serve what it makes.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
@@ -19,6 +21,7 @@ from fastapi import FastAPI
 from ..drafters import Drafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
+from ..grammar import Grammar, grammar_tokenizer
 from ..loading import LoadedModel
 from ..mlx_thread import MLXThread
 from ..policy import AUTO, DraftPolicy, part
@@ -26,12 +29,14 @@ from ..prompting import encode_chat, encode_text, has_chat_template, plain_encod
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
+from .calls import CallReader, call_reader
 from .errors import APIError, install
 from .fim import FimLayout, find_layout, stop_tokens
 from .limits import Access, guard
 from .mirror import NO_MIRROR, Mirror
 from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
 from .slots import Slots, slots_for
+from .tools import forced_calls, has_tools, parses_calls, template_messages, template_tools
 from .worker import Ticket, Worker
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
@@ -70,12 +75,12 @@ def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str
 def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
     if not has_chat_template(tokenizer):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
-    refuse_past_window(tokenizer, "".join(m.text() for m in request.messages), window, "messages")
-    # OpenAI's newer `developer` role is the system message of older templates.
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in request.messages]
+    tools = template_tools(request, tokenizer)
+    messages = template_messages(request, tokenizer)
+    text = "".join(m.text() for m in request.messages) + (json.dumps(tools) if tools else "")
+    refuse_past_window(tokenizer, text, window, "messages")
     try:
-        return encode_chat(tokenizer, messages)
+        return encode_chat(tokenizer, messages, tools=tools)
     except Exception as err:  # noqa: BLE001 - templates raise their own errors (e.g. roles out of order)
         raise APIError(400, f"the chat template refused these messages: {err}", "invalid_messages",
                        "messages") from None
@@ -110,6 +115,30 @@ def infill_prompt(tokenizer: Any, request: CompletionRequest, window: int | None
     return fim.prompt(text, request.suffix)
 
 
+def grammar_of(request: Sampling, tokenizer: Any) -> Grammar | None:
+    """What the answer must match: the calls `tool_choice` demands (`tools.py`), or what `response_format`
+    asks: nothing, any JSON object, or a JSON schema's instances. Refused (400) before the request waits:
+    a schema llguidance cannot compile, or a model whose tokenizer it cannot read (it needs the fast one)."""
+    calls = forced_calls(request, tokenizer) if isinstance(request, ChatRequest) else None
+    fmt = request.response_format
+    if calls is None and (fmt is None or fmt.type == "text"):
+        return None
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise APIError(400, "this model's tokenizer cannot be read by the grammar engine, so structured output "
+                       "is not available", "unsupported_parameter", "tool_choice" if calls else "response_format")
+    if calls is not None:
+        return calls
+    if fmt.type == "json_object":
+        return Grammar.json_object()
+    if fmt.json_schema is None:
+        raise APIError(400, "a json_schema response format needs its json_schema", "missing_required_parameter",
+                       "response_format.json_schema")
+    try:
+        return Grammar.json_schema(fmt.json_schema.schema_)
+    except SpecmlxError as err:
+        raise APIError(400, str(err), "invalid_value", "response_format.json_schema.schema") from None
+
+
 def policy(spec, defaults: Defaults) -> DraftPolicy:
     """The request's draft policy: the server's, with the parts `speculative` names, in
     `DraftPolicy`'s grammar (so `auto` with `num_draft` is refused as everywhere else)."""
@@ -128,12 +157,18 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
                        "speculative.num_draft" if spec.num_draft is not None else "speculative") from None
 
 
+def check_model(model: str, defaults: Defaults) -> None:
+    """A request names the model this server serves, or gets OpenAI's 404."""
+    if model != defaults.model:
+        raise APIError(404, f"the model {model!r} does not exist: this server serves {defaults.model!r}",
+                       "model_not_found", "model")
+
+
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
              room: int | None, window: int | None, owner: Hashable = None,
-             prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset()) -> Job:
-    if request.model != defaults.model:
-        raise APIError(404, f"the model {request.model!r} does not exist: this server serves {defaults.model!r}",
-                       "model_not_found", "model")
+             prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
+             grammar: Grammar | None = None) -> Job:
+    check_model(request.model, defaults)
     refused = request.unsupported()
     if refused is not None:
         raise APIError(400, refused[1], "unsupported_parameter", refused[0])
@@ -163,7 +198,8 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
         raise APIError(400, str(err), "invalid_value") from None
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
                               seed=request.seed, stop=request.stops(), stop_tokens=stop_tokens,
-                              prediction=prediction, continues_text=isinstance(request, CompletionRequest))
+                              prediction=prediction, continues_text=isinstance(request, CompletionRequest),
+                              grammar=grammar)
     return Job(tuple(prompt), config, drafter, owner)
 
 
@@ -188,9 +224,11 @@ class Serving:
         return self.worker.slots.context_window
 
     def model_card(self) -> dict:
+        # What the model can do under Zed's names (its settings' `available_models[].capabilities`, an
+        # object of booleans that can grow); Ollama's /api/show names tool calling `tools` too.
         return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
                 "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
-                "context_window": self.context_window}
+                "context_window": self.context_window, "capabilities": {"tools": has_tools(self.tokenizer)}}
 
     # Encoding a long prompt takes seconds: the routes call these off the event loop.
     def chat_prompt(self, request: ChatRequest) -> list[int]:
@@ -198,6 +236,21 @@ class Serving:
 
     def completion_prompt(self, request: CompletionRequest) -> list[int]:
         return completion_prompt(self.tokenizer, request, self.vocab, self.context_window, self.fim)
+
+    def check_model(self, model: str) -> None:
+        check_model(model, self.defaults)
+
+    def call_reader(self, request: ChatRequest) -> CallReader | None:
+        """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`)."""
+        if not parses_calls(request, self.tokenizer):
+            return None
+        return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools])
+
+    def guides(self, request: Sampling) -> tuple[tuple[int, ...], Grammar | None]:
+        """The request's prediction as tokens and its grammar, refused in one line if either is wrong (a
+        model it does not name first). A schema compiles in a millisecond, a large one in more."""
+        check_model(request.model, self.defaults)
+        return self.prediction_tokens(request), grammar_of(request, self.tokenizer)
 
     def prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
         """The request's prediction as the tokens the model would write (none without one)."""
@@ -211,13 +264,13 @@ class Serving:
         return tokens
 
     def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink,
-               prediction: tuple[int, ...] = ()) -> Ticket:
+               prediction: tuple[int, ...] = (), grammar: Grammar | None = None) -> Ticket:
         """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
-        wrong or the queue is full."""
+        wrong or the queue is full. `prediction` and `grammar`: the request's, from `guides`."""
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
                        slots.context_window, owner, prediction,
-                       stop_tokens(self.fim, getattr(request, "suffix", None)))
+                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
         return self.worker.submit(job, sink)
 
 
@@ -252,4 +305,10 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
                                 tuple(named), int(time.time()), find_layout(target.tokenizer),
                                 plain_encoder(target.tokenizer))
     routes.include(app)
+    if getattr(target.tokenizer, "backend_tokenizer", None) is not None:
+        # The grammar engine's view of the vocabulary takes a second or two: made now, beside loading,
+        # so that the first request with a response_format does not wait for it.
+        eos = frozenset(target.tokenizer.eos_token_ids)  # the slots' engines end answers at these
+        threading.Thread(target=grammar_tokenizer, args=(target.tokenizer, vocab_size(target.model), eos),
+                         name="grammar-vocabulary", daemon=True).start()
     return Built(app, worker)

@@ -147,6 +147,30 @@ def test_a_prediction_variant_reports_the_prediction_tokens_it_copied(capsys, tm
     assert f"| {predicted['prediction_accepted']} of {predicted['prediction_drafted']} |" in out
 
 
+def test_a_schema_variant_constrains_each_answer_and_checks_it_against_plain_constrained_decoding(
+        capsys, tmp_path, model_dirs, monkeypatch):
+    """+schema answers under each prompt's schema: a drafted run's tokens must equal the run that drafts
+    nothing under it (plain constrained decoding); the unconstrained run's, the target's alone."""
+    from specmlx import grammar
+
+    compiled, honest = [], grammar.Grammar.json_schema
+    monkeypatch.setattr(grammar.Grammar, "json_schema", staticmethod(lambda s, **kw: compiled.append(s) or honest(s, **kw)))
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    prompts = tmp_path / "json.jsonl"
+    prompts.write_text("".join(json.dumps(p | {"schema": schema}) + "\n" for p in PROMPTS[:2]))
+    out_json = tmp_path / "bench.json"
+    drafter = str(model_dirs["drafter"])
+    code, out, err = run(capsys, "--target", model_dirs["target"], "--drafter", f"none+schema,{drafter},{drafter}+schema",
+                         "--modes", "target,specmlx", "--prompts", prompts, "--max-tokens", 16, "--num-draft", "2",
+                         "--temps", "0", "--calibration-steps", 0, "--warmup-tokens", 0, "--json", out_json)
+    assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    rows = {r["drafter"]: r for r in doc["results"] if r["mode"] == "specmlx"}
+    assert rows["drafter"]["same_as_target"] == 2 and rows["drafter+schema"]["same_as_target"] == 2
+    assert compiled == [schema] * 4  # each prompt, in each +schema run
+    assert {r["drafter"] for r in doc["runs"] if r["constrained"]} == {"none+schema", "drafter+schema"}
+
+
 def test_modes_and_a_p_min_variant_end_to_end(capsys, tmp_path, model_dirs, prompts_file):
     out_json = tmp_path / "bench.json"
     drafter = str(model_dirs["drafter"])

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from specmlx.bench.lineup import drafter_specs, load_lineup, pins_length, predicts, split_variant
+from specmlx.bench.lineup import PREDICTION, SCHEMA, drafter_specs, has_word, load_lineup, pins_length, split_variant
 from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
@@ -141,7 +141,9 @@ def test_auto_and_pinned_entrants_run_once_a_temperature_and_without_mlx_lm(mode
 def test_a_prediction_variant_copies_each_prompts_prediction_first(model_dirs):
     assert split_variant("d+prediction") == ("d", "+prediction", policy())
     assert split_variant("d+auto+prediction") == ("d", "+auto+prediction", DraftPolicy(num_draft=None))
-    assert [predicts(s) for s in ("", "+prediction", "+k=2+Prediction", "+auto")] == [False, True, True, False]
+    assert [has_word(s, PREDICTION) for s in ("", "+prediction", "+k=2+Prediction", "+auto", "+schema")] == [
+        False, True, True, False, False]
+    assert [has_word(s, SCHEMA) for s in ("+schema", "+prediction+Schema", "+prediction")] == [True, True, False]
     assert pins_length("+k=2+prediction") and not pins_length("+prediction")
     lineup = load_lineup(str(model_dirs["target"]), [str(model_dirs["drafter"]), f"{model_dirs['drafter']}+prediction"])
     plain, predicted = lineup.entrants

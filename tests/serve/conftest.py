@@ -10,6 +10,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
+from specmlx import presets
 from specmlx.drafters import NGRAM, NONE
 from specmlx.loading import load_models, load_tokenizer
 from specmlx.mlx_thread import MLXThread
@@ -77,6 +78,15 @@ def client(server):
 
 
 @pytest.fixture(scope="session")
+def qwen():
+    """The default preset's target tokenizer, as the server loads it; skipped where it is not fetched."""
+    path = presets.model_path(presets.get_preset("qwen2.5-coder-1.5b"))
+    if not presets.is_fetched(path):
+        pytest.skip(f"the qwen2.5-coder-1.5b preset is not fetched ({path}): specmlx models fetch")
+    return load_tokenizer("qwen2.5-coder-1.5b", path)
+
+
+@pytest.fixture(scope="session")
 def fim_tokenizer():
     """The tiny tokenizer with Qwen2.5-Coder's FIM tokens."""
     return tiny.train_tokenizer(specials=tiny.SPECIALS + FIM)
@@ -104,3 +114,19 @@ def fim_dirs(fim_tokenizer, tmp_path_factory):
     drafter = tiny.perturbed(target, args, noise=0.3, seed=5)
     return {"target": tiny.save_model(target, args, fim_tokenizer, saved),
             "drafter": tiny.save_model(drafter, args, fim_tokenizer, root / "drafter"), "cut": cut}
+
+
+@pytest.fixture(scope="session")
+def tool_tokenizer():
+    """The tiny tokenizer with Qwen2.5's tool-call tokens and a template that renders tools and calls."""
+    return tiny.train_tokenizer(specials=tiny.SPECIALS + tiny.TOOL_SPECIALS, chat_template=tiny.TOOL_TEMPLATE)
+
+
+@pytest.fixture(scope="session")
+def tool_dirs(tool_tokenizer, tmp_path_factory) -> dict[str, Path]:
+    """A tiny target that calls tools (as far as its tokenizer goes: it is random), and a noisy copy as drafter."""
+    args, root = tiny.qwen2_args(len(tool_tokenizer)), tmp_path_factory.mktemp("tools")
+    target = tiny.build(args, seed=0)
+    drafter = tiny.perturbed(target, args, noise=0.3, seed=5)
+    return {"target": tiny.save_model(target, args, tool_tokenizer, root / "target"),
+            "drafter": tiny.save_model(drafter, args, tool_tokenizer, root / "drafter")}

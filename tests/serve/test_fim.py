@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from specmlx import presets
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import Engine, GenerationConfig
-from specmlx.loading import load_models, load_tokenizer
+from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
 from specmlx.serve.errors import APIError
 from specmlx.serve.fim import find_layout
@@ -30,15 +29,6 @@ def request(prompt="x", **fields) -> CompletionRequest:
 
 
 # ---- the real Qwen2.5-Coder tokenizer -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    """The default preset's target tokenizer, as the server loads it; skipped where it is not fetched."""
-    path = presets.model_path(presets.get_preset("qwen2.5-coder-1.5b"))
-    if not presets.is_fetched(path):
-        pytest.skip(f"the qwen2.5-coder-1.5b preset is not fetched ({path}): specmlx models fetch")
-    return load_tokenizer("qwen2.5-coder-1.5b", path)
 
 
 def literal(tokenizer, prefix: str, suffix: str) -> list[int]:

@@ -29,8 +29,7 @@ def test_fields_that_change_nothing_are_ignored_and_ours_are_strict():
 @pytest.mark.parametrize("fields,param", [
     ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"frequency_penalty": 0.1}, "frequency_penalty"), ({"logit_bias": {"1": 5}}, "logit_bias"),
-    ({"tools": [{"type": "function"}]}, "tools"), ({"tool_choice": "auto"}, "tool_choice"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"functions": [{"name": "f"}]}, "functions"), ({"function_call": "auto"}, "function_call"),
     ({"stop": [f"<{i}>" for i in range(MAX_STOP + 1)]}, "stop")])
 def test_each_value_this_server_cannot_honour_is_refused_by_its_field(fields, param):
     assert chat(**fields).unsupported()[0] == param

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import json
 
 import mlx.core as mx
 import pytest
@@ -113,3 +114,51 @@ def test_four_greedy_chats_at_once_each_equal_specmlx_generate_alone(real):
         tokens = reply.speculative["tokens"]
         assert tokens == expected, mlx.call(tie_note, target.model, prompt, expected, tokens)
         assert reply.speculative["accepted"] > 0
+
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city's name"}},
+                   "required": ["city"]}}}]
+
+
+def test_a_tool_round_trip_with_the_real_target_parses_its_call_and_accepts_drafts(real):
+    """A call the real target must make parses with valid JSON arguments, token for token what the engine
+    writes under the same grammar; the tool's result goes into the next turn's prompt; both answers accepted
+    drafts. Left to choose, the 1.5B writes its calls as JSON text (a ```json block), not in its template's
+    <tool_call> syntax; made to call, it calls again and again (other cities): `required` with
+    parallel_tool_calls false holds it to one call."""
+    from openai import OpenAI
+
+    from specmlx.prompting import encode_chat
+    from specmlx.serve.protocol import ChatRequest
+    from specmlx.serve.tools import forced_calls, template_messages, template_tools
+
+    mlx, target, drafters = real
+    default = next(iter(drafters))
+    ask = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+    fields = {"tools": WEATHER, "tool_choice": "required", "parallel_tool_calls": False, "temperature": 0}
+
+    def direct() -> list[int]:
+        request, tokenizer = ChatRequest(model=target.name, messages=ask, **fields), target.tokenizer
+        prompt = encode_chat(tokenizer, template_messages(request, tokenizer), tools=template_tools(request, tokenizer))
+        engine = Engine(target.model, drafters[default].fresh(), tokenizer)
+        config = GenerationConfig(max_tokens=64, grammar=forced_calls(request, tokenizer))
+        return [e.token for e in engine.generate(prompt, config).token_events()]
+
+    background, _ = start(real, max_tokens=64)
+    with background as url, OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=900) as client:
+        def served(messages, **overrides):
+            return client.chat.completions.create(model=target.name, messages=messages, **(fields | overrides),
+                                                  extra_body={"speculative": {"sources": True}})
+
+        first = served(ask)
+        [call] = first.choices[0].message.tool_calls
+        history = [*ask, first.choices[0].message.model_dump(exclude_none=True),
+                   {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 21, "sky": "clear"}'}]
+        final = served(history, tool_choice="auto")
+    assert first.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"].lower().startswith("paris")
+    assert first.speculative["tokens"] == mlx.call(direct)
+    assert first.speculative["accepted"] > 0 and final.speculative["accepted"] > 0
+    assert final.usage.prompt_tokens > first.usage.prompt_tokens + first.usage.completion_tokens
