@@ -14,6 +14,7 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..log import user_error
@@ -58,12 +59,13 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
                       "param": param, "code": code}}
 
 
-def validation_error(err: RequestValidationError) -> APIError:
-    """pydantic's first complaint as one sentence naming the field, as OpenAI answers a wrong type."""
+def validation_error(err: RequestValidationError | ValidationError, where: str = "") -> APIError:
+    """pydantic's first complaint as one sentence naming the field, as OpenAI answers a wrong type; `where`:
+    the field a part of the body checked on its own stands at (`input.2`)."""
     first = err.errors()[0]
     if first.get("type") == "json_invalid":
         return APIError(400, "the request body is not valid JSON", "invalid_json")
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = ([where] if where else []) + [str(p) for p in first.get("loc", ()) if p != "body"]
     # A union reports each of its arms (`stop.str`, `stop.list[str]`): name the field once.
     param = ".".join(p for p in loc if not any(c in p for c in "[]") and p not in {"str", "int", "bool", "float"})
     if first.get("type") == "missing":

@@ -1,11 +1,11 @@
-"""The HTTP routes: OpenAI's chat, completions and models, Anthropic's messages, and a health check.
+"""The HTTP routes: OpenAI's chat, completions, responses and models, Anthropic's messages, and a health check.
 
-Routes only speak HTTP: the body is parsed (`protocol.py`, `anthropic.py`), the API key
+Routes only speak HTTP: the body is parsed (`protocol.py`, `anthropic.py`, `responses.py`), the API key
 checked, the request handed to serving (`serving.py`), which queues its job;
 the worker runs it on the MLX thread, and its tokens come back through an
-asyncio queue to be rendered (`render.py`, `anthropic_render.py`), streamed as Server-Sent
-Events or whole. A Messages request is a chat request in another shape: it takes the chat
-path from its prompt to its answer's calls.
+asyncio queue to be rendered (`render.py`, `anthropic_render.py`, `responses_render.py`), streamed
+as Server-Sent Events or whole. A Messages or Responses request is a chat request in another shape:
+it takes the chat path from its prompt to its answer's calls.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -25,10 +25,16 @@ from .anthropic_render import TOOL_USE_ID, MessageReply
 from .errors import APIError
 from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling
 from .render import Reply
+from .responses import ResponsesRequest, echoed
+from .responses import to_chat as responses_chat
+from .responses_render import ResponseReply
 
 if TYPE_CHECKING:
     from .serving import Serving
     from .worker import Ticket
+
+# The answer's shape: OpenAI's chat or text completion, Anthropic's message, OpenAI's response.
+AnyReply = Union[Reply, MessageReply, ResponseReply]
 
 # How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5
@@ -141,6 +147,16 @@ async def messages(body: MessagesRequest, request: Request):
     return await respond(chat, prompt, request, reply)
 
 
+# OpenAI's Responses API: translated to the chat request of the same conversation (`responses.py`).
+@api.post("/responses")
+async def responses(body: ResponsesRequest, request: Request):
+    s = serving(request)
+    chat = await run_in_threadpool(responses_chat, body)
+    prompt = await run_in_threadpool(s.chat_prompt, chat)
+    reply = ResponseReply(s.defaults.model, len(prompt), chat.speculative.sources, s.call_reader(chat), echoed(body))
+    return await respond(chat, prompt, request, reply)
+
+
 @api.post("/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     s = serving(request)
@@ -157,7 +173,7 @@ async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool
     return await respond(body, prompt, request, reply, usage)
 
 
-async def respond(body: Sampling, prompt: list[int], request: Request, reply: Reply | MessageReply,
+async def respond(body: Sampling, prompt: list[int], request: Request, reply: AnyReply,
                   usage: bool = False):
     """Queue the request and answer it through `reply`: streamed (with a usage chunk if `usage`) or whole."""
     s = serving(request)
@@ -178,7 +194,7 @@ def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
             next((i for i in items if not isinstance(i, RoundEvent)), None))
 
 
-async def stream(reply: Reply | MessageReply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
+async def stream(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
     loop = asyncio.get_running_loop()
     try:
         yield reply.first()
@@ -205,7 +221,7 @@ async def stream(reply: Reply | MessageReply, queue: asyncio.Queue, ticket: Tick
         ticket.cancel()
 
 
-async def whole(reply: Reply | MessageReply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
+async def whole(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
     events: list[TokenEvent] = []
     loop = asyncio.get_running_loop()
     check_at = loop.time() + DISCONNECT_POLL_S
