@@ -123,8 +123,8 @@ class ResponseReply:
     model: str
     input_tokens: int
     sources: bool  # report each token's source
+    echo: dict  # `responses.echoed`
     calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
-    echo: dict = field(default_factory=dict)
     output: Output = field(default_factory=Output)  # a stream's, as it goes
     id: str = field(default_factory=lambda: new_id(RESPONSE_ID))
     created_at: int = field(default_factory=lambda: int(time.time()))
@@ -185,7 +185,8 @@ class ResponseReply:
 
     def failed(self, error: APIError) -> str:
         """The stream's end when the answer cannot finish: OpenAI's `error` event, then `response.failed`."""
-        failed = self._response("failed", self.output.done, None) | {
-            "error": {"code": error.code or "server_error", "message": error.message}}
+        # The response's error takes one of OpenAI's codes; the error event carries ours.
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        failed = self._response("failed", self.output.done, None) | {"error": {"code": code, "message": error.message}}
         return self.output.send([{"type": "error", "code": error.code, "message": error.message,
                                   "param": error.param}, {"type": "response.failed", "response": failed}])

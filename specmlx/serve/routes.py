@@ -153,7 +153,7 @@ async def responses(body: ResponsesRequest, request: Request):
     s = serving(request)
     chat = await run_in_threadpool(responses_chat, body)
     prompt = await run_in_threadpool(s.chat_prompt, chat)
-    reply = ResponseReply(s.defaults.model, len(prompt), chat.speculative.sources, s.call_reader(chat), echoed(body))
+    reply = ResponseReply(s.defaults.model, len(prompt), chat.speculative.sources, echoed(body), s.call_reader(chat))
     return await respond(chat, prompt, request, reply)
 
 
