@@ -121,7 +121,7 @@ def test_a_streamed_answer_comes_in_typed_events_that_reassemble_the_whole(clien
         typed(e.model_dump(exclude_unset=True))
     assert events[0].response.status == "in_progress" and events[0].response.output == []
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    assert text == whole.output_text == events[-5].text == events[-3].item.content[0].text
+    assert text == whole.output_text == events[-4].text == events[-3].part.text == events[-2].item.content[0].text
     item_id = events[2].item.id
     assert all(e.item_id == item_id and e.output_index == 0 for e in events[3:-2])
     final = events[-1].response
