@@ -6,9 +6,6 @@ serving on after each."""
 from __future__ import annotations
 
 import json
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from unittest.mock import ANY
 
 import httpx
@@ -23,7 +20,7 @@ from specmlx.serve.errors import APIError
 from specmlx.serve.protocol import Done
 from specmlx.stats import GenerationStats
 
-from .conftest import KEY, MODEL, start
+from .conftest import KEY, MODEL, full_queue, healthy, left_stream, start, stopped_stream
 from .test_tools import CALL, CITY, TOKENS, engine_tokens, json_parse, tool_loaded, tool_server  # noqa: F401
 
 anthropic = pytest.importorskip("anthropic")
@@ -48,10 +45,6 @@ def claude(tool_server):
 def ask(claude, messages=ASK, drafter="drafter", max_tokens=TOKENS, **fields):
     return claude.messages.create(model=MODEL, messages=messages, max_tokens=max_tokens,
                                   extra_body=greedy(drafter), **fields)
-
-
-def healthy(url: str) -> bool:
-    return httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
 
 
 # ---- text ------------------------------------------------------------------------------------------
@@ -374,64 +367,26 @@ def test_the_api_key_is_taken_from_x_api_key_and_refused_in_anthropics_shape(too
 # ---- what the server promises on every route ---------------------------------------------------------
 
 
-def stream_events(url: str, max_tokens: int) -> tuple[int, list[dict], httpx.Headers]:
-    """(status, the stream's events' data or the refusal's body, the headers) of a streamed message."""
-    body = {"model": MODEL, "messages": ASK, "max_tokens": max_tokens, "stream": True, "temperature": 0}
-    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
-        if reply.status_code != 200:
-            reply.read()
-            return reply.status_code, [reply.json()], reply.headers
-        events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")]
-        return 200, events, reply.headers
+STREAMED = {"model": MODEL, "messages": ASK, "max_tokens": 48, "stream": True, "temperature": 0}
+LONG = STREAMED | {"max_tokens": 4000}
 
 
 def test_a_full_queue_is_a_429_in_anthropics_shape(tool_loaded):
-    background, _ = start(tool_loaded, max_queue=1)
-    with background as url:
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: stream_events(url, 48), range(6)))
-        refused = [r for r in results if r[0] == 429]
-        served = [r for r in results if r[0] == 200]
-        assert refused and served and len(refused) + len(served) == 6
-        for _, [error], headers in refused:
-            assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
-            assert int(headers["retry-after"]) >= 1
-        assert all(events[-1]["type"] == "message_stop" for _, events, _ in served)
-        assert healthy(url)
+    refused, served = full_queue(tool_loaded, "/v1/messages", STREAMED)
+    for _, [error], headers in refused:
+        assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
+        assert int(headers["retry-after"]) >= 1
+    assert all(events[-1]["type"] == "message_stop" for _, events, _ in served)
 
 
 def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded):
-    background, worker = start(tool_loaded)
-    with background as url:
-        body = {"model": MODEL, "messages": ASK, "max_tokens": 4000, "stream": True}
-        with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
-            lines = reply.iter_lines()
-            for _ in range(12):  # message_start, a ping, the text block's start and a few deltas
-                next(lines)
-        deadline = time.monotonic() + 20
-        while not worker.records and time.monotonic() < deadline:
-            time.sleep(0.01)
-        [dropped] = worker.records
-        assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
-        assert healthy(url)
+    # message_start, a ping, the text block's start and a few deltas
+    dropped = left_stream(tool_loaded, "/v1/messages", LONG, 12)
+    assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
 
 
 def test_stopping_the_server_ends_an_open_stream_with_anthropics_error_event(tool_loaded):
-    background, _ = start(tool_loaded)
-    started = threading.Event()
-
-    def listen(url: str) -> list[str]:
-        """The stream's non-empty lines, until the server ends it."""
-        body = {"model": MODEL, "messages": ASK, "max_tokens": 4000, "stream": True}
-        with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as reply:
-            # `started` is set at the first line (`set()` is None: every line is kept).
-            return [line for line in reply.iter_lines() if line and not started.set()]
-
-    with ThreadPoolExecutor(1) as pool:
-        with background as url:
-            lines = pool.submit(listen, url)
-            assert started.wait(30)
-        name, data = lines.result(30)[-2:]
+    name, data = stopped_stream(tool_loaded, "/v1/messages", LONG)[-2:]
     assert name == "event: error"
     assert json.loads(data.removeprefix("data: ")) == {"type": "error",
                                                        "error": {"type": "overloaded_error", "message": ANY}}

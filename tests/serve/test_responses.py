@@ -7,9 +7,6 @@ on after each."""
 from __future__ import annotations
 
 import json
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import get_args
 
 import httpx
@@ -23,7 +20,7 @@ from specmlx.serve.responses import ResponsesRequest, echoed, to_chat
 from specmlx.serve.responses_render import ResponseReply
 from specmlx.stats import GenerationStats
 
-from .conftest import KEY, MODEL, start
+from .conftest import KEY, MODEL, full_queue, healthy, left_stream, start, stopped_stream
 from .test_tools import CALL, CITY, TOKENS, engine_tokens, json_parse, tool_loaded, tool_server  # noqa: F401
 
 openai = pytest.importorskip("openai")
@@ -57,10 +54,6 @@ def ask(client, input=ASK, drafter="drafter", max_output_tokens=TOKENS, **fields
 def events_of(client, input=ASK, max_output_tokens=TOKENS, **fields) -> list:
     return list(client.responses.create(model=MODEL, input=input, max_output_tokens=max_output_tokens, stream=True,
                                         temperature=0, extra_body=greedy(), **fields))
-
-
-def healthy(url: str) -> bool:
-    return httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
 
 
 def typed(event: dict) -> None:
@@ -390,63 +383,25 @@ def test_a_missing_or_wrong_api_key_is_a_401_in_openais_shape(tool_loaded):
 # ---- what the server promises on every route ---------------------------------------------------------
 
 
-def stream_events(url: str, max_output_tokens: int) -> tuple[int, list[dict], httpx.Headers]:
-    """(status, the stream's events' data or the refusal's body, the headers) of a streamed response."""
-    body = {"model": MODEL, "input": ASK, "max_output_tokens": max_output_tokens, "stream": True, "temperature": 0}
-    with httpx.stream("POST", f"{url}/v1/responses", json=body, timeout=60) as reply:
-        if reply.status_code != 200:
-            reply.read()
-            return reply.status_code, [reply.json()], reply.headers
-        events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")]
-        return 200, events, reply.headers
+STREAMED = {"model": MODEL, "input": ASK, "max_output_tokens": 48, "stream": True, "temperature": 0}
+LONG = STREAMED | {"max_output_tokens": 4000}
 
 
 def test_a_full_queue_is_a_429_in_openais_shape(tool_loaded):
-    background, _ = start(tool_loaded, max_queue=1)
-    with background as url:
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: stream_events(url, 48), range(6)))
-        refused = [r for r in results if r[0] == 429]
-        served = [r for r in results if r[0] == 200]
-        assert refused and served and len(refused) + len(served) == 6
-        for _, [body], headers in refused:
-            assert body["error"]["type"] == "rate_limit_error" and int(headers["retry-after"]) >= 1
-        assert all(events[-1]["type"] in ("response.completed", "response.incomplete") for _, events, _ in served)
-        assert healthy(url)
+    refused, served = full_queue(tool_loaded, "/v1/responses", STREAMED)
+    for _, [body], headers in refused:
+        assert body["error"]["type"] == "rate_limit_error" and int(headers["retry-after"]) >= 1
+    assert all(events[-1]["type"] in ("response.completed", "response.incomplete") for _, events, _ in served)
 
 
 def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded):
-    background, worker = start(tool_loaded)
-    with background as url:
-        body = {"model": MODEL, "input": ASK, "max_output_tokens": 4000, "stream": True}
-        with httpx.stream("POST", f"{url}/v1/responses", json=body, timeout=60) as reply:
-            lines = reply.iter_lines()
-            for _ in range(18):  # created, in_progress, the message's start and a few deltas
-                next(lines)
-        deadline = time.monotonic() + 20
-        while not worker.records and time.monotonic() < deadline:
-            time.sleep(0.01)
-        [dropped] = worker.records
-        assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
-        assert healthy(url)
+    # created, in_progress, the message's start and a few deltas (an event and its data are two lines)
+    dropped = left_stream(tool_loaded, "/v1/responses", LONG, 18)
+    assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
 
 
 def test_stopping_the_server_ends_an_open_stream_with_an_error_event(tool_loaded):
-    background, _ = start(tool_loaded)
-    started = threading.Event()
-
-    def listen(url: str) -> list[dict]:
-        """The stream's events' data, until the server ends it."""
-        body = {"model": MODEL, "input": ASK, "max_output_tokens": 4000, "stream": True}
-        with httpx.stream("POST", f"{url}/v1/responses", json=body, timeout=60) as reply:
-            # `started` is set at the first line (`set()` is None: every line is kept).
-            return [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")
-                    and not started.set()]
-
-    with ThreadPoolExecutor(1) as pool:
-        with background as url:
-            events = pool.submit(listen, url)
-            assert started.wait(30)
-        error, failed = events.result(30)[-2:]
-    assert error["type"] == "error" and error["message"] and failed["type"] == "response.failed"
-    assert failed["response"]["status"] == "failed"
+    lines = stopped_stream(tool_loaded, "/v1/responses", LONG)
+    error, failed = [json.loads(line.removeprefix("data: ")) for line in lines[-3::2]]
+    assert lines[-4:-3] == ["event: error"] and error["type"] == "error" and error["message"]
+    assert failed["type"] == "response.failed" and failed["response"]["status"] == "failed"
