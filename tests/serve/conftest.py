@@ -4,10 +4,6 @@ And a tiny target with fill-in-the-middle tokens, for FIM requests and their ben
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -137,65 +133,5 @@ def tool_dirs(tool_tokenizer, tmp_path_factory) -> dict[str, Path]:
             "drafter": tiny.save_model(drafter, args, tool_tokenizer, root / "drafter")}
 
 
-# ---- what every route promises: checks that take a route's path and a streamed body ------------------
-
-
 def healthy(url: str) -> bool:
     return httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
-
-
-def stream_events(url: str, path: str, body: dict) -> tuple[int, list[dict], httpx.Headers]:
-    """(status, the stream's events' data or the refusal's body, the headers) of a streamed request."""
-    with httpx.stream("POST", f"{url}{path}", json=body, timeout=60) as reply:
-        if reply.status_code != 200:
-            reply.read()
-            return reply.status_code, [reply.json()], reply.headers
-        events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")]
-        return 200, events, reply.headers
-
-
-def full_queue(loaded, path: str, body: dict) -> tuple[list, list]:
-    """(refused, served): six streams at once on a server whose queue holds one, each (status, events or
-    the refusal, headers); both kinds happen, and the server serves on."""
-    background, _ = start(loaded, max_queue=1)
-    with background as url:
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: stream_events(url, path, body), range(6)))
-        assert healthy(url)
-    refused = [r for r in results if r[0] == 429]
-    served = [r for r in results if r[0] == 200]
-    assert refused and served and len(refused) + len(served) == 6
-    return refused, served
-
-
-def left_stream(loaded, path: str, body: dict, lines: int):
-    """The record of a generation whose client left its stream after `lines` lines."""
-    background, worker = start(loaded)
-    with background as url:
-        with httpx.stream("POST", f"{url}{path}", json=body, timeout=60) as reply:
-            read = reply.iter_lines()
-            for _ in range(lines):
-                next(read)
-        deadline = time.monotonic() + 20
-        while not worker.records and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert healthy(url)
-    [dropped] = worker.records
-    return dropped
-
-
-def stopped_stream(loaded, path: str, body: dict) -> list[str]:
-    """A stream's non-empty lines, until the server stops under it."""
-    background, _ = start(loaded)
-    started = threading.Event()
-
-    def listen(url: str) -> list[str]:
-        with httpx.stream("POST", f"{url}{path}", json=body, timeout=60) as reply:
-            # `started` is set at the first line (`set()` is None: every line is kept).
-            return [line for line in reply.iter_lines() if line and not started.set()]
-
-    with ThreadPoolExecutor(1) as pool:
-        with background as url:
-            lines = pool.submit(listen, url)
-            assert started.wait(30)
-        return lines.result(30)

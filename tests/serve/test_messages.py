@@ -6,22 +6,19 @@ serving on after each."""
 from __future__ import annotations
 
 import json
-from unittest.mock import ANY
 
 import httpx
 import pytest
 
-from specmlx.events import Source, TokenEvent
 from specmlx.prompting import encode_chat
 from specmlx.serve.anthropic import MessagesRequest, to_chat
 from specmlx.serve.anthropic_render import MessageReply
 from specmlx.serve.calls import CallReader
 from specmlx.serve.errors import APIError
-from specmlx.serve.protocol import Done
-from specmlx.stats import GenerationStats
 
-from .conftest import KEY, MODEL, full_queue, healthy, left_stream, start, stopped_stream
-from .test_tools import CALL, CITY, TOKENS, engine_tokens, json_parse, tool_loaded, tool_server  # noqa: F401
+from .conftest import KEY, MODEL, healthy, start
+from .test_tools import (CITY, TOKENS, answer_around_calls, engine_tokens, json_parse, tool_loaded,  # noqa: F401
+                         tool_server)
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -81,17 +78,6 @@ def test_a_streamed_answer_comes_in_anthropics_events_and_reassembles_the_whole(
     assert delta.delta.stop_reason == whole.stop_reason and delta.usage.output_tokens == whole.usage.output_tokens
     assert delta.speculative["drafter"] == "drafter"
     assert healthy(tool_server)
-
-
-def test_the_stream_is_server_sent_events_named_by_their_type(tool_server):
-    body = {"model": MODEL, "messages": ASK, "max_tokens": 4, "stream": True}
-    with httpx.stream("POST", f"{tool_server}/v1/messages", json=body, timeout=60) as reply:
-        blocks = reply.read().decode().strip().split("\n\n")
-    assert reply.headers["content-type"].startswith("text/event-stream")
-    for raw in blocks:
-        name, data = raw.split("\n")
-        assert name == "event: " + json.loads(data.removeprefix("data: "))["type"]
-    assert blocks[0].startswith("event: message_start") and blocks[-1].startswith("event: message_stop")
 
 
 @pytest.mark.parametrize("max_batch", [8, 1], ids=["batched", "one at a time"])
@@ -222,13 +208,7 @@ def sse_events(text: str) -> list[dict]:
 
 
 def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_blocks():
-    text = "Let me look.\n" + CALL + "\n" + CALL.replace("Paris", "Oslo") + " Done."
-    tokens = [TokenEvent(i, text[i:i + 7], Source.TARGET) for i in range(0, len(text), 7)]
-    stats = GenerationStats(drafter="none", num_draft=0, prompt_tokens=9, generation_tokens=len(tokens), rounds=1,
-                            drafted=0, accepted=0, accepted_histogram=(1,), target_forwards=1, host_syncs=1,
-                            prefill_s=0.1, decode_s=0.2, draft_s=0.0, verify_s=0.0, profiled=False,
-                            finish_reason="eos")
-    done = Done(stats, "", 0, 0.0)
+    tokens, done = answer_around_calls()
     whole = MessageReply(MODEL, 9, False, reader()).whole(tokens, done)
     assert [(b["type"], b.get("text"), b.get("input")) for b in whole["content"]] == [
         ("text", "Let me look.", None), ("tool_use", None, {"city": "Paris", "days": 2}),
@@ -362,31 +342,3 @@ def test_the_api_key_is_taken_from_x_api_key_and_refused_in_anthropics_shape(too
                             headers={"x-api-key": "wrong"}, timeout=30)
         assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
         assert healthy(url)
-
-
-# ---- what the server promises on every route ---------------------------------------------------------
-
-
-STREAMED = {"model": MODEL, "messages": ASK, "max_tokens": 48, "stream": True, "temperature": 0}
-LONG = STREAMED | {"max_tokens": 4000}
-
-
-def test_a_full_queue_is_a_429_in_anthropics_shape(tool_loaded):
-    refused, served = full_queue(tool_loaded, "/v1/messages", STREAMED)
-    for _, [error], headers in refused:
-        assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
-        assert int(headers["retry-after"]) >= 1
-    assert all(events[-1]["type"] == "message_stop" for _, events, _ in served)
-
-
-def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded):
-    # message_start, a ping, the text block's start and a few deltas
-    dropped = left_stream(tool_loaded, "/v1/messages", LONG, 12)
-    assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
-
-
-def test_stopping_the_server_ends_an_open_stream_with_anthropics_error_event(tool_loaded):
-    name, data = stopped_stream(tool_loaded, "/v1/messages", LONG)[-2:]
-    assert name == "event: error"
-    assert json.loads(data.removeprefix("data: ")) == {"type": "error",
-                                                       "error": {"type": "overloaded_error", "message": ANY}}

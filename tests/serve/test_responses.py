@@ -12,16 +12,12 @@ from typing import get_args
 import httpx
 import pytest
 
-from specmlx.events import Source, TokenEvent
-from specmlx.serve.calls import CallReader
 from specmlx.serve.errors import APIError
-from specmlx.serve.protocol import Done
 from specmlx.serve.responses import ResponsesRequest, echoed, to_chat
 from specmlx.serve.responses_render import ResponseReply
-from specmlx.stats import GenerationStats
 
-from .conftest import KEY, MODEL, full_queue, healthy, left_stream, start, stopped_stream
-from .test_tools import CALL, CITY, TOKENS, engine_tokens, json_parse, tool_loaded, tool_server  # noqa: F401
+from .conftest import KEY, MODEL, healthy, start
+from .test_tools import CITY, TOKENS, answer_around_calls, engine_tokens, reader, tool_loaded, tool_server  # noqa: F401
 
 openai = pytest.importorskip("openai")
 from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
@@ -32,7 +28,8 @@ TOOLS = [{"type": "function", "name": "weather", "description": "The forecast fo
 ASK = "The weather in Paris?"
 NAMED = {"type": "function", "name": "weather"}
 # The client's type of each event, by its `type` (its union is discriminated by the client, not pydantic).
-EVENTS = {get_args(kind.model_fields["type"].annotation)[0]: kind for kind in get_args(get_args(ResponseStreamEvent)[0])}
+EVENTS = {get_args(kind.model_fields["type"].annotation)[0]: kind
+          for kind in get_args(get_args(ResponseStreamEvent)[0])}
 ECHO = echoed(ResponsesRequest(model=MODEL, input=ASK, tools=TOOLS))
 
 
@@ -125,17 +122,6 @@ def test_a_streamed_answer_comes_in_typed_events_that_reassemble_the_whole(clien
     assert [t for e in events if getattr(e, "speculative", None) for t in e.speculative["tokens"]] == \
         whole.speculative["tokens"]
     assert healthy(tool_server)
-
-
-def test_the_stream_is_server_sent_events_named_by_their_type(tool_server):
-    body = {"model": MODEL, "input": ASK, "max_output_tokens": 4, "stream": True}
-    with httpx.stream("POST", f"{tool_server}/v1/responses", json=body, timeout=60) as reply:
-        blocks = reply.read().decode().strip().split("\n\n")
-    assert reply.headers["content-type"].startswith("text/event-stream")
-    for raw in blocks:
-        name, data = raw.split("\n")
-        assert name == "event: " + json.loads(data.removeprefix("data: "))["type"]
-    assert blocks[0].startswith("event: response.created") and blocks[-1].startswith("event: response.")
 
 
 # ---- tools -----------------------------------------------------------------------------------------
@@ -252,11 +238,6 @@ def test_items_become_the_chat_conversation_they_hold():
     assert [m.role for m in named.messages] == ["user"]
 
 
-def reader() -> CallReader:
-    """Qwen's call syntax read as the server reads it."""
-    return CallReader("<tool_call>", "</tool_call>", json_parse)
-
-
 def sse_events(text: str) -> list[dict]:
     """A Responses stream's events' data, each checked to be named by its type and valid as the client's type."""
     out = []
@@ -269,13 +250,7 @@ def sse_events(text: str) -> list[dict]:
 
 
 def test_text_around_calls_streams_as_items_in_order_and_whole_as_the_same_items():
-    text = "Let me look.\n" + CALL + "\n" + CALL.replace("Paris", "Oslo") + " Done."
-    tokens = [TokenEvent(i, text[i:i + 7], Source.TARGET) for i in range(0, len(text), 7)]
-    stats = GenerationStats(drafter="none", num_draft=0, prompt_tokens=9, generation_tokens=len(tokens), rounds=1,
-                            drafted=0, accepted=0, accepted_histogram=(1,), target_forwards=1, host_syncs=1,
-                            prefill_s=0.1, decode_s=0.2, draft_s=0.0, verify_s=0.0, profiled=False,
-                            finish_reason="eos")
-    done = Done(stats, "", 0, 0.0)
+    tokens, done = answer_around_calls()
     whole = ResponseReply(MODEL, 9, False, ECHO, reader()).whole(tokens, done)
     Response.model_validate(whole)
     shown = [(o["type"], o["content"][0]["text"] if o["type"] == "message" else json.loads(o["arguments"]))
@@ -378,30 +353,3 @@ def test_a_missing_or_wrong_api_key_is_a_401_in_openais_shape(tool_loaded):
         with openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60) as right:
             assert right.responses.create(model=MODEL, input=ASK, max_output_tokens=2).usage.output_tokens >= 1
         assert healthy(url)
-
-
-# ---- what the server promises on every route ---------------------------------------------------------
-
-
-STREAMED = {"model": MODEL, "input": ASK, "max_output_tokens": 48, "stream": True, "temperature": 0}
-LONG = STREAMED | {"max_output_tokens": 4000}
-
-
-def test_a_full_queue_is_a_429_in_openais_shape(tool_loaded):
-    refused, served = full_queue(tool_loaded, "/v1/responses", STREAMED)
-    for _, [body], headers in refused:
-        assert body["error"]["type"] == "rate_limit_error" and int(headers["retry-after"]) >= 1
-    assert all(events[-1]["type"] in ("response.completed", "response.incomplete") for _, events, _ in served)
-
-
-def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded):
-    # created, in_progress, the message's start and a few deltas (an event and its data are two lines)
-    dropped = left_stream(tool_loaded, "/v1/responses", LONG, 18)
-    assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
-
-
-def test_stopping_the_server_ends_an_open_stream_with_an_error_event(tool_loaded):
-    lines = stopped_stream(tool_loaded, "/v1/responses", LONG)
-    error, failed = [json.loads(line.removeprefix("data: ")) for line in lines[-3::2]]
-    assert lines[-4:-3] == ["event: error"] and error["type"] == "error" and error["message"]
-    assert failed["type"] == "response.failed" and failed["response"]["status"] == "failed"
