@@ -4,6 +4,7 @@ And a tiny target with fill-in-the-middle tokens, for FIM requests and their ben
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -135,3 +136,13 @@ def tool_dirs(tool_tokenizer, tmp_path_factory) -> dict[str, Path]:
 
 def healthy(url: str) -> bool:
     return httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
+
+
+def sse_events(text: str) -> list[dict]:
+    """A stream's events' data, each checked to be named by its type (an `event:` line, then its `data:`)."""
+    out = []
+    for raw in text.strip().split("\n\n"):
+        name, data = raw.split("\n")
+        out.append(json.loads(data.removeprefix("data: ")))
+        assert name == "event: " + out[-1]["type"]
+    return out

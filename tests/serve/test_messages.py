@@ -16,7 +16,7 @@ from specmlx.serve.anthropic_render import MessageReply
 from specmlx.serve.calls import CallReader
 from specmlx.serve.errors import APIError
 
-from .conftest import KEY, MODEL, healthy, start
+from .conftest import KEY, MODEL, healthy, sse_events, start
 from .test_tools import (CITY, TOKENS, answer_around_calls, engine_tokens, json_parse, tool_loaded,  # noqa: F401
                          tool_server)
 
@@ -195,16 +195,6 @@ def test_consecutive_turns_of_a_role_are_one_and_results_answer_their_calls():
 def reader() -> CallReader:
     """Qwen's call syntax read as the server reads it, with Anthropic's ids."""
     return CallReader("<tool_call>", "</tool_call>", json_parse, id_prefix="toolu_")
-
-
-def sse_events(text: str) -> list[dict]:
-    """An Anthropic stream's events' data, each checked to be named by its type."""
-    out = []
-    for raw in text.strip().split("\n\n"):
-        name, data = raw.split("\n")
-        out.append(json.loads(data.removeprefix("data: ")))
-        assert name == "event: " + out[-1]["type"]
-    return out
 
 
 def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_blocks():

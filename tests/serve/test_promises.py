@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from .conftest import MODEL, healthy, start
+from .conftest import MODEL, healthy, sse_events, start
 from .test_tools import ASK, tool_loaded, tool_server  # noqa: F401
 
 
@@ -60,13 +60,8 @@ def stream_events(url: str, route: Route) -> tuple[int, list[dict], httpx.Header
 @pytest.mark.parametrize("route", ROUTES, ids=IDS)
 def test_the_stream_is_server_sent_events_named_by_their_type(tool_server, route):
     with httpx.stream("POST", f"{tool_server}{route.path}", json=body(route, 4), timeout=60) as reply:
-        blocks = reply.read().decode().strip().split("\n\n")
+        events = [event["type"] for event in sse_events(reply.read().decode())]
     assert reply.headers["content-type"].startswith("text/event-stream")
-    events = []
-    for raw in blocks:
-        name, data = raw.split("\n")
-        events.append(json.loads(data.removeprefix("data: "))["type"])
-        assert name == f"event: {events[-1]}"
     assert events[0] == route.first and events[-1] in route.finished
 
 

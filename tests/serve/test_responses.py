@@ -16,7 +16,7 @@ from specmlx.serve.errors import APIError
 from specmlx.serve.responses import ResponsesRequest, echoed, to_chat
 from specmlx.serve.responses_render import ResponseReply
 
-from .conftest import KEY, MODEL, healthy, start
+from .conftest import KEY, MODEL, healthy, sse_events, start
 from .test_tools import CITY, TOKENS, answer_around_calls, engine_tokens, reader, tool_loaded, tool_server  # noqa: F401
 
 openai = pytest.importorskip("openai")
@@ -192,14 +192,14 @@ def test_a_json_schema_format_gives_json_its_schema_validates(client):
 
 @pytest.mark.parametrize("drafter", ["drafter", "ngram"])
 def test_greedy_answers_equal_the_engines_on_the_same_prompt(client, tool_loaded, drafter):
-    first = ask(client, drafter=drafter, tools=TOOLS, tool_choice=NAMED, instructions="Use tools.")
-    request = ResponsesRequest(model=MODEL, input=ASK, max_output_tokens=TOKENS, tools=TOOLS, tool_choice=NAMED,
-                               instructions="Use tools.")
-    assert first.speculative["tokens"] == engine_tokens(tool_loaded, drafter, to_chat(request))
-    later = round_trip(first)
-    second = ask(client, later, drafter=drafter, tools=TOOLS)
-    request = ResponsesRequest(model=MODEL, input=later, max_output_tokens=TOKENS, tools=TOOLS)
-    assert second.speculative["tokens"] == engine_tokens(tool_loaded, drafter, to_chat(request))
+    """Both steps of a call's round trip, each equal to the engine's answer to the chat request it becomes."""
+    fields = {"tools": TOOLS, "tool_choice": NAMED, "instructions": "Use tools."}
+    first = ask(client, drafter=drafter, **fields)
+    later = {"input": round_trip(first), "tools": TOOLS}
+    second = ask(client, drafter=drafter, **later)
+    for reply, sent in ((first, {"input": ASK} | fields), (second, later)):
+        request = ResponsesRequest(model=MODEL, max_output_tokens=TOKENS, **sent)
+        assert reply.speculative["tokens"] == engine_tokens(tool_loaded, drafter, to_chat(request))
 
 
 # ---- the translation -------------------------------------------------------------------------------
@@ -238,14 +238,11 @@ def test_items_become_the_chat_conversation_they_hold():
     assert [m.role for m in named.messages] == ["user"]
 
 
-def sse_events(text: str) -> list[dict]:
-    """A Responses stream's events' data, each checked to be named by its type and valid as the client's type."""
-    out = []
-    for raw in text.strip().split("\n\n"):
-        name, data = raw.split("\n")
-        out.append(json.loads(data.removeprefix("data: ")))
-        assert name == "event: " + out[-1]["type"]
-        typed(out[-1])
+def typed_events(text: str) -> list[dict]:
+    """A stream's events' data, each named by its type and valid as the client's type of it."""
+    out = sse_events(text)
+    for event in out:
+        typed(event)
     return out
 
 
@@ -258,7 +255,7 @@ def test_text_around_calls_streams_as_items_in_order_and_whole_as_the_same_items
     assert shown == [("message", "Let me look."), ("function_call", {"city": "Paris", "days": 2}),
                      ("function_call", {"city": "Oslo", "days": 2}), ("message", " Done.")]
     reply = ResponseReply(MODEL, 9, True, ECHO, reader())
-    events = sse_events(reply.first() + "".join(reply.piece([t]) for t in tokens) + reply.last(done))
+    events = typed_events(reply.first() + "".join(reply.piece([t]) for t in tokens) + reply.last(done))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     added = [e for e in events if e["type"] == "response.output_item.added"]
     finished = [e for e in events if e["type"] == "response.output_item.done"]
@@ -276,7 +273,7 @@ def test_text_around_calls_streams_as_items_in_order_and_whole_as_the_same_items
 
 def test_a_stream_that_cannot_finish_ends_with_an_error_event_and_response_failed():
     reply = ResponseReply(MODEL, 9, False, ECHO)
-    events = sse_events(reply.first() + reply.failed(APIError(503, "lost", "server_stopping")))
+    events = typed_events(reply.first() + reply.failed(APIError(503, "lost", "server_stopping")))
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error", "response.failed"]
     assert events[2] == {"type": "error", "code": "server_stopping", "message": "lost", "param": None,
                          "sequence_number": 2}
