@@ -114,7 +114,7 @@ class TextConfig(BaseModel):
 
 class ResponsesRequest(BaseModel):
     model: StrictStr
-    input: Union[StrictStr, list[dict[str, Any]]]  # items: read one by one (`item`), each refused by its place
+    input: Union[StrictStr, list[dict[str, Any]]]  # items: read one by one (`chat_messages`), refused by place
     instructions: StrictStr | None = None
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_TOOLS)  # function tools (`chat_tool`)
     tool_choice: Union[Literal["none", "auto", "required"], FunctionChoice, None] = None
@@ -161,7 +161,8 @@ def refuse_stateful(request: ResponsesRequest) -> None:
                            f"{instead}", "unsupported_parameter", name)
 
 
-def typed(value: Any, kinds: dict[str, type[BaseModel]], where: str, served: str, default: str | None = None):
+def typed(value: Any, kinds: dict[str, type[BaseModel]], where: str, served: str,
+          default: str | None = None) -> BaseModel:
     """`value` read as the model its `type` names among `kinds` (`default` where it names none); refused (400)
     naming `where` if it is of another type, or not one of its type."""
     kind = value.get("type", default) if isinstance(value, dict) else None

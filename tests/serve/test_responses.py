@@ -124,6 +124,24 @@ def test_a_streamed_answer_comes_in_typed_events_that_reassemble_the_whole(clien
     assert healthy(tool_server)
 
 
+def test_a_request_shaped_as_codex_sends_one_streams_to_its_end(tool_server):
+    """Codex's fields as it sends them with `store = false`: the history in input (a developer message, a
+    user's input_text), function tools with `strict`, fields that change nothing here, and a stream."""
+    shell = {"type": "function", "name": "shell", "description": "Runs a command.", "strict": False,
+             "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}},
+                            "required": ["command"], "additionalProperties": False}}
+    body = {"model": MODEL, "instructions": "You are a coding agent.", "tools": [shell], "tool_choice": "auto",
+            "parallel_tool_calls": False, "reasoning": None, "store": False, "stream": True, "include": [],
+            "prompt_cache_key": "a-session", "text": {"verbosity": "low"}, "max_output_tokens": 8, "input": [
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Sandboxed."}]},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": ASK}]}]}
+    with httpx.stream("POST", f"{tool_server}/v1/responses", json=body, timeout=60) as reply:
+        events = typed_events(reply.read().decode())
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    assert [e["item"] for e in events if e["type"] == "response.output_item.done"] == events[-1]["response"]["output"]
+    assert events[-1]["response"]["parallel_tool_calls"] is False and events[-1]["response"]["tools"] == [shell]
+
+
 # ---- tools -----------------------------------------------------------------------------------------
 
 
