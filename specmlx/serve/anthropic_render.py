@@ -28,10 +28,13 @@ TOOL_USE_ID = "toolu_"  # Anthropic's calls' ids begin so
 STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_tokens"}
 
 
-def stop_reason(done: Done, calls: CallReader | None) -> str | None:
+def stop_reason(done: Done, calls: CallReader | None, window_bound: bool = False) -> str | None:
     """Anthropic's stop reason; `tool_use` for an answer that made calls and ended of its own accord
-    (its end token or a stop sequence), not one max_tokens cut."""
+    (its end token or a stop sequence), not one max_tokens cut; `model_context_window_exceeded` for one
+    the window cut before the max_tokens asked (`anthropic.within_window`)."""
     reason = done.stats.finish_reason
+    if reason == "length" and window_bound:
+        return "model_context_window_exceeded"
     return "tool_use" if calls is not None and calls.made and reason in ("eos", "stop") else STOP_REASONS.get(reason)
 
 
@@ -93,6 +96,7 @@ class MessageReply:
     input_tokens: int
     sources: bool  # report each token's source
     calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
+    window_bound: bool = False  # max_tokens was cut to the window's room
     blocks: Blocks = field(default_factory=Blocks)  # a stream's, as it goes
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
 
@@ -111,8 +115,8 @@ class MessageReply:
 
     def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
         pieces = self._pieces("".join(e.text for e in events) + done.tail, end=True)
-        message = self._message([block(p) for p in pieces], stop_reason(done, self.calls), done.stats.stop or None,
-                                done.stats.generation_tokens)
+        stop = stop_reason(done, self.calls, self.window_bound)
+        message = self._message([block(p) for p in pieces], stop, done.stats.stop or None, done.stats.generation_tokens)
         return message | extras(done, self.sources, events)
 
     def first(self) -> str:
@@ -132,7 +136,7 @@ class MessageReply:
         """The tail's blocks, the open block's end, `message_delta` (why it stopped, the output tokens,
         what drafting did) and `message_stop`."""
         out = [e for p in self._pieces(done.tail, end=True) for e in self.blocks.events(p)] + self.blocks.close()
-        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(done, self.calls),
+        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(done, self.calls, self.window_bound),
                                                     "stop_sequence": done.stats.stop or None},
                  "usage": {"output_tokens": done.stats.generation_tokens}}
         return "".join(event(e) for e in out) + event(delta | extras(done, self.sources)) + \

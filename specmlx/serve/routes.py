@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..events import RoundEvent, TokenEvent
-from .anthropic import CountTokensRequest, MessagesRequest, to_chat
+from .anthropic import CountTokensRequest, MessagesRequest, to_chat, within_window
 from .anthropic_render import TOOL_USE_ID, MessageReply
 from .errors import APIError
 from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling
@@ -143,7 +143,9 @@ async def messages(body: MessagesRequest, request: Request):
     s = serving(request)
     chat = await run_in_threadpool(to_chat, body)
     prompt = await run_in_threadpool(s.chat_prompt, chat)
-    reply = MessageReply(s.defaults.model, len(prompt), chat.speculative.sources, s.call_reader(chat, TOOL_USE_ID))
+    chat, window_bound = within_window(chat, s.worker.slots.room(len(prompt)))
+    reply = MessageReply(s.defaults.model, len(prompt), chat.speculative.sources, s.call_reader(chat, TOOL_USE_ID),
+                         window_bound)
     return await respond(chat, prompt, request, reply)
 
 

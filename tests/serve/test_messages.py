@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from specmlx.prompting import encode_chat
-from specmlx.serve.anthropic import MessagesRequest, to_chat
+from specmlx.serve.anthropic import MessagesRequest, to_chat, within_window
 from specmlx.serve.anthropic_render import MessageReply
 from specmlx.serve.calls import CallReader
 from specmlx.serve.errors import APIError
@@ -227,6 +227,26 @@ def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_bloc
     pieces = [sse_events(sourced.piece(tokens[k:k + 1])) for k in range(3)]
     assert [p[-1]["type"] for p in pieces] == ["content_block_delta", "content_block_delta", "ping"]
     assert [p[-1]["speculative"] for p in pieces] == [{"tokens": [k], "sources": ["target"]} for k in (0, 7, 14)]
+
+
+def test_max_tokens_past_the_window_answers_until_the_window_is_full(claude, tool_server):
+    # Claude Code asks for tens of thousands of tokens whatever the model: not a 400, as on chat.
+    window = httpx.get(f"{tool_server}/v1/models", timeout=30).json()["data"][0]["context_window"]
+    with claude.messages.create(model=MODEL, messages=ASK, max_tokens=window * 4, stream=True,
+                                extra_body=greedy()) as events:
+        assert next(iter(events)).type == "message_start"  # accepted; leaving stops it (filling the window is slow)
+    request = MessagesRequest(model=MODEL, messages=ASK, max_tokens=window * 4)
+    fitted, cut = within_window(to_chat(request), window - 10)
+    assert (fitted.max_tokens, cut) == (window - 10, True)
+    assert within_window(to_chat(request), None)[1] is False
+    stats = GenerationStats(drafter="none", num_draft=0, prompt_tokens=9, generation_tokens=3, rounds=1,
+                            drafted=0, accepted=0, accepted_histogram=(1,), target_forwards=1, host_syncs=1,
+                            prefill_s=0.1, decode_s=0.2, draft_s=0.0, verify_s=0.0, profiled=False,
+                            finish_reason="length")
+    tokens = [TokenEvent(i, "ab", Source.TARGET) for i in range(3)]
+    reasons = [MessageReply(MODEL, 9, False, window_bound=bound).whole(tokens, Done(stats, "", 0, 0.0))["stop_reason"]
+               for bound in (True, False)]
+    assert reasons == ["model_context_window_exceeded", "max_tokens"]
 
 
 def test_errors_on_the_messages_routes_take_anthropics_shape_and_type():
