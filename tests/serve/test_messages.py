@@ -6,6 +6,7 @@ serving on after each."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -239,12 +240,9 @@ def test_max_tokens_past_the_window_answers_until_the_window_is_full(claude, too
     fitted, cut = within_window(to_chat(request), window - 10)
     assert (fitted.max_tokens, cut) == (window - 10, True)
     assert within_window(to_chat(request), None)[1] is False
-    stats = GenerationStats(drafter="none", num_draft=0, prompt_tokens=9, generation_tokens=3, rounds=1,
-                            drafted=0, accepted=0, accepted_histogram=(1,), target_forwards=1, host_syncs=1,
-                            prefill_s=0.1, decode_s=0.2, draft_s=0.0, verify_s=0.0, profiled=False,
-                            finish_reason="length")
-    tokens = [TokenEvent(i, "ab", Source.TARGET) for i in range(3)]
-    reasons = [MessageReply(MODEL, 9, False, window_bound=bound).whole(tokens, Done(stats, "", 0, 0.0))["stop_reason"]
+    tokens, done = answer_around_calls()
+    cut = replace(done, stats=replace(done.stats, finish_reason="length"))
+    reasons = [MessageReply(MODEL, 9, False, window_bound=bound).whole(tokens, cut)["stop_reason"]
                for bound in (True, False)]
     assert reasons == ["model_context_window_exceeded", "max_tokens"]
 
