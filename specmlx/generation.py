@@ -198,4 +198,4 @@ def _decode(engine: "Engine", prompt: list[int], config: GenerationConfig, out: 
         engine.peers.stop()  # rank 0's word that the generation is over (other ranks run `follow`, not this)
         engine.rewind(len(tokens))  # whatever stopped us, the caches keep only committed tokens
         out.tail = text.finish()
-        out.stats = rec.freeze(config.profile, finish or "cancelled", schedule.estimate())
+        out.stats = rec.freeze(config.profile, finish or "cancelled", schedule.estimate(), text.matched)

@@ -54,6 +54,7 @@ class GenerationStats:
     prediction_tokens: int = 0  # the request's prediction, if it had one (`GenerationConfig.prediction`)
     prediction_drafted: int = 0  # drafts copied from it (counted in `drafted`)
     prediction_accepted: int = 0  # of those, accepted and emitted: its tokens that appear in the output
+    stop: str = ""  # the stop string that ended it (finish_reason "stop"), as a client may ask which one
 
     @property
     def mean_accepted(self) -> float:
@@ -144,7 +145,8 @@ class StatsRecorder:
             self.decode_s += perf_counter() - self._mark
             self._mark = None
 
-    def freeze(self, profiled: bool, finish_reason: str, estimate: AutoEstimate | None = None) -> GenerationStats:
+    def freeze(self, profiled: bool, finish_reason: str, estimate: AutoEstimate | None = None,
+               stop: str = "") -> GenerationStats:
         self.pause()
         width = max(self.num_draft + 1, len(self.histogram), len(self.chosen))
         histogram = self.histogram + [0] * (width - len(self.histogram))
@@ -174,6 +176,7 @@ class StatsRecorder:
             prediction_tokens=self.prediction_tokens,
             prediction_drafted=self.prediction_drafted,
             prediction_accepted=self.prediction_accepted,
+            stop=stop,
         )
 
 

@@ -33,6 +33,7 @@ class TextStream:
         # The primer's characters, never streamed nor searched for stop strings.
         self._primed = prime(tokenizer, self._detok) if continues_text and self._detok is not None else 0
         self.stopped = False
+        self.matched = ""  # the stop string that stopped it
 
     def add(self, token: int) -> str:
         """Take one token; return the text it releases. Sets `stopped` on a stop string."""
@@ -41,10 +42,11 @@ class TextStream:
         self._detok.add_token(token)
         text = self._text()
         # Released text never holds a stop string's start (see _held_back).
-        hits = [i for i in (text.find(s, self._released) for s in self._stop) if i >= 0]
+        hits = [(i, s) for i, s in ((text.find(s, self._released), s) for s in self._stop) if i >= 0]
         if hits:
+            at, self.matched = min(hits)
             self.stopped = True
-            return self._release(text, min(hits))
+            return self._release(text, at)
         return self._release(text, len(text) - self._held_back(text))
 
     def finish(self) -> str:

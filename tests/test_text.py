@@ -51,6 +51,15 @@ def test_stop_string_spread_over_tokens_is_never_released(wrapped):
     assert "fox" not in "".join(pieces)
 
 
+def test_the_stop_string_met_first_is_named(wrapped):
+    text = "The quick brown fox jumps over the lazy dog."
+    ts = TextStream(wrapped, ("lazy", "over", "cat"))
+    out = "".join(ts.add(t) for t in wrapped.encode(text) if not ts.stopped)
+    assert ts.stopped and out == "The quick brown fox jumps " and ts.matched == "over"
+    quiet = TextStream(wrapped, ("cat",))
+    assert [quiet.add(t) for t in wrapped.encode(text)] and quiet.matched == ""
+
+
 def test_a_near_miss_is_released_at_the_end(wrapped):
     out, stopped, _ = stream(wrapped, "print(i)\n", stop=("i)X",))
     assert not stopped and out == "print(i)\n"

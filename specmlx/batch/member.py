@@ -83,5 +83,5 @@ class Member:
         if self.stats is None:
             self.tail = self.text.finish()
             estimate = self.schedule.estimate()
-            self.stats = self.rec.freeze(self.config.profile, self.finish or "cancelled", estimate)
+            self.stats = self.rec.freeze(self.config.profile, self.finish or "cancelled", estimate, self.text.matched)
         return self.stats

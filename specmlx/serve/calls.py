@@ -47,16 +47,21 @@ class Call:
 Piece = Union[str, Call]
 
 
-def new_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
+CALL_ID = "call_"  # OpenAI's calls' ids begin so; Anthropic's `toolu_`
+
+
+def new_id(prefix: str = CALL_ID) -> str:
+    return prefix + uuid.uuid4().hex[:24]
 
 
 class CallReader:
     """One answer's calls, read as its text arrives (`feed`, then `finish` at its end). `parse` is
-    mlx-lm's parser for the syntax (the text between the markers, and the request's tools)."""
+    mlx-lm's parser for the syntax (the text between the markers, and the request's tools). A call the
+    parser gives no id gets a new one beginning with `id_prefix`."""
 
-    def __init__(self, start: str, end: str, parse: Callable[[str, Any], Any], tools: Any = None) -> None:
-        self.start, self.end, self.parse, self.tools = start, end, parse, tools
+    def __init__(self, start: str, end: str, parse: Callable[[str, Any], Any], tools: Any = None,
+                 id_prefix: str = CALL_ID) -> None:
+        self.start, self.end, self.parse, self.tools, self.id_prefix = start, end, parse, tools, id_prefix
         self.made = 0  # calls handed out
         self._held = ""  # text not yet handed out: a possible marker's start, or a call's text so far
         self._inside = False  # past a start marker
@@ -110,7 +115,7 @@ class CallReader:
         try:
             parsed = self.parse(body, self.tools)
             items = parsed if isinstance(parsed, list) else [parsed]
-            found = [self._call(item, self.made + k) for k, item in enumerate(items)]
+            found = [self._call(item, self.made + k, self.id_prefix) for k, item in enumerate(items)]
         except Exception as err:  # noqa: BLE001 - parsers raise what their syntax meets; a slip is text
             note(f"a tool call did not parse ({type(err).__name__}: {err}): returned as text")
             return [self._text(self._gap + self.start + body + self.end)]
@@ -119,7 +124,7 @@ class CallReader:
         return found
 
     @staticmethod
-    def _call(parsed: Any, index: int) -> Call:
+    def _call(parsed: Any, index: int, id_prefix: str) -> Call:
         if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
             raise ValueError("no function name")
         arguments = parsed.get("arguments", {})
@@ -130,7 +135,7 @@ class CallReader:
         else:
             raise ValueError(f"arguments are a {type(arguments).__name__}, not an object")
         given = parsed.get("id")
-        return Call(index, given if isinstance(given, str) and given else new_id(), parsed["name"], arguments)
+        return Call(index, given if isinstance(given, str) and given else new_id(id_prefix), parsed["name"], arguments)
 
 
 def partial(text: str, marker: str) -> int:
@@ -152,6 +157,6 @@ def merged(pieces: Sequence[Piece]) -> list[Piece]:
     return out
 
 
-def call_reader(tokenizer: Any, tools: Any = None) -> CallReader:
+def call_reader(tokenizer: Any, tools: Any = None, id_prefix: str = CALL_ID) -> CallReader:
     """A reader of the model's syntax (its tokenizer wrapper's markers and parser)."""
-    return CallReader(tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser, tools)
+    return CallReader(tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser, tools, id_prefix)

@@ -1,7 +1,10 @@
-"""Errors on the wire, in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+"""Errors on the wire, in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, and in
+Anthropic's on its Messages routes (`/v1/messages...`): `{"type": "error", "error": {"type", "message"}}`.
 
 Every way a request can fail ends here, so a client always gets one sentence
-and a status, never a traceback, and no bad request stops the server.
+and a status, never a traceback, and no bad request stops the server. The shape
+follows the request's path, so that the checks in front of every route (the API
+key, the body cap) answer each client in its own.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..log import user_error
@@ -18,6 +22,11 @@ from ..log import user_error
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
          503: "server_error", 500: "server_error"}
+# Anthropic's error types by status (its overloaded_error is a 529; ours is a 503, as the other routes send).
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                   503: "overloaded_error"}
+MESSAGES_PATH = "/v1/messages"
 
 
 class APIError(Exception):
@@ -29,11 +38,20 @@ class APIError(Exception):
         self.status, self.message, self.code, self.param = status, message, code, param
         self.headers = headers
 
-    def body(self) -> dict:
+    def body(self, path: str = "") -> dict:
+        """The error as the route at `path` answers it (Anthropic's shape on its Messages routes)."""
+        if is_messages(path):
+            return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(self.status, "invalid_request_error"),
+                                               "message": self.message}}
         return error_body(self.status, self.message, self.code, self.param)
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, path: str = "") -> JSONResponse:
+        return JSONResponse(self.body(path), status_code=self.status, headers=self.headers)
+
+
+def is_messages(path: str) -> bool:
+    """Whether `path` is one of Anthropic's Messages routes."""
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
 
 
 def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
@@ -41,12 +59,13 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
                       "param": param, "code": code}}
 
 
-def validation_error(err: RequestValidationError) -> APIError:
-    """pydantic's first complaint as one sentence naming the field, as OpenAI answers a wrong type."""
+def validation_error(err: RequestValidationError | ValidationError, where: str = "") -> APIError:
+    """pydantic's first complaint as one sentence naming the field, as OpenAI answers a wrong type; `where`:
+    the field a part of the body checked on its own stands at (`input.2`)."""
     first = err.errors()[0]
     if first.get("type") == "json_invalid":
         return APIError(400, "the request body is not valid JSON", "invalid_json")
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = ([where] if where else []) + [str(p) for p in first.get("loc", ()) if p != "body"]
     # A union reports each of its arms (`stop.str`, `stop.list[str]`): name the field once.
     param = ".".join(p for p in loc if not any(c in p for c in "[]") and p not in {"str", "int", "bool", "float"})
     if first.get("type") == "missing":
@@ -58,11 +77,11 @@ def validation_error(err: RequestValidationError) -> APIError:
 
 
 def install(app: FastAPI) -> None:
-    """Route every failure through OpenAI's error shape."""
+    """Route every failure through its route's error shape."""
 
     @app.exception_handler(APIError)
     async def _api(request: Request, err: APIError) -> JSONResponse:
-        return err.response()
+        return err.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -70,22 +89,23 @@ def install(app: FastAPI) -> None:
             # FastAPI reads such a body as bytes (which keeps web pages from posting here): say what to send.
             return APIError(400, f"the request body must be JSON: send Content-Type: application/json "
                                  f"(got {request.headers.get('content-type') or 'none'})",
-                            "invalid_content_type").response()
-        return validation_error(err).response()
+                            "invalid_content_type").response(request.url.path)
+        return validation_error(err).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
         if err.status_code == 400:  # FastAPI's only 400 of its own: a JSON body that is not UTF-8
-            return APIError(400, "the request body is not valid JSON (it must be UTF-8)", "invalid_json").response()
+            return APIError(400, "the request body is not valid JSON (it must be UTF-8)",
+                            "invalid_json").response(request.url.path)
         message = {404: f"no such route: {request.method} {request.url.path}",
                    405: f"method {request.method} is not allowed on {request.url.path}"}.get(err.status_code, str(err.detail))
-        return APIError(err.status_code, message, None).response()
+        return APIError(err.status_code, message, None).response(request.url.path)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception) -> JSONResponse:
         user_error(err, f"request {request.method} {request.url.path} failed")  # the traceback to the log file
         return APIError(500, f"internal error ({type(err).__name__}); the server's log has the details",
-                        "internal_error").response()
+                        "internal_error").response(request.url.path)
 
 
 def is_json(content_type: str) -> bool:
@@ -97,3 +117,8 @@ def is_json(content_type: str) -> bool:
 def sse_error(err: APIError) -> str:
     """A stream's last event when it cannot finish (an error after the first byte)."""
     return f"data: {json.dumps(err.body())}\n\n"
+
+
+def messages_sse_error(err: APIError) -> str:
+    """A Messages stream's last event when it cannot finish: Anthropic's `error` event."""
+    return f"event: error\ndata: {json.dumps(err.body(MESSAGES_PATH))}\n\n"

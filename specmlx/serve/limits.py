@@ -66,7 +66,7 @@ class BodyLimit:
                            "request_too_large")
         declared = dict(scope.get("headers", ())).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await too_big.response()(scope, receive, send)
+            await too_big.response(scope["path"])(scope, receive, send)
             return
         chunks, size = [], 0
         while True:
@@ -76,7 +76,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                await too_big.response()(scope, receive, send)
+                await too_big.response(scope["path"])(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -122,6 +122,6 @@ class LoopbackHost:
                 refused = APIError(403, f"this server listens on this machine only, and the request names host "
                                         f"{host!r}: send it to 127.0.0.1 or localhost, or start the server with "
                                         "--host to reach it from elsewhere", "invalid_host")
-                await refused.response()(scope, receive, send)
+                await refused.response(scope["path"])(scope, receive, send)
                 return
         await self.app(scope, receive, send)

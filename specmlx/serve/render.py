@@ -20,9 +20,12 @@ from typing import Sequence
 
 from ..events import TokenEvent
 from .calls import Call, CallReader, Piece
+from .errors import APIError, sse_error
 from .protocol import Done
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+# A stream that has nothing to send for a while sends this SSE comment (see `routes.stream`).
+KEEPALIVE = ": keep-alive\n\n"
 
 
 def finish_reason(done: Done, calls: CallReader | None) -> str | None:
@@ -92,18 +95,7 @@ class Reply:
                 "completion_tokens_details": predicted}
 
     def extras(self, done: Done, events: Sequence[TokenEvent] = ()) -> dict:
-        s = done.stats
-        speculative = {"drafter": s.drafter, "num_draft": "auto" if s.auto else s.num_draft,
-                       "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
-                       "mean_accepted_length": round(s.mean_accepted, 4),
-                       "mean_num_draft": round(s.mean_chosen, 4),
-                       "acceptance_rate": round(s.acceptance_rate, 4)}
-        if self.sources and events:
-            speculative |= {"tokens": [e.token for e in events], "sources": [e.source.value for e in events]}
-        timings = {"queue_ms": round(1000 * done.queue_s, 1), "prompt_ms": round(1000 * s.prefill_s, 1),
-                   "predicted_ms": round(1000 * s.decode_s, 1),
-                   "predicted_per_second": round(s.generation_tps, 3)}
-        return {"speculative": speculative, "timings": timings}
+        return extras(done, self.sources, events)
 
     # -- stream chunks (each an SSE `data:` line) -----------------------------
 
@@ -121,8 +113,7 @@ class Reply:
             deltas = [d for p in self.calls.feed(text) for d in delta(p)] or ([{}] if self.sources else [])
             chunks = [self._chunk(self._delta(d), usage_field) for d in deltas]
         if self.sources:
-            chunks[-1]["speculative"] = {"tokens": [e.token for e in events],
-                                         "sources": [e.source.value for e in events]}
+            chunks[-1]["speculative"] = token_sources(events)
         return "".join(sse(out) for out in chunks)
 
     def _chunk(self, choice: dict, usage_field: bool) -> dict:
@@ -147,8 +138,36 @@ class Reply:
         tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage(done)}) if include_usage else ""
         return before + sse(out) + tail + DONE
 
+    keepalive = KEEPALIVE
+
+    @staticmethod
+    def failed(error: APIError) -> str:
+        """The stream's end when the answer cannot finish: the error, then `[DONE]`."""
+        return sse_error(error) + DONE
+
 
 DONE = "data: [DONE]\n\n"
+
+
+def extras(done: Done, sources: bool, events: Sequence[TokenEvent] = ()) -> dict:
+    """What drafting did (each token's source too if `sources`, and there are `events`), and the timings."""
+    s = done.stats
+    speculative = {"drafter": s.drafter, "num_draft": "auto" if s.auto else s.num_draft,
+                   "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
+                   "mean_accepted_length": round(s.mean_accepted, 4),
+                   "mean_num_draft": round(s.mean_chosen, 4),
+                   "acceptance_rate": round(s.acceptance_rate, 4)}
+    if sources and events:
+        speculative |= token_sources(events)
+    timings = {"queue_ms": round(1000 * done.queue_s, 1), "prompt_ms": round(1000 * s.prefill_s, 1),
+               "predicted_ms": round(1000 * s.decode_s, 1),
+               "predicted_per_second": round(s.generation_tps, 3)}
+    return {"speculative": speculative, "timings": timings}
+
+
+def token_sources(events: Sequence[TokenEvent]) -> dict:
+    """A stream piece's `speculative`: its tokens and where each came from."""
+    return {"tokens": [e.token for e in events], "sources": [e.source.value for e in events]}
 
 
 def sse(obj: dict) -> str:

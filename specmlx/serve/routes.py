@@ -1,9 +1,11 @@
-"""The HTTP routes: OpenAI's chat, completions and models, and a health check.
+"""The HTTP routes: OpenAI's chat, completions, responses and models, Anthropic's messages, and a health check.
 
-Routes only speak HTTP: the body is parsed (`protocol.py`), the API key
+Routes only speak HTTP: the body is parsed (`protocol.py`, `anthropic.py`, `responses.py`), the API key
 checked, the request handed to serving (`serving.py`), which queues its job;
 the worker runs it on the MLX thread, and its tokens come back through an
-asyncio queue to be rendered (`render.py`), streamed as Server-Sent Events or whole.
+asyncio queue to be rendered (`render.py`, `anthropic_render.py`, `responses_render.py`), streamed
+as Server-Sent Events or whole. A Messages or Responses request is a chat request in another shape:
+it takes the chat path from its prompt to its answer's calls.
 """
 
 from __future__ import annotations
@@ -11,27 +13,34 @@ from __future__ import annotations
 import asyncio
 import hmac
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..events import RoundEvent, TokenEvent
-from .errors import APIError, sse_error
+from .anthropic import CountTokensRequest, MessagesRequest, to_chat, within_window
+from .anthropic_render import TOOL_USE_ID, MessageReply
+from .errors import APIError
 from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling
-from .render import DONE, Reply
+from .render import Reply
+from .responses import ResponsesRequest, echoed
+from .responses import to_chat as responses_chat
+from .responses_render import ResponseReply
 
 if TYPE_CHECKING:
     from .serving import Serving
     from .worker import Ticket
+
+# The answer's shape: OpenAI's chat or text completion, Anthropic's message, OpenAI's response.
+AnyReply = Union[Reply, MessageReply, ResponseReply]
 
 # How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5
 # A stream that has nothing to send for this long (queued, or a long prefill) sends an SSE comment,
 # so that clients and proxies with read timeouts do not give up on it.
 KEEPALIVE_S = 10.0
-KEEPALIVE = ": keep-alive\n\n"
 
 
 class Mailbox:
@@ -63,18 +72,26 @@ def serving(request: Request) -> Serving:
     return request.app.state.serving
 
 
+def given_key(request: Request) -> str | None:
+    """The key a request sends: as a Bearer token (OpenAI's clients), or in `x-api-key` (Anthropic's)."""
+    scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return bearer.strip()
+    return request.headers.get("x-api-key")
+
+
 def authorized(request: Request) -> None:
     """Let the request in, or 401; `request.state.owner` is then the index of its key (None without keys)."""
     keys = serving(request).access.api_keys
     request.state.owner = None
     if not keys:
         return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    given = given_key(request)
     # Every key is compared, so the time taken tells nothing of which one nearly matched.
-    matches = [hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]
-    if scheme.lower() != "bearer" or not any(matches):
-        raise APIError(401, "missing or incorrect API key: send Authorization: Bearer KEY", "invalid_api_key",
-                       headers={"WWW-Authenticate": "Bearer"})
+    matches = [hmac.compare_digest((given or "").encode(), key.encode()) for key in keys]
+    if given is None or not any(matches):
+        raise APIError(401, "missing or incorrect API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
+                       "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
     request.state.owner = matches.index(True)
 
 
@@ -120,17 +137,54 @@ async def completions(body: CompletionRequest, request: Request):
     return await answer(body, prompt, request, chat=False)
 
 
+# Anthropic's messages: translated to the chat request of the same conversation (`anthropic.py`).
+@api.post("/messages")
+async def messages(body: MessagesRequest, request: Request):
+    s = serving(request)
+    chat = await run_in_threadpool(to_chat, body)
+    prompt = await run_in_threadpool(s.chat_prompt, chat)
+    chat, window_bound = within_window(chat, s.worker.slots.room(len(prompt)))
+    reply = MessageReply(s.defaults.model, len(prompt), chat.speculative.sources, s.call_reader(chat, TOOL_USE_ID),
+                         window_bound)
+    return await respond(chat, prompt, request, reply)
+
+
+# OpenAI's Responses API: translated to the chat request of the same conversation (`responses.py`).
+@api.post("/responses")
+async def responses(body: ResponsesRequest, request: Request):
+    s = serving(request)
+    chat = await run_in_threadpool(responses_chat, body)
+    prompt = await run_in_threadpool(s.chat_prompt, chat)
+    reply = ResponseReply(s.defaults.model, len(prompt), chat.speculative.sources, echoed(body), s.call_reader(chat))
+    return await respond(chat, prompt, request, reply)
+
+
+@api.post("/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
+    s = serving(request)
+    s.check_model(body.model)
+    chat = await run_in_threadpool(to_chat, body)
+    return {"input_tokens": len(await run_in_threadpool(s.chat_prompt, chat))}
+
+
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
+    s = serving(request)
+    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources,
+                  s.call_reader(body) if isinstance(body, ChatRequest) else None)
+    usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await respond(body, prompt, request, reply, usage)
+
+
+async def respond(body: Sampling, prompt: list[int], request: Request, reply: AnyReply,
+                  usage: bool = False):
+    """Queue the request and answer it through `reply`: streamed (with a usage chunk if `usage`) or whole."""
     s = serving(request)
     queue: asyncio.Queue = asyncio.Queue()
     prediction, grammar = await run_in_threadpool(s.guides, body)
     # A wrong request (400, 404) or a full queue (429) raises here, before any byte is sent.
     ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post,
                       prediction, grammar)
-    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources,
-                  s.call_reader(body) if isinstance(body, ChatRequest) else None)
     if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(stream(reply, queue, ticket, usage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     return await whole(reply, queue, ticket, request)
@@ -142,7 +196,7 @@ def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
             next((i for i in items if not isinstance(i, RoundEvent)), None))
 
 
-async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
+async def stream(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
     loop = asyncio.get_running_loop()
     try:
         yield reply.first()
@@ -157,19 +211,19 @@ async def stream(reply: Reply, queue: asyncio.Queue, ticket: Ticket, usage: bool
             events, end = split(items)
             piece = reply.piece(events, usage) if events else ""  # nothing while a tool call is being written
             if piece or loop.time() - sent >= KEEPALIVE_S:
-                yield piece or KEEPALIVE
+                yield piece or reply.keepalive
                 sent = loop.time()
             if isinstance(end, Done):
                 yield reply.last(end, usage)
                 return
             if isinstance(end, Failed):
-                yield sse_error(end.error) + DONE
+                yield reply.failed(end.error)
                 return
     finally:  # the client left (or the answer is complete): stop within one round
         ticket.cancel()
 
 
-async def whole(reply: Reply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
+async def whole(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
     events: list[TokenEvent] = []
     loop = asyncio.get_running_loop()
     check_at = loop.time() + DISCONNECT_POLL_S

@@ -29,7 +29,7 @@ from ..prompting import encode_chat, encode_text, has_chat_template, plain_encod
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
-from .calls import CallReader, call_reader
+from .calls import CALL_ID, CallReader, call_reader
 from .errors import APIError, install
 from .fim import FimLayout, find_layout, stop_tokens
 from .limits import Access, guard
@@ -240,11 +240,12 @@ class Serving:
     def check_model(self, model: str) -> None:
         check_model(model, self.defaults)
 
-    def call_reader(self, request: ChatRequest) -> CallReader | None:
-        """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`)."""
+    def call_reader(self, request: ChatRequest, id_prefix: str = CALL_ID) -> CallReader | None:
+        """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`); new
+        calls' ids begin with `id_prefix`."""
         if not parses_calls(request, self.tokenizer):
             return None
-        return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools])
+        return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools], id_prefix)
 
     def guides(self, request: Sampling) -> tuple[tuple[int, ...], Grammar | None]:
         """The request's prediction as tokens and its grammar, refused in one line if either is wrong (a

@@ -61,12 +61,16 @@ def template_tools(request: ChatRequest, tokenizer: Any) -> list[dict] | None:
         raise APIError(400, "this model has no tool calling (its chat template has no tool-call syntax that "
                        "mlx-lm knows), so tools cannot be sent to it", "unsupported_parameter", "tools")
     for i, tool in enumerate(request.tools):
-        params = tool.function.parameters
-        if params is not None and params.get("type", "object") != "object":
-            raise APIError(400, f"the parameters of function {tool.function.name!r} must be a JSON schema of an "
-                           f"object (\"type\": \"object\"), not of {params.get('type')!r}", "invalid_value",
-                           f"tools.{i}.function.parameters")
+        check_parameters(tool.function.parameters, tool.function.name, f"tools.{i}.function.parameters")
     return [tool.model_dump(exclude_none=True) for tool in request.tools]
+
+
+def check_parameters(params: dict | None, name: str, param: str) -> None:
+    """Refuse (400, naming `param`) a function's parameters that are not an object's schema (none: no arguments;
+    a schema without a type: an object's)."""
+    if params is not None and params.get("type", "object") != "object":
+        raise APIError(400, f"the parameters of function {name!r} must be a JSON schema of an object "
+                       f"(\"type\": \"object\"), not of {params.get('type')!r}", "invalid_value", param)
 
 
 def template_messages(request: ChatRequest, tokenizer: Any) -> list[dict]:

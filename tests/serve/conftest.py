@@ -4,8 +4,10 @@ And a tiny target with fill-in-the-middle tokens, for FIM requests and their ben
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import httpx
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
@@ -130,3 +132,17 @@ def tool_dirs(tool_tokenizer, tmp_path_factory) -> dict[str, Path]:
     drafter = tiny.perturbed(target, args, noise=0.3, seed=5)
     return {"target": tiny.save_model(target, args, tool_tokenizer, root / "target"),
             "drafter": tiny.save_model(drafter, args, tool_tokenizer, root / "drafter")}
+
+
+def healthy(url: str) -> bool:
+    return httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
+
+
+def sse_events(text: str) -> list[dict]:
+    """A stream's events' data, each checked to be named by its type (an `event:` line, then its `data:`)."""
+    out = []
+    for raw in text.strip().split("\n\n"):
+        name, data = raw.split("\n")
+        out.append(json.loads(data.removeprefix("data: ")))
+        assert name == "event: " + out[-1]["type"]
+    return out

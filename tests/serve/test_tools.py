@@ -13,13 +13,15 @@ import pytest
 
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.events import Source, TokenEvent
 from specmlx.loading import load_models, load_tokenizer
 from specmlx.mlx_thread import MLXThread
 from specmlx.prompting import encode_chat
 from specmlx.serve.calls import Call, CallReader
 from specmlx.serve.errors import APIError
-from specmlx.serve.protocol import ChatRequest
+from specmlx.serve.protocol import ChatRequest, Done
 from specmlx.serve.tools import forced_calls, template_messages, template_tools
+from specmlx.stats import GenerationStats
 
 from .conftest import MODEL, start
 
@@ -44,6 +46,17 @@ def reader() -> CallReader:
 
 
 CALL = '<tool_call>\n{"name": "weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+
+
+def answer_around_calls() -> tuple[list[TokenEvent], Done]:
+    """An answer of text, two calls and text again, 7 characters a token, ended by its end token."""
+    text = "Let me look.\n" + CALL + "\n" + CALL.replace("Paris", "Oslo") + " Done."
+    tokens = [TokenEvent(i, text[i:i + 7], Source.TARGET) for i in range(0, len(text), 7)]
+    stats = GenerationStats(drafter="none", num_draft=0, prompt_tokens=9, generation_tokens=len(tokens), rounds=1,
+                            drafted=0, accepted=0, accepted_histogram=(1,), target_forwards=1, host_syncs=1,
+                            prefill_s=0.1, decode_s=0.2, draft_s=0.0, verify_s=0.0, profiled=False,
+                            finish_reason="eos")
+    return tokens, Done(stats, "", 0, 0.0)
 
 
 # ---- reading calls out of an answer's text ---------------------------------------------------------

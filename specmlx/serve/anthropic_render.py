@@ -1,0 +1,148 @@
+"""Anthropic's Messages API out: the answer as a `message` object, or as its stream of typed events.
+
+The content is the answer's text and calls (`calls.py`) in order, as `text` and `tool_use` blocks.
+A stream sends `message_start`, then each block as `content_block_start`, its deltas
+(`text_delta`, or one `input_json_delta` with a call's whole arguments: a call is handed out only
+once it parses) and `content_block_stop`, then `message_delta` (the stop reason and the output
+tokens) and `message_stop`; `ping` keeps a quiet stream alive. Each event is an SSE
+`event: <type>` line and its `data:`.
+
+`speculative` and `timings` ride along as on the chat route (`render.extras`): on the whole
+message, and on the stream's `message_delta`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+from ..events import TokenEvent
+from .calls import Call, CallReader, Piece, merged
+from .errors import APIError, messages_sse_error
+from .protocol import Done
+from .render import extras, token_sources
+
+TOOL_USE_ID = "toolu_"  # Anthropic's calls' ids begin so
+STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_tokens"}
+
+
+def stop_reason(done: Done, calls: CallReader | None, window_bound: bool = False) -> str | None:
+    """Anthropic's stop reason; `tool_use` for an answer that made calls and ended of its own accord
+    (its end token or a stop sequence), not one max_tokens cut; `model_context_window_exceeded` for one
+    the window cut before the max_tokens asked (`anthropic.within_window`)."""
+    reason = done.stats.finish_reason
+    if reason == "length" and window_bound:
+        return "model_context_window_exceeded"
+    return "tool_use" if calls is not None and calls.made and reason in ("eos", "stop") else STOP_REASONS.get(reason)
+
+
+def block(piece: Piece) -> dict:
+    """A piece of the answer as a whole message's content block."""
+    if isinstance(piece, Call):
+        return {"type": "tool_use", "id": piece.id, "name": piece.name, "input": json.loads(piece.arguments)}
+    return {"type": "text", "text": piece}
+
+
+def event(data: dict) -> str:
+    return f"event: {data['type']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+PING = event({"type": "ping"})
+
+
+class Blocks:
+    """A stream's content blocks: how many were started, and whether the last, a text block, is open
+    (text streams into it until a call or the end closes it)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.text_open = False
+
+    def events(self, piece: Piece) -> list[dict]:
+        if isinstance(piece, Call):
+            closed = self.close()  # the text before the call
+            index = self.started
+            self.started += 1
+            start = {"type": "tool_use", "id": piece.id, "name": piece.name, "input": {}}
+            return closed + [
+                {"type": "content_block_start", "index": index, "content_block": start},
+                {"type": "content_block_delta", "index": index,
+                 "delta": {"type": "input_json_delta", "partial_json": piece.arguments}},
+                {"type": "content_block_stop", "index": index}]
+        opened = []
+        if not self.text_open:
+            self.text_open, self.started = True, self.started + 1
+            opened = [{"type": "content_block_start", "index": self.started - 1,
+                       "content_block": {"type": "text", "text": ""}}]
+        return opened + [{"type": "content_block_delta", "index": self.started - 1,
+                          "delta": {"type": "text_delta", "text": piece}}]
+
+    def close(self) -> list[dict]:
+        """The open text block's end, if one is open."""
+        if not self.text_open:
+            return []
+        self.text_open = False
+        return [{"type": "content_block_stop", "index": self.started - 1}]
+
+
+@dataclass(frozen=True)
+class MessageReply:
+    """One Messages response: whole (`whole`) or streamed (`first`, `piece`s, `last`), as `routes.py`
+    hands them the answer."""
+
+    model: str
+    input_tokens: int
+    sources: bool  # report each token's source
+    calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
+    window_bound: bool = False  # max_tokens was cut to the window's room
+    blocks: Blocks = field(default_factory=Blocks)  # a stream's, as it goes
+    id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
+
+    keepalive: ClassVar[str] = PING
+
+    def _pieces(self, text: str, end: bool) -> list[Piece]:
+        """The pieces `text` completes (all that is left, at the `end`)."""
+        if self.calls is None:
+            return merged([text])
+        return self.calls.feed(text) + (self.calls.finish() if end else [])
+
+    def _message(self, content: list[dict], stop: str | None, stop_sequence: str | None, output: int) -> dict:
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
+                "stop_reason": stop, "stop_sequence": stop_sequence,
+                "usage": {"input_tokens": self.input_tokens, "output_tokens": output}}
+
+    def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
+        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=True)
+        stop = stop_reason(done, self.calls, self.window_bound)
+        message = self._message([block(p) for p in pieces], stop, done.stats.stop or None, done.stats.generation_tokens)
+        return message | extras(done, self.sources, events)
+
+    def first(self) -> str:
+        """`message_start`: the message with no content yet, and a ping, as Anthropic opens a stream."""
+        return event({"type": "message_start", "message": self._message([], None, None, 0)}) + PING
+
+    def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
+        """Events for tokens of one or more rounds: the blocks and deltas they complete (maybe none yet),
+        and their sources when asked, on the last event (a ping if there is none)."""
+        out = [e for p in self._pieces("".join(e.text for e in events), end=False) for e in self.blocks.events(p)]
+        if self.sources:
+            out = out or [{"type": "ping"}]
+            out[-1]["speculative"] = token_sources(events)
+        return "".join(event(e) for e in out)
+
+    def last(self, done: Done, include_usage: bool = False) -> str:
+        """The tail's blocks, the open block's end, `message_delta` (why it stopped, the output tokens,
+        what drafting did) and `message_stop`."""
+        out = [e for p in self._pieces(done.tail, end=True) for e in self.blocks.events(p)] + self.blocks.close()
+        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(done, self.calls, self.window_bound),
+                                                    "stop_sequence": done.stats.stop or None},
+                 "usage": {"output_tokens": done.stats.generation_tokens}}
+        return "".join(event(e) for e in out) + event(delta | extras(done, self.sources)) + \
+            event({"type": "message_stop"})
+
+    @staticmethod
+    def failed(error: APIError) -> str:
+        """The stream's end when the answer cannot finish: Anthropic's `error` event."""
+        return messages_sse_error(error)

@@ -1,0 +1,192 @@
+"""OpenAI's Responses API out: the answer as a `response` object, or as its stream of typed events.
+
+The output is the answer's text and calls (`calls.py`) in order: text as a `message` item (one
+`output_text` part), each call as a `function_call` item (its `call_id`, name and arguments as
+JSON text). An answer `max_output_tokens` cut is `incomplete`, and so is its last message.
+
+A stream sends `response.created` and `response.in_progress` (the response with no output yet),
+then each item as `response.output_item.added`, its content (a message's
+`response.content_part.added`, `response.output_text.delta`s, `.done` and
+`response.content_part.done`; a call's whole arguments in one
+`response.function_call_arguments.delta`, then `.done`: a call is handed out only once it
+parses) and `response.output_item.done`, then `response.completed` (or `response.incomplete`)
+with the whole response. Each event is an SSE `event: <type>` line and its `data:`, numbered by
+`sequence_number`; an SSE comment keeps a quiet stream alive. A stream that cannot finish ends
+with an `error` event and `response.failed`.
+
+`speculative` and `timings` ride along as on the chat route (`render.extras`): on the whole
+response (the stream's last event's too). With `speculative.sources`, each stream piece's
+tokens and their sources ride on its last event, or on the next event while a call is written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+from ..events import TokenEvent
+from .calls import Call, CallReader, Piece, merged, new_id
+from .errors import APIError
+from .protocol import Done
+from .render import KEEPALIVE, extras, token_sources
+
+# OpenAI's ids begin so: a response's, a message item's, a function_call item's (its call_id is `call_...`).
+RESPONSE_ID, MESSAGE_ID, FUNCTION_CALL_ID = "resp_", "msg_", "fc_"
+
+
+def status_of(done: Done) -> str:
+    return "incomplete" if done.stats.finish_reason == "length" else "completed"
+
+
+def text_part(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, text: str | None, status: str) -> dict:
+    """A message item: its text as one part (None: not begun, no part yet)."""
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [] if text is None else [text_part(text)]}
+
+
+def call_item(call: Call) -> dict:
+    return {"type": "function_call", "id": new_id(FUNCTION_CALL_ID), "call_id": call.id, "name": call.name,
+            "arguments": call.arguments, "status": "completed"}
+
+
+def output_of(pieces: Sequence[Piece], status: str) -> list[dict]:
+    """A whole answer's pieces as output items."""
+    return [call_item(p) if isinstance(p, Call) else message_item(new_id(MESSAGE_ID), p, status) for p in pieces]
+
+
+class Output:
+    """A stream's output as it goes: the items done, the message open at the end (text streams into it until
+    a call or the end closes it), the next event's number, and the tokens whose sources no event carried yet."""
+
+    def __init__(self) -> None:
+        self.done: list[dict] = []
+        self.open: str | None = None  # the open message's id
+        self.text = ""  # the open message's text so far
+        self.sequence = 0
+        self.unsent: list[TokenEvent] = []
+
+    def events(self, piece: Piece) -> list[dict]:
+        if isinstance(piece, Call):
+            closed = self.close("completed")  # the text before the call
+            item, at = call_item(piece), len(self.done)
+            self.done.append(item)
+            where = {"item_id": item["id"], "output_index": at}
+            return closed + [
+                {"type": "response.output_item.added", "output_index": at,
+                 "item": item | {"arguments": "", "status": "in_progress"}},
+                {"type": "response.function_call_arguments.delta", **where, "delta": piece.arguments},
+                {"type": "response.function_call_arguments.done", **where, "arguments": piece.arguments},
+                {"type": "response.output_item.done", "output_index": at, "item": item}]
+        opened = []
+        if self.open is None:
+            self.open, self.text = new_id(MESSAGE_ID), ""
+            opened = [{"type": "response.output_item.added", "output_index": len(self.done),
+                       "item": message_item(self.open, None, "in_progress")},
+                      {"type": "response.content_part.added", **self._where(), "part": text_part("")}]
+        self.text += piece
+        return opened + [{"type": "response.output_text.delta", **self._where(), "delta": piece, "logprobs": []}]
+
+    def _where(self) -> dict:
+        return {"item_id": self.open, "output_index": len(self.done), "content_index": 0}
+
+    def close(self, status: str) -> list[dict]:
+        """The open message's end, if one is open."""
+        if self.open is None:
+            return []
+        where, item = self._where(), message_item(self.open, self.text, status)
+        self.done.append(item)
+        self.open = None
+        return [{"type": "response.output_text.done", **where, "text": self.text, "logprobs": []},
+                {"type": "response.content_part.done", **where, "part": text_part(self.text)},
+                {"type": "response.output_item.done", "output_index": where["output_index"], "item": item}]
+
+    def send(self, events: list[dict]) -> str:
+        """The events as SSE, numbered in the order they go out."""
+        out = []
+        for e in events:
+            e["sequence_number"], self.sequence = self.sequence, self.sequence + 1
+            out.append(f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False)}\n\n")
+        return "".join(out)
+
+
+@dataclass(frozen=True)
+class ResponseReply:
+    """One Responses answer: whole (`whole`) or streamed (`first`, `piece`s, `last`), as `routes.py` hands
+    them the answer. `echo`: the request's settings, which the response object repeats."""
+
+    model: str
+    input_tokens: int
+    sources: bool  # report each token's source
+    echo: dict  # `responses.echoed`
+    calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
+    output: Output = field(default_factory=Output)  # a stream's, as it goes
+    id: str = field(default_factory=lambda: new_id(RESPONSE_ID))
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    keepalive: ClassVar[str] = KEEPALIVE
+
+    def _pieces(self, text: str, end: bool) -> list[Piece]:
+        """The pieces `text` completes (all that is left, at the `end`)."""
+        if self.calls is None:
+            return merged([text])
+        return self.calls.feed(text) + (self.calls.finish() if end else [])
+
+    def _response(self, status: str, output: list[dict], done: Done | None) -> dict:
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        return {"id": self.id, "object": "response", "created_at": self.created_at, "status": status, "error": None,
+                "incomplete_details": incomplete, "model": self.model, "output": output,
+                "usage": None if done is None else self.usage(done)} | self.echo
+
+    def usage(self, done: Done) -> dict:
+        output = done.stats.generation_tokens
+        return {"input_tokens": self.input_tokens,
+                "input_tokens_details": {"cached_tokens": done.cached_tokens, "cache_write_tokens": 0},
+                "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.input_tokens + output}
+
+    def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
+        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=True)
+        status = status_of(done)
+        return self._response(status, output_of(pieces, status), done) | extras(done, self.sources, events)
+
+    def first(self) -> str:
+        """`response.created` and `response.in_progress`: the response with no output yet."""
+        opening = self._response("in_progress", [], None)
+        return self.output.send([{"type": "response.created", "response": opening},
+                                 {"type": "response.in_progress", "response": opening}])
+
+    def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
+        """Events for tokens of one or more rounds: the items and deltas they complete (maybe none yet)."""
+        out = [e for p in self._pieces("".join(e.text for e in events), end=False) for e in self.output.events(p)]
+        return self.output.send(self._sourced(out, events))
+
+    def last(self, done: Done, include_usage: bool = False) -> str:
+        """The tail's items, the open message's end, and `response.completed` (or `.incomplete`): the whole
+        response, with what drafting did."""
+        status = status_of(done)
+        out = [e for p in self._pieces(done.tail, end=True) for e in self.output.events(p)] + self.output.close(status)
+        whole = self._response(status, self.output.done, done) | extras(done, self.sources)
+        return self.output.send(self._sourced(out + [{"type": f"response.{status}", "response": whole}], ()))
+
+    def _sourced(self, out: list[dict], events: Sequence[TokenEvent]) -> list[dict]:
+        """`out` with the sources of the tokens no event carried yet on its last event (when asked)."""
+        if self.sources:
+            self.output.unsent += events
+            if out and self.output.unsent:
+                out[-1]["speculative"] = token_sources(self.output.unsent)
+                self.output.unsent = []
+        return out
+
+    def failed(self, error: APIError) -> str:
+        """The stream's end when the answer cannot finish: OpenAI's `error` event, then `response.failed`."""
+        # The response's error takes one of OpenAI's codes; the error event carries ours.
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        failed = self._response("failed", self.output.done, None) | {"error": {"code": code, "message": error.message}}
+        return self.output.send([{"type": "error", "code": error.code, "message": error.message,
+                                  "param": error.param}, {"type": "response.failed", "response": failed}])
