@@ -5,6 +5,8 @@ And a tiny target with fill-in-the-middle tokens, for FIM requests and their ben
 from __future__ import annotations
 
 import json
+import threading
+from collections import deque
 from pathlib import Path
 
 import httpx
@@ -146,3 +148,28 @@ def sse_events(text: str) -> list[dict]:
         out.append(json.loads(data.removeprefix("data: ")))
         assert name == "event: " + out[-1]["type"]
     return out
+
+
+class Records(deque):
+    """A worker's records that say when one is added, so a test waits for the worker, not on the clock."""
+
+    def __init__(self, records: deque) -> None:
+        super().__init__(records, maxlen=records.maxlen)
+        self.added = threading.Condition()
+
+    def append(self, record) -> None:  # on the MLX thread
+        with self.added:
+            super().append(record)
+            self.added.notify_all()
+
+
+def watch_records(worker) -> Records:
+    """The worker's records, watched from now on (`await_records`)."""
+    worker.records = Records(worker.records)
+    return worker.records
+
+
+def await_records(records: Records, count: int, timeout: float = 30) -> bool:
+    """Whether `records` holds `count` records, waiting up to `timeout` seconds for the worker to add them."""
+    with records.added:
+        return records.added.wait_for(lambda: len(records) >= count, timeout)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from .conftest import MODEL, healthy, sse_events, start
+from .conftest import MODEL, await_records, healthy, sse_events, start, watch_records
 from .test_tools import ASK, tool_loaded, tool_server  # noqa: F401
 
 
@@ -84,14 +83,13 @@ def test_a_full_queue_is_a_429_in_the_routes_shape(tool_loaded, route):
 @pytest.mark.parametrize("route", ROUTES, ids=IDS)
 def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded, route):
     background, worker = start(tool_loaded)
+    records = watch_records(worker)
     with background as url:
         with httpx.stream("POST", f"{url}{route.path}", json=body(route, 4000), timeout=60) as reply:
             lines = reply.iter_lines()
             for _ in range(route.opening):
                 next(lines)
-        deadline = time.monotonic() + 20
-        while not worker.records and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert await_records(records, 1)
         assert healthy(url)
     [dropped] = worker.records
     assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from specmlx.events import RoundEvent
 
-from .conftest import MODEL, start
+from .conftest import MODEL, await_records, start, watch_records
 
 CHAT = "/v1/chat/completions"
 WORDS = ["def", "for", "import", "The", "naïve", "print", "return", "class"]
@@ -93,7 +92,8 @@ def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server,
     it hands on. Measured in tokens: from the count the ticket had been handed when
     the disconnect was seen to the count the generation ended with."""
     url, worker = server
-    before = len(worker.records)
+    records = watch_records(worker)
+    before = len(records)
     num_draft = 3  # a round commits at most num_draft + 1 tokens
     handed_at_cancel: list[int] = []
     submit = worker.submit
@@ -122,11 +122,9 @@ def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server,
         for _ in range(6):
             next(lines)
     # The connection is closed: the generation stops after the round running.
-    deadline = time.monotonic() + 20
-    while len(worker.records) == before and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert await_records(records, before + 1)
     monkeypatch.undo()
-    dropped = worker.records[before]
+    dropped = records[before]
     assert dropped.finish_reason == "cancelled"
     assert dropped.generation_tokens < 4000
     # Within a round of the disconnect being seen (the first cancel: the stream's end).
@@ -167,16 +165,15 @@ def test_a_whole_answers_client_that_leaves_while_tokens_flow_stops_its_generati
     """Tokens arrive faster than the disconnect check's period, so a check that waits for a gap
     between them never runs: the client must be noticed on a timer."""
     url, worker = server
-    before = len(worker.records)
+    records = watch_records(worker)
+    before = len(records)
     with httpx.Client(timeout=httpx.Timeout(60, read=1.0)) as c:
         try:
             c.post(url + CHAT, json=body(4, max_tokens=8000))
         except httpx.ReadTimeout:
             pass  # the client gives up and closes its connection
-    deadline = time.monotonic() + 120
-    while len(worker.records) == before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    dropped = worker.records[before]
+    assert await_records(records, before + 1, timeout=120)
+    dropped = records[before]
     assert dropped.finish_reason == "cancelled", dropped
     assert dropped.generation_tokens < 8000
 
