@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "+auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N, combined "
                         "as in mtp+k=4+pmin=0.5 (default: the target's drafter and ngram, each also +auto)")
     parser.add_argument("--prompts", type=Path, default=packaged_prompts_path(), metavar="FILE",
-                        help="JSONL file of {id, kind, prompt} (default: %(default)s)")
+                        help="JSONL file of {id, kind, prompt}, each optionally with prediction, schema or tools "
+                        "(default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per generation (default 128)")
     parser.add_argument("--temps", default="0,0.7", metavar="LIST", help="temperatures, comma-separated (default 0,0.7)")
