@@ -35,6 +35,7 @@ class PromptRow:
     prompt: str
     prediction: str = ""  # what the answer is expected to be, mostly (an edited file): optional
     schema: str = ""  # a JSON schema the answer must match, as JSON text: optional
+    tools: tuple[Mapping[str, Any], ...] = ()  # OpenAI's function tools, rendered by the chat template: optional
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,28 @@ def _parse_row(line: str, where: str, default_id: str) -> PromptRow:
     schema = data.get("schema")
     if schema is not None and not isinstance(schema, dict):
         raise SpecmlxError(f"{where}: \"schema\" must be a JSON object (a JSON schema)")
-    return PromptRow(id=str(data.get("id", default_id)), kind=str(data.get("kind", "")), prompt=prompt,
-                     prediction=prediction, schema=json.dumps(schema) if schema is not None else "")
+    row_id = str(data.get("id", default_id))
+    return PromptRow(id=row_id, kind=str(data.get("kind", "")), prompt=prompt, prediction=prediction,
+                     schema=json.dumps(schema) if schema is not None else "",
+                     tools=_parse_tools(data.get("tools"), f"{where}: prompt {row_id}"))
+
+
+def _parse_tools(tools: Any, where: str) -> tuple[Mapping[str, Any], ...]:
+    """A row's `tools`: absent, or a non-empty list of OpenAI function tools
+    (`{"type": "function", "function": {"name": ..., "parameters": {...}}}`)."""
+    if tools is None:
+        return ()
+    if not isinstance(tools, list) or not tools or not all(_is_function_tool(t) for t in tools):
+        raise SpecmlxError(f"{where}: \"tools\" must be a non-empty list of function tools "
+                           "({\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}})")
+    return tuple(tools)
+
+
+def _is_function_tool(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return (isinstance(function, dict) and tool.get("type") == "function"
+            and isinstance(function.get("name"), str) and bool(function["name"])
+            and isinstance(function.get("parameters", {}), dict))
 
 
 def write_prompts(rows: Sequence[PromptRow], path: Path) -> None:
@@ -108,7 +129,8 @@ def write_prompts(rows: Sequence[PromptRow], path: Path) -> None:
     temp = path.with_suffix(".partial")
     temp.write_text("".join(json.dumps({"id": r.id, "kind": r.kind, "prompt": r.prompt}
                                        | ({"prediction": r.prediction} if r.prediction else {})
-                                       | ({"schema": json.loads(r.schema)} if r.schema else {})) + "\n"
+                                       | ({"schema": json.loads(r.schema)} if r.schema else {})
+                                       | ({"tools": [dict(t) for t in r.tools]} if r.tools else {})) + "\n"
                             for r in rows), encoding="utf-8")
     temp.replace(path)
 
@@ -164,13 +186,16 @@ def encode_output(tokenizer: Any, text: str) -> list[int]:
 
 
 def encode_prompts(rows: Sequence[PromptRow], tokenizer: Any, chat: bool) -> list[EncodedPrompt]:
-    """Each row's prompt as a user turn in the chat template, or as plain text
-    for a tokenizer without one (`chat` False)."""
+    """Each row's prompt as a user turn in the chat template, with the row's tools rendered as the
+    server's chat route renders a request's (`encode_chat`), or as plain text for a tokenizer
+    without one (`chat` False; a row with tools is refused then)."""
     encoded = []
     plain = plain_encoder(tokenizer) if any(row.prediction for row in rows) else None
     for row in rows:
+        if row.tools and not chat:
+            raise SpecmlxError(f"prompt {row.id}: has tools, but the tokenizer has no chat template to render them")
         if chat:
-            ids = encode_chat(tokenizer, [{"role": "user", "content": row.prompt}])
+            ids = encode_chat(tokenizer, [{"role": "user", "content": row.prompt}], tools=row.tools or None)
         else:
             ids = encode_text(tokenizer, row.prompt)
         if not ids:

@@ -72,11 +72,48 @@ def test_a_row_may_carry_a_prediction(tmp_path, wrapped):
 def test_written_rows_read_back_the_same(tmp_path):
     rows = [PromptRow("gen-00000", "code", "Write x.\nWith a newline and \"quotes\"."), PromptRow("b", "", "y"),
             PromptRow("e", "edit", "Rename x.", prediction="x = 1\n"),
-            PromptRow("j", "json", "As JSON.", schema='{"type": "object"}')]
+            PromptRow("j", "json", "As JSON.", schema='{"type": "object"}'),
+            PromptRow("t", "tool-call", "Weather?", tools=(WEATHER,))]
     path = tmp_path / "deep" / "requests.jsonl"
     write_prompts(rows, path)
     assert read_prompts(path) == rows
     assert not path.with_suffix(".partial").exists()
+
+
+WEATHER = {"type": "function", "function": {"name": "weather", "description": "The weather in a city.",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+
+
+def test_a_row_may_carry_function_tools(tmp_path):
+    path = write(tmp_path / "p.jsonl", {"id": "t", "kind": "tool-call", "prompt": "Weather?", "tools": [WEATHER]},
+                 {"id": "p", "prompt": "No tools."})
+    assert [r.tools for r in read_prompts(path)] == [(WEATHER,), ()]
+
+
+@pytest.mark.parametrize("tools", [
+    WEATHER, [], ["weather"], [{"type": "function"}], [{"type": "code", "function": WEATHER["function"]}],
+    [{"type": "function", "function": {"name": ""}}], [{"type": "function", "function": {"name": "f", "parameters": 3}}],
+])
+def test_bad_tools_are_one_line_naming_the_prompt(tmp_path, tools):
+    path = write(tmp_path / "p.jsonl", {"id": "fine", "prompt": "x"}, {"id": "calls", "prompt": "y", "tools": tools})
+    with pytest.raises(SpecmlxError, match=r'p\.jsonl:2: prompt calls: "tools" must be a non-empty list of '
+                                           r'function tools') as raised:
+        read_prompts(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_the_tools_set_asks_for_calls_with_tools_and_for_prose_without():
+    from specmlx.serve.protocol import Tool
+    from specmlx.serve.tools import check_parameters
+
+    rows = read_prompts(packaged_prompts_path().with_name("tools.jsonl"))
+    assert [r.kind for r in rows] == ["tool-call"] * 4 + ["prose"] * 4
+    assert all(not r.tools for r in rows if r.kind == "prose")
+    for row in (r for r in rows if r.kind == "tool-call"):
+        assert row.tools
+        for tool in map(Tool.model_validate, row.tools):  # as the server reads a request's tools
+            check_parameters(tool.function.parameters, tool.function.name, "tools")
+        assert [Tool.model_validate(t).model_dump(exclude_none=True) for t in row.tools] == list(row.tools)
 
 
 def test_the_edit_set_predicts_each_answer_by_the_file_it_edits():
@@ -152,6 +189,13 @@ def templateless(tokenizer) -> TokenizerWrapper:
 
 def test_without_a_template_there_is_no_chat(templateless):
     assert not has_chat_template(templateless) and not has_chat_template(templateless._tokenizer)
+
+
+def test_tools_without_a_template_are_one_line(templateless):
+    with pytest.raises(SpecmlxError, match="^prompt t: has tools, but the tokenizer has no chat template to render "
+                                           "them$"):
+        encode_prompts([PromptRow("p", "", "plain"), PromptRow("t", "", "Weather?", tools=(WEATHER,))],
+                       templateless, chat=False)
 
 
 def test_a_prompt_that_encodes_to_nothing_is_refused(wrapped):

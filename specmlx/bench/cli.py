@@ -26,6 +26,7 @@ from ..sampling import SamplingParams
 from . import plot
 from .calibrate import calibrate
 from .driver import RunSettings, run_all
+from .kinds import by_kind, kinds_table
 from .lineup import Lineup, drafter_specs, load_lineup
 from .machine import describe_machine
 from .plan import MODES, plan_runs
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "+auto (draft length chosen each round), +k=N, +adaptive, +pmin=P, +lookup=N, combined "
                         "as in mtp+k=4+pmin=0.5 (default: the target's drafter and ngram, each also +auto)")
     parser.add_argument("--prompts", type=Path, default=packaged_prompts_path(), metavar="FILE",
-                        help="JSONL file of {id, kind, prompt} (default: %(default)s)")
+                        help="JSONL file of {id, kind, prompt}, each optionally with prediction, schema or tools "
+                        "(default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="use only the first N prompts")
     parser.add_argument("--max-tokens", type=int, default=128, metavar="N", help="tokens per generation (default 128)")
     parser.add_argument("--temps", default="0,0.7", metavar="LIST", help="temperatures, comma-separated (default 0,0.7)")
@@ -207,12 +209,14 @@ def bench_on(options: Options, group: Group | None) -> int:
     settings = RunSettings(options.max_tokens, options.seed, options.profile,
                            min(options.warmup_tokens, options.max_tokens))
     config = describe_config(options, lineup, prompts, chat)
+    kinds = {p.id: p.kind for p in prompts}
 
     def save(measurements: list[Measurement]) -> None:
         """The JSON so far, rewritten after each prompt: a long run that dies keeps what it measured."""
         done = len({m.prompt_id for m in measurements})
         doc = document(summarize(measurements, calibration), measurements, machine, config, calibration)
-        write_json(options.json, doc | {"prompts_done": done})
+        per_kind = [row.to_dict() for row in by_kind(measurements, kinds)]
+        write_json(options.json, doc | {"by_kind": per_kind, "prompts_done": done})
 
     measurements = run_all(lineup, prompts, plan, settings,
                            save if options.json is not None and leads(group) else None, show=leads(group))
@@ -222,6 +226,8 @@ def bench_on(options: Options, group: Group | None) -> int:
     if not leads(group):
         return 0
     print(render(results, machine, config, calibration))
+    if table := kinds_table(by_kind(measurements, kinds)):
+        print(f"\nper kind of prompt (tokens per round; × the target alone on the same kind's prompts):\n\n{table}")
     if group is not None:
         print(render_sharded(config["distributed"]))
     if options.json is not None:

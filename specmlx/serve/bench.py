@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=__doc__.split("\n\n")[2])
     p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
     p.add_argument("--drafter", help="the drafter (default: the preset's)")
-    p.add_argument("--prompts", type=Path, help="JSONL prompts (id, kind, prompt); default: the packaged ones, "
-                   "or for the sweep ../shared/prompts/bench.jsonl beside the checkout if it exists")
+    p.add_argument("--prompts", type=Path, help="JSONL prompts (id, kind, prompt; a row's prediction, schema "
+                   "and tools are not sent); default: the packaged ones, or for the sweep "
+                   "../shared/prompts/bench.jsonl beside the checkout if it exists")
     p.add_argument("--limit", type=int, default=4, help="prompts for the overhead figure (default 4)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens a request in the overhead figure and the "
                    "sweep (default 64)")

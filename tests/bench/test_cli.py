@@ -117,6 +117,7 @@ def test_end_to_end_on_tiny_models(capsys, tmp_path, model_dirs, prompts_file):
             assert row["same_as_target"] == 2  # greedy decoding is exact in every mode
     assert len(doc["runs"]) == 2 * len(results)  # the warm-up pass is not kept
     assert doc["prompts_done"] == 2
+    assert doc["by_kind"] == [] and "per kind" not in out  # both prompts are code
     assert doc["config"]["prompt_ids"] == ["p0", "p1"] and doc["config"]["chat_template"] is True
     assert {"backend", "blas", "cpu", "mlx", "mlx_lm"} <= set(doc["machine"])
     assert set(doc["calibration"]["drafter_step_s"]) == {"drafter", "ngram"}
@@ -125,6 +126,20 @@ def test_end_to_end_on_tiny_models(capsys, tmp_path, model_dirs, prompts_file):
     assert len(table) == 1 + len(results)
     assert "BLAS:" in out and "bench:" not in out
     assert "bench: 100%" in err.replace("\r", "\n")  # the progress bar went to stderr
+
+
+def test_prompts_of_two_kinds_get_a_table_per_kind(capsys, tmp_path, model_dirs, prompts_file):
+    out_json = tmp_path / "bench.json"
+    code, out, err = run(capsys, "--target", model_dirs["target"], "--drafter", "ngram", "--prompts", prompts_file,
+                         "--max-tokens", 6, "--num-draft", 2, "--temps", "0", "--modes", "target,specmlx",
+                         "--calibration-steps", 0, "--warmup-tokens", 0, "--json", out_json)
+    assert code == 0, err
+    per_kind = json.loads(out_json.read_text())["by_kind"]
+    assert [(r["mode"], r["kind"], r["prompts"]) for r in per_kind] == [
+        ("target", "code", 2), ("target", "text", 1), ("specmlx", "code", 2), ("specmlx", "text", 1)]
+    assert all(r["speedup"] > 0 and r["mean_accepted"] >= 1 for r in per_kind if r["mode"] == "specmlx")
+    assert "per kind of prompt" in out
+    assert sum(line.startswith("| specmlx | ngram | 0 | 2 | ") for line in out.splitlines()) == 1 + 2
 
 
 def test_a_prediction_variant_reports_the_prediction_tokens_it_copied(capsys, tmp_path, model_dirs):

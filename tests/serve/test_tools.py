@@ -224,6 +224,22 @@ def test_arguments_are_an_object_where_the_schema_leaves_the_type_out(tiny_tools
     assert not accepts(grammar, tiny_tools, call % "3") and not accepts(grammar, tiny_tools, call % '{"a": "x"}')
 
 
+def test_a_bench_prompt_with_tools_encodes_as_the_chat_route_renders_its_request(tiny_tools):
+    """`specmlx bench` measures the ids a chat request with those tools gets: its tools.jsonl's rows, and ours."""
+    from specmlx.prompting import PromptRow, encode_prompts, packaged_prompts_path, read_prompts
+    from specmlx.serve.serving import chat_prompt
+
+    rows = read_prompts(packaged_prompts_path().with_name("tools.jsonl"))
+    rows += [PromptRow("ours", "tool-call", ASK[0]["content"], tools=tuple(TOOLS)), PromptRow("bare", "", "Hi.")]
+    assert sum(bool(r.tools) for r in rows) == 5
+    for row, encoded in zip(rows, encode_prompts(rows, tiny_tools, chat=True)):
+        asked = chat([{"role": "user", "content": row.prompt}], **({"tools": list(row.tools)} if row.tools else {}))
+        assert list(encoded.tokens) == chat_prompt(tiny_tools, asked), row.id
+        plain = tiny_tools.apply_chat_template([{"role": "user", "content": row.prompt}], add_generation_prompt=True)
+        assert (list(encoded.tokens) == plain) is not bool(row.tools), row.id  # no tools: the ids as before
+    assert "weather" in tiny_tools.decode(list(encode_prompts(rows[-2:-1], tiny_tools, chat=True)[0].tokens))
+
+
 def test_tools_and_their_calls_on_a_model_without_tool_calling_are_refused(tokenizer):
     assert refused(template_tools, chat(tools=TOOLS), tokenizer) == (400, "tools")
     assert refused(template_messages, chat(conversation()), tokenizer) == (400, "messages.1.role")
