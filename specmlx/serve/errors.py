@@ -94,9 +94,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        if err.status_code == 400:  # FastAPI's only 400 of its own: a JSON body that is not UTF-8
-            return APIError(400, "the request body is not valid JSON (it must be UTF-8)",
-                            "invalid_json").response(request.url.path)
+        if err.status_code == 400:  # FastAPI's only 400 of its own: a JSON body it could not read
+            return unreadable_json(err.__cause__).response(request.url.path)
         message = {404: f"no such route: {request.method} {request.url.path}",
                    405: f"method {request.method} is not allowed on {request.url.path}"}.get(err.status_code, str(err.detail))
         return APIError(err.status_code, message, None).response(request.url.path)
@@ -106,6 +105,13 @@ def install(app: FastAPI) -> None:
         user_error(err, f"request {request.method} {request.url.path} failed")  # the traceback to the log file
         return APIError(500, f"internal error ({type(err).__name__}); the server's log has the details",
                         "internal_error").response(request.url.path)
+
+
+def unreadable_json(cause: BaseException | None) -> APIError:
+    """Why FastAPI could not read a JSON body: nested past what the parser follows, or not UTF-8."""
+    if isinstance(cause, RecursionError):
+        return APIError(400, "the request body's JSON is nested too deeply to read", "invalid_json")
+    return APIError(400, "the request body is not valid JSON (it must be UTF-8)", "invalid_json")
 
 
 def is_json(content_type: str) -> bool:

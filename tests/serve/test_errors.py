@@ -82,6 +82,20 @@ def test_a_json_body_without_its_content_type_is_told_what_to_send(server):
         assert "send Content-Type: application/json" in error["message"]
 
 
+def test_a_body_nested_too_deeply_is_told_so(server):
+    """Python's JSON parser stops near a thousand levels: the answer says so, not that the body is not UTF-8."""
+    url, _ = server
+    deep = b'{"model": "target", "max_tokens": 4, "messages": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    for path in (CHAT, "/v1/messages", "/v1/responses"):
+        r = httpx.post(url + path, content=deep, headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 400, r.text
+        body = r.json()
+        assert (body.get("type") == "error") == (path == "/v1/messages")  # each route's own shape
+        message = body["error"]["message"]
+        assert "nested too deeply" in message and "UTF-8" not in message, message
+    assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+
+
 def test_many_stop_strings_are_accepted_as_editors_send_them(server):
     """Continue's Qwen-coder FIM template sends 9 stop strings to any host but OpenAI's."""
     url, _ = server
