@@ -3,9 +3,9 @@
 The content is the answer's text and calls (`calls.py`) in order, as `text` and `tool_use` blocks.
 A stream sends `message_start`, then each block as `content_block_start`, its deltas
 (`text_delta`, or one `input_json_delta` with a call's whole arguments: a call is handed out only
-once it parses) and `content_block_stop`, then `message_delta` (the stop reason and the output
-tokens) and `message_stop`; `ping` keeps a quiet stream alive. Each event is an SSE
-`event: <type>` line and its `data:`.
+once it parses) and `content_block_stop`, then `message_delta` (the stop reason and the usage,
+the prompt's cached part now known) and `message_stop`; `ping` keeps a quiet stream alive. Each
+event is an SSE `event: <type>` line and its `data:`.
 
 `speculative` and `timings` ride along as on the chat route (`render.extras`): on the whole
 message, and on the stream's `message_delta`.
@@ -31,7 +31,7 @@ STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_token
 def stop_reason(done: Done, calls: CallReader | None, window_bound: bool = False) -> str | None:
     """Anthropic's stop reason; `tool_use` for an answer that made calls and ended of its own accord
     (its end token or a stop sequence), not one max_tokens cut; `model_context_window_exceeded` for one
-    the window cut before the max_tokens asked (`anthropic.within_window`)."""
+    the window cut before the max_tokens asked (`protocol.within_window`)."""
     reason = done.stats.finish_reason
     if reason == "length" and window_bound:
         return "model_context_window_exceeded"
@@ -108,20 +108,27 @@ class MessageReply:
             return merged([text])
         return self.calls.feed(text) + (self.calls.finish() if end else [])
 
-    def _message(self, content: list[dict], stop: str | None, stop_sequence: str | None, output: int) -> dict:
+    def _message(self, content: list[dict], stop: str | None, stop_sequence: str | None, usage: dict) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
-                "stop_reason": stop, "stop_sequence": stop_sequence,
-                "usage": {"input_tokens": self.input_tokens, "output_tokens": output}}
+                "stop_reason": stop, "stop_sequence": stop_sequence, "usage": usage}
+
+    def _usage(self, cached: int, output: int) -> dict:
+        """Anthropic's usage: the prompt is `input_tokens` plus the `cache_read_input_tokens` a kept cache held
+        (nothing is written on request: the slots keep every prompt)."""
+        return {"input_tokens": self.input_tokens - cached, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": cached, "output_tokens": output}
 
     def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
         pieces = self._pieces("".join(e.text for e in events) + done.tail, end=True)
         stop = stop_reason(done, self.calls, self.window_bound)
-        message = self._message([block(p) for p in pieces], stop, done.stats.stop or None, done.stats.generation_tokens)
+        message = self._message([block(p) for p in pieces], stop, done.stats.stop or None,
+                                self._usage(done.cached_tokens, done.stats.generation_tokens))
         return message | extras(done, self.sources, events)
 
     def first(self) -> str:
-        """`message_start`: the message with no content yet, and a ping, as Anthropic opens a stream."""
-        return event({"type": "message_start", "message": self._message([], None, None, 0)}) + PING
+        """`message_start`: the message with no content yet, and a ping, as Anthropic opens a stream. The kept
+        cache the prompt reuses is found when it starts: until `message_delta`, the whole prompt is input."""
+        return event({"type": "message_start", "message": self._message([], None, None, self._usage(0, 0))}) + PING
 
     def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
         """Events for tokens of one or more rounds: the blocks and deltas they complete (maybe none yet),
@@ -133,12 +140,12 @@ class MessageReply:
         return "".join(event(e) for e in out)
 
     def last(self, done: Done, include_usage: bool = False) -> str:
-        """The tail's blocks, the open block's end, `message_delta` (why it stopped, the output tokens,
-        what drafting did) and `message_stop`."""
+        """The tail's blocks, the open block's end, `message_delta` (why it stopped, the usage, cumulative as
+        Anthropic's, what drafting did) and `message_stop`."""
         out = [e for p in self._pieces(done.tail, end=True) for e in self.blocks.events(p)] + self.blocks.close()
         delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(done, self.calls, self.window_bound),
                                                     "stop_sequence": done.stats.stop or None},
-                 "usage": {"output_tokens": done.stats.generation_tokens}}
+                 "usage": self._usage(done.cached_tokens, done.stats.generation_tokens)}
         return "".join(event(e) for e in out) + event(delta | extras(done, self.sources)) + \
             event({"type": "message_stop"})
 

@@ -71,7 +71,8 @@ def test_a_streamed_answer_comes_in_anthropics_events_and_reassembles_the_whole(
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds[1:-2] == ["content_block_start"] + ["content_block_delta"] * (len(kinds) - 5) + ["content_block_stop"]
     start_ = events[0].message
-    assert start_.content == [] and start_.stop_reason is None and start_.usage.input_tokens == whole.usage.input_tokens
+    assert start_.content == [] and start_.stop_reason is None
+    assert start_.usage.input_tokens == prompt_tokens(whole.usage)
     assert events[1].content_block.type == "text" and all(e.index == 0 for e in events[1:-2])
     text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
     assert text == whole.content[0].text
@@ -121,7 +122,7 @@ def test_a_tool_use_round_trip(claude, tool_server):
     check_tool_use(first.content[0])
     second = ask(claude, round_trip(first), tools=TOOLS)
     assert second.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    assert second.usage.input_tokens > first.usage.input_tokens + 20  # the call and its result are in it
+    assert prompt_tokens(second.usage) > prompt_tokens(first.usage) + 20  # the call and its result are in it
     assert healthy(tool_server)
 
 
@@ -144,20 +145,44 @@ def test_any_makes_calls_of_the_tools(claude):
         assert [b.type for b in reply.content] == ["tool_use"]
 
 
+def prompt_tokens(usage) -> int:
+    """The whole prompt, as Anthropic's usage splits it: what was read from a cache is not in `input_tokens`."""
+    return usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+
+
 def test_count_tokens_is_the_prompt_the_answer_reports(claude, tool_loaded):
     system = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}]
     reply = ask(claude, tools=TOOLS, tool_choice=NAMED, system=system)
     counted = claude.messages.count_tokens(model=MODEL, messages=ASK, tools=TOOLS, tool_choice=NAMED, system=system)
-    assert counted.input_tokens == reply.usage.input_tokens
+    assert counted.input_tokens == prompt_tokens(reply.usage)
     later = round_trip(reply)
     assert claude.messages.count_tokens(model=MODEL, messages=later, tools=TOOLS).input_tokens == \
-        ask(claude, later, tools=TOOLS, max_tokens=1).usage.input_tokens
+        prompt_tokens(ask(claude, later, tools=TOOLS, max_tokens=1).usage)
     # The rendering is the chat route's of the same conversation, written by hand.
     tokenizer = tool_loaded[1].tokenizer
     chat = [{"role": "system", "content": "Be brief.\n\nUse tools."}, *ASK]
     tools = [{"type": "function", "function": {"name": t["name"], "parameters": t["input_schema"]}
               | ({"description": t["description"]} if "description" in t else {})} for t in TOOLS]
     assert counted.input_tokens == len(encode_chat(tokenizer, chat, tools=tools))
+
+
+def test_usage_counts_the_prefix_a_kept_cache_held_as_cache_reads(claude):
+    """Claude Code shows `cache_read_input_tokens`: the prompt tokens a slot already held, whole and streamed
+    (`message_start` has the whole prompt as input; `message_delta`'s usage, cumulative, splits it)."""
+    kept = [{"role": "user", "content": "Kept: the weather in Oslo, in words."}]
+    counted = claude.messages.count_tokens(model=MODEL, messages=kept).input_tokens
+    ask(claude, kept, max_tokens=2)
+    again = ask(claude, kept, max_tokens=2).usage
+    assert 0 < again.cache_read_input_tokens < counted and again.cache_creation_input_tokens == 0
+    assert again.input_tokens + again.cache_read_input_tokens == counted
+    with claude.messages.create(model=MODEL, messages=kept, max_tokens=2, stream=True, extra_body=greedy()) as s:
+        events = list(s)
+    start_ = next(e for e in events if e.type == "message_start").message.usage
+    delta = next(e for e in events if e.type == "message_delta").usage
+    assert (start_.input_tokens, start_.cache_read_input_tokens) == (counted, 0)
+    assert (delta.input_tokens, delta.cache_read_input_tokens) == (again.input_tokens, again.cache_read_input_tokens)
+    with claude.messages.stream(model=MODEL, messages=kept, max_tokens=2, extra_body=greedy()) as s:
+        assert s.get_final_message().usage.cache_read_input_tokens == again.cache_read_input_tokens
 
 
 @pytest.mark.parametrize("drafter", ["drafter", "ngram"])
@@ -204,7 +229,8 @@ def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_bloc
     assert [(b["type"], b.get("text"), b.get("input")) for b in whole["content"]] == [
         ("text", "Let me look.", None), ("tool_use", None, {"city": "Paris", "days": 2}),
         ("tool_use", None, {"city": "Oslo", "days": 2}), ("text", " Done.", None)]
-    assert whole["stop_reason"] == "tool_use" and whole["usage"] == {"input_tokens": 9, "output_tokens": len(tokens)}
+    assert whole["stop_reason"] == "tool_use" and whole["usage"] == {
+        "input_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": len(tokens)}
     reply = MessageReply(MODEL, 9, False, reader())
     events = sse_events(reply.first() + "".join(reply.piece([t]) for t in tokens) + reply.last(done))
     events = [e for e in events if e["type"] != "ping"]
