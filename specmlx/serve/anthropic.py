@@ -219,14 +219,5 @@ def user_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict]:
     return messages
 
 
-def within_window(chat: ChatRequest, room: int | None) -> tuple[ChatRequest, bool]:
-    """The request with `max_tokens` cut to the room the window leaves after the prompt, and whether it
-    was cut. Claude Code asks for tens of thousands of tokens whatever the model: Anthropic's newer models
-    answer such a request until the window is full (`model_context_window_exceeded`), not with a 400."""
-    if room is None or room < 1 or chat.max_tokens is None or chat.max_tokens <= room:
-        return chat, False  # a prompt past the window is still refused, by the chat path
-    return chat.model_copy(update={"max_tokens": room}), True
-
-
 def json_text(value: dict) -> str:
     return json.dumps(value, ensure_ascii=False)

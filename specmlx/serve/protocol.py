@@ -14,7 +14,7 @@ or `Failed`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Literal, Union
+from typing import Any, Callable, Hashable, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -207,6 +207,9 @@ class ChatRequest(Sampling):
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    def with_token_limit(self, limit: int) -> ChatRequest:
+        return self.model_copy(update={"max_completion_tokens": limit})  # read before max_tokens
+
 
 class CompletionRequest(Sampling):
     prompt: Union[StrictStr, list[StrictInt], list[StrictStr]]
@@ -225,6 +228,22 @@ class CompletionRequest(Sampling):
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    def with_token_limit(self, limit: int) -> CompletionRequest:
+        return self.model_copy(update={"max_tokens": limit})
+
+
+RequestT = TypeVar("RequestT", ChatRequest, CompletionRequest)
+
+
+def within_window(request: RequestT, room: int | None) -> tuple[RequestT, bool]:
+    """The request with its token limit cut to the room the window leaves after the prompt, and whether it
+    was cut. Clients ask for more than any window holds (Claude Code tens of thousands of tokens, OpenCode
+    32,000): llama.cpp and Ollama answer until the window is full, and so does this server."""
+    limit = request.token_limit()
+    if room is None or room < 1 or limit is None or limit <= room:
+        return request, False  # a prompt that leaves no room at all is refused (`serving.make_job`)
+    return request.with_token_limit(room), True
 
 
 # -- a job's records ----------------------------------------------------------

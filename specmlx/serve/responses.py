@@ -36,6 +36,12 @@ from .errors import APIError, validation_error
 from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative
 from .tools import check_parameters
 
+# Chat's fields that a refusal from the chat path may name, as a Responses request names them, the longer
+# paths first. A chat message's index is not an item's: any message is `input`.
+RESPONSES_FIELDS = {"messages": "input", "prompt": "input", "response_format.json_schema.schema": "text.format.schema",
+                    "response_format.json_schema": "text.format", "response_format": "text.format"}
+WHOLE = {"messages", "prompt"}  # renamed with what follows them
+
 # What points at state this server does not keep, and what to send instead.
 STATEFUL = {"previous_response_id": "send the whole conversation in input",
             "conversation": "send the whole conversation in input",
@@ -152,6 +158,15 @@ def to_chat(request: ResponsesRequest) -> ChatRequest:
     except ValidationError as err:  # the fields above carry the same caps: a miss here is ours to name
         raise APIError(400, f"the request cannot be read as a conversation: {err.errors()[0]['msg']}",
                        "invalid_value") from None
+
+
+def in_responses_terms(err: APIError) -> APIError:
+    """A refusal from the chat path (`serving.py`, `tools.py`), naming the Responses API's own field."""
+    for chat, ours in RESPONSES_FIELDS.items():
+        if err.param is not None and (err.param == chat or err.param.startswith(chat + ".")):
+            param = ours if chat in WHOLE else ours + err.param[len(chat):]
+            return APIError(err.status, err.message, err.code, param, err.headers)
+    return err
 
 
 def refuse_stateful(request: ResponsesRequest) -> None:

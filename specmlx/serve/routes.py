@@ -20,12 +20,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..events import RoundEvent, TokenEvent
-from .anthropic import CountTokensRequest, MessagesRequest, to_chat, within_window
+from .anthropic import CountTokensRequest, MessagesRequest, to_chat
 from .anthropic_render import TOOL_USE_ID, MessageReply
 from .errors import APIError
-from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling
+from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling, within_window
 from .render import Reply
-from .responses import ResponsesRequest, echoed
+from .responses import ResponsesRequest, echoed, in_responses_terms
 from .responses import to_chat as responses_chat
 from .responses_render import ResponseReply
 
@@ -119,7 +119,7 @@ async def models(request: Request) -> dict:
 @api.get("/models/{model:path}")
 async def model(model: str, request: Request) -> dict:
     s = serving(request)
-    s.check_model(model)
+    s.aliases.answering(model)
     return s.model_card()
 
 
@@ -144,8 +144,8 @@ async def messages(body: MessagesRequest, request: Request):
     chat = await run_in_threadpool(to_chat, body)
     prompt = await run_in_threadpool(s.chat_prompt, chat)
     chat, window_bound = within_window(chat, s.worker.slots.room(len(prompt)))
-    reply = MessageReply(s.defaults.model, len(prompt), chat.speculative.sources, s.call_reader(chat, TOOL_USE_ID),
-                         window_bound)
+    reply = MessageReply(s.aliases.answering(body.model), len(prompt), chat.speculative.sources,
+                         s.call_reader(chat, TOOL_USE_ID), window_bound)
     return await respond(chat, prompt, request, reply)
 
 
@@ -154,22 +154,26 @@ async def messages(body: MessagesRequest, request: Request):
 async def responses(body: ResponsesRequest, request: Request):
     s = serving(request)
     chat = await run_in_threadpool(responses_chat, body)
-    prompt = await run_in_threadpool(s.chat_prompt, chat)
-    reply = ResponseReply(s.defaults.model, len(prompt), chat.speculative.sources, echoed(body), s.call_reader(chat))
-    return await respond(chat, prompt, request, reply)
+    try:  # the chat path's refusals name chat's fields
+        prompt = await run_in_threadpool(s.chat_prompt, chat)
+        reply = ResponseReply(s.aliases.answering(body.model), len(prompt), chat.speculative.sources, echoed(body),
+                              s.call_reader(chat))
+        return await respond(chat, prompt, request, reply)
+    except APIError as err:
+        raise in_responses_terms(err) from None
 
 
 @api.post("/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     s = serving(request)
-    s.check_model(body.model)
+    s.aliases.answering(body.model)
     chat = await run_in_threadpool(to_chat, body)
     return {"input_tokens": len(await run_in_threadpool(s.chat_prompt, chat))}
 
 
 async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
     s = serving(request)
-    reply = Reply(chat, s.defaults.model, len(prompt), body.speculative.sources,
+    reply = Reply(chat, s.aliases.answering(body.model), len(prompt), body.speculative.sources,
                   s.call_reader(body) if isinstance(body, ChatRequest) else None)
     usage = bool(body.stream_options and body.stream_options.include_usage)
     return await respond(body, prompt, request, reply, usage)

@@ -1,11 +1,12 @@
 """Serving: a validated request into a job for the worker, and the one place that builds a server.
 
 Everything a request can get wrong is refused here, before it waits in the
-queue: an unknown model or drafter, a value the engine cannot honour, a
-prompt and `max_tokens` past the context window, a `suffix` for a model
-without fill-in-the-middle tokens (`fim.py`). `build` makes a server of loaded
-models (its slots, worker and FastAPI app): the command line, the bench and
-the tests all serve what it makes.
+queue: an unknown drafter, a value the engine cannot honour, a prompt that
+leaves no room in the context window (a `max_tokens` past the room is cut to
+it), a `suffix` for a model without fill-in-the-middle tokens (`fim.py`). Any
+model name is answered by the served target (`aliases.py`). `build` makes a
+server of loaded models (its slots, worker and FastAPI app): the command line,
+the bench and the tests all serve what it makes.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from ..prompting import encode_chat, encode_text, has_chat_template, plain_encod
 from ..sampling import SamplingParams
 from ..vocab import vocab_size
 from . import routes
+from .aliases import Aliases
 from .calls import CALL_ID, CallReader, call_reader
 from .errors import APIError, install
 from .fim import FimLayout, find_layout, stop_tokens
 from .limits import Access, guard
 from .mirror import NO_MIRROR, Mirror
-from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink
+from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink, within_window
 from .slots import Slots, slots_for
 from .tools import forced_calls, has_tools, parses_calls, template_messages, template_tools
 from .worker import Ticket, Worker
@@ -157,18 +159,10 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
                        "speculative.num_draft" if spec.num_draft is not None else "speculative") from None
 
 
-def check_model(model: str, defaults: Defaults) -> None:
-    """A request names the model this server serves, or gets OpenAI's 404."""
-    if model != defaults.model:
-        raise APIError(404, f"the model {model!r} does not exist: this server serves {defaults.model!r}",
-                       "model_not_found", "model")
-
-
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
              room: int | None, window: int | None, owner: Hashable = None,
              prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
              grammar: Grammar | None = None) -> Job:
-    check_model(request.model, defaults)
     refused = request.unsupported()
     if refused is not None:
         raise APIError(400, refused[1], "unsupported_parameter", refused[0])
@@ -179,12 +173,11 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     if drafter not in loaded:
         raise APIError(400, f"no drafter {drafter!r} is loaded; choose from {', '.join([DEFAULT, *loaded])}",
                        "invalid_value", "speculative.drafter")
-    limit = request.token_limit()
-    if room is not None and (room < 1 or limit is not None and limit > room):
-        asked = f"{len(prompt)} in the prompt" + (f" and {limit} to generate" if limit else "")
-        raise APIError(400, f"this model's context window is {window} tokens, but the request needs more "
-                       f"({asked})", "context_length_exceeded", "messages" if hasattr(request, "messages")
-                       else "prompt")
+    if room is not None and room < 1:
+        raise APIError(400, f"this model's context window is {window} tokens, and the prompt ({len(prompt)} "
+                       "tokens) leaves no room for an answer", "context_length_exceeded",
+                       "messages" if hasattr(request, "messages") else "prompt")
+    limit = within_window(request, room)[0].token_limit()
     if limit is None:
         limit = defaults.max_tokens if room is None else min(defaults.max_tokens, room)
     base = defaults.sampling
@@ -218,6 +211,7 @@ class Serving:
     started: int
     fim: FimLayout | None  # the model's fill-in-the-middle layout, if it has one
     encode_plain: Callable[[str], list[int]]  # text as the model writes it (`plain_encoder`)
+    aliases: Aliases  # any model name a request gives: the served target answers it
 
     @property
     def context_window(self) -> int | None:
@@ -237,9 +231,6 @@ class Serving:
     def completion_prompt(self, request: CompletionRequest) -> list[int]:
         return completion_prompt(self.tokenizer, request, self.vocab, self.context_window, self.fim)
 
-    def check_model(self, model: str) -> None:
-        check_model(model, self.defaults)
-
     def call_reader(self, request: ChatRequest, id_prefix: str = CALL_ID) -> CallReader | None:
         """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`); new
         calls' ids begin with `id_prefix`."""
@@ -248,9 +239,8 @@ class Serving:
         return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools], id_prefix)
 
     def guides(self, request: Sampling) -> tuple[tuple[int, ...], Grammar | None]:
-        """The request's prediction as tokens and its grammar, refused in one line if either is wrong (a
-        model it does not name first). A schema compiles in a millisecond, a large one in more."""
-        check_model(request.model, self.defaults)
+        """The request's prediction as tokens and its grammar, refused in one line if either is wrong.
+        A schema compiles in a millisecond, a large one in more."""
         return self.prediction_tokens(request), grammar_of(request, self.tokenizer)
 
     def prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
@@ -304,7 +294,7 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     guard(app, access)
     app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
                                 tuple(named), int(time.time()), find_layout(target.tokenizer),
-                                plain_encoder(target.tokenizer))
+                                plain_encoder(target.tokenizer), Aliases(target.name))
     routes.include(app)
     if getattr(target.tokenizer, "backend_tokenizer", None) is not None:
         # The grammar engine's view of the vocabulary takes a second or two: made now, beside loading,

@@ -43,13 +43,14 @@ def test_the_speculative_object_sets_drafter_length_auto_and_lookup():
     assert job(speculative={"drafter": "default"}).drafter == "small"
 
 
-def test_a_request_past_the_window_is_refused_before_it_queues():
+def test_a_limit_past_the_window_is_cut_to_the_room_and_no_room_is_refused_before_it_queues():
+    assert job(room=40, max_tokens=32000).config.max_tokens == 40
+    assert job(room=40, max_completion_tokens=32000, max_tokens=8).config.max_tokens == 40
+    assert job(room=40, max_tokens=40).config.max_tokens == 40
     with pytest.raises(APIError) as err:
-        job(room=40, max_tokens=41)
-    assert (err.value.status, err.value.code) == (400, "context_length_exceeded")
+        job(room=0, max_tokens=1)
+    assert (err.value.status, err.value.code, err.value.param) == (400, "context_length_exceeded", "messages")
     assert "1003" in err.value.message
-    with pytest.raises(APIError):
-        job(room=0)
 
 
 class Counting:

@@ -62,14 +62,6 @@ def test_a_completion_takes_a_schema_too(client):
     assert answer["kind"] in ("add", "sub") and 0 <= answer["n"] <= 99
 
 
-def test_a_model_it_does_not_serve_is_a_404_before_its_schema_is_read(server):
-    url, _ = server
-    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no such type"}}}
-    reply = httpx.post(f"{url}/v1/chat/completions", timeout=30,
-                       json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "response_format": fmt})
-    assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
-
-
 def test_the_grammar_engines_vocabulary_is_made_at_start_up(loaded, monkeypatch):
     """It takes seconds on a real vocabulary: a server makes it while it starts, not on the first request."""
     import threading
