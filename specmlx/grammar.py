@@ -31,6 +31,7 @@ import mlx.core as mx
 import numpy as np
 
 from .errors import SpecmlxError
+from .schema_bounds import bounded
 
 
 # Between JSON's tokens: nothing, a space, or a new line and up to 20 of indentation, as llama.cpp's
@@ -51,11 +52,15 @@ class Grammar:
     @staticmethod
     def json_schema(schema: dict[str, Any], laid_out: bool = True) -> "Grammar":
         """Answers that are JSON valid against `schema`, laid out as the model likes within bounds
-        (`laid_out`) or on one line; refused in one line if llguidance cannot compile it."""
+        (`laid_out`) or on one line, numbers bounded (`schema_bounds`); refused in one line if llguidance
+        cannot compile it."""
         from llguidance import LLMatcher
 
         layout = LAID_OUT if laid_out else {"whitespace_flexible": False}
-        text = LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=layout)
+        try:  # llguidance reads the schema with serde's recursion limit: a deep one raises here, not in `checked`
+            text = LLMatcher.grammar_from_json_schema(json.dumps(bounded(schema)), overrides=layout)
+        except ValueError as err:
+            raise SpecmlxError(f"the JSON schema cannot be used: {said(str(err))}") from None
         return Grammar(checked(text, "the JSON schema"), "a JSON schema")
 
     @staticmethod
@@ -68,7 +73,11 @@ class Grammar:
         """A grammar in Lark's syntax, as llguidance reads it."""
         from llguidance import LLMatcher
 
-        return Grammar(checked(LLMatcher.grammar_from_lark(text), "the grammar"), "a Lark grammar")
+        try:
+            grammar = LLMatcher.grammar_from_lark(text)
+        except ValueError as err:
+            raise SpecmlxError(f"the grammar cannot be used: {said(str(err))}") from None
+        return Grammar(checked(grammar, "the grammar"), "a Lark grammar")
 
 
 def checked(grammar: str, what: str) -> str:
@@ -76,8 +85,15 @@ def checked(grammar: str, what: str) -> str:
 
     error = LLMatcher.validate_grammar(grammar)
     if error and not error.startswith("WARNING"):
-        raise SpecmlxError(f"{what} cannot be used: {error.splitlines()[0]}")
+        raise SpecmlxError(f"{what} cannot be used: {said(error.splitlines()[0])}")
     return grammar
+
+
+def said(error: str) -> str:
+    """llguidance's complaint, with what its recursion limit means for a schema (about 60 nested objects)."""
+    if "recursion limit exceeded" in error:
+        return f"it is nested too deeply for the grammar engine ({error})"
+    return error
 
 
 # llguidance's view of a tokenizer takes a second or two to build (it reads the whole vocabulary):

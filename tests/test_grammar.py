@@ -86,3 +86,17 @@ def test_an_accepted_end_token_where_more_could_follow_ends_the_rows_and_the_ans
     assert masks == [{A, B, AB}, {A, B, AB, EOS}, {EOS}, {EOS}]
     c.advance([A, EOS, B])  # the answer ended at EOS: what follows is not the grammar's
     assert [allowed(r) for r in c.masks([])] == [{A, B, AB, EOS}]
+
+
+def nested(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize("depth", [63, 64, 100])
+def test_a_schema_nested_past_the_engines_limit_is_refused_in_one_line(depth):
+    with pytest.raises(SpecmlxError, match="nested too deeply for the grammar engine"):
+        Grammar.json_schema(nested(depth))
+    Grammar.json_schema(nested(40))

@@ -10,6 +10,9 @@ differs (`anthropic_render.py`). The translation:
   `tool_result` block is a `tool` message answering that call's id, in the order the blocks
   come among the turn's text.
 - Consecutive turns of one role are one turn, as Anthropic combines them.
+- A `thinking` (or `redacted_thinking`) block of an assistant's turn is dropped, as Anthropic's API
+  lets a client do; a block of another kind (an image, a document, in a message or a tool_result)
+  and Anthropic's server tools (`web_search_20250305`...) are refused by their place.
 - `tool_choice`: `auto`, `none`, `any` (OpenAI's `required`), `tool` (a named function);
   `disable_parallel_tool_use` is `parallel_tool_calls: false`.
 - Sampling fields keep their meaning, and what a request leaves unset is the server's default
@@ -25,11 +28,15 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Iterator, Literal, Union
 
-from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag,
+                      ValidationError)
 
-from .errors import APIError
-from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative
+from .errors import APIError, not_served
+from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative, kind_of
+from .tools import refuse_duplicates
 
+# Anthropic's least `thinking.budget_tokens`.
+MIN_THINKING = 1024
 # The separator of a turn's text blocks: blocks are paragraphs, and a turn's text is one.
 BLOCKS_JOINED = "\n\n"
 
@@ -48,16 +55,37 @@ class ToolUseBlock(BaseModel):
     input: dict[str, Any]
 
 
+class OtherBlock(BaseModel):
+    """A block of a kind not served (`image`, `document`...): kept to be refused by its place."""
+
+    model_config = ConfigDict(extra="allow")
+    type: StrictStr
+
+
+class ThinkingBlock(BaseModel):
+    """An earlier answer's thinking: dropped from the history, as Anthropic's API lets a client do."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["thinking", "redacted_thinking"]
+
+
+ResultBlock = Annotated[Union[Annotated[TextBlock, Tag("text")], Annotated[OtherBlock, Tag("other")]],
+                        Discriminator(kind_of(("text",)))]
+
+
 class ToolResultBlock(BaseModel):
     """A tool's answer to the call `tool_use_id`; `is_error`: the tool failed."""
 
     type: Literal["tool_result"]
     tool_use_id: StrictStr = Field(min_length=1, max_length=MAX_CALL_ID)
-    content: Union[StrictStr, list[TextBlock], None] = None
+    content: Union[StrictStr, list[ResultBlock], None] = None
     is_error: StrictBool = False
 
 
-Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock], Field(discriminator="type")]
+BLOCKS = {"text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
+          "redacted_thinking": ThinkingBlock}
+Block = Annotated[Union[tuple(Annotated[model, Tag(kind)] for kind, model in BLOCKS.items())
+                        + (Annotated[OtherBlock, Tag("other")],)], Discriminator(kind_of(tuple(BLOCKS)))]
 
 
 class AnthropicMessage(BaseModel):
@@ -69,12 +97,14 @@ class AnthropicMessage(BaseModel):
 
 
 class AnthropicTool(BaseModel):
-    """A function the model may call; `input_schema` a JSON schema of its arguments (an object)."""
+    """A function the model may call; `input_schema` a JSON schema of its arguments (an object). A `type` other
+    than `custom` is one of Anthropic's own tools (`web_search_20250305`, `bash_20250124`...), refused by its
+    place (`chat_tool`): an answer without the tool asked for is not the answer asked for."""
 
     name: StrictStr = Field(pattern=FUNCTION_NAME)
     description: StrictStr | None = None
-    input_schema: dict[str, Any]
-    type: Literal["custom"] | None = None  # Anthropic's own server tools (web search...) are not served here
+    input_schema: dict[str, Any] | None = None  # required of a custom tool (`chat_tool`)
+    type: StrictStr | None = None
 
 
 class ToolChoice(BaseModel):
@@ -93,6 +123,13 @@ class CountTokensRequest(BaseModel):
     tool_choice: ToolChoice | None = None
 
 
+class Thinking(BaseModel):
+    """Extended thinking: checked as Anthropic checks it, and otherwise ignored (the model's answer is its own)."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: StrictInt | None = None  # required when enabled: at least `MIN_THINKING`, under max_tokens
+
+
 class MessagesRequest(CountTokensRequest):
     max_tokens: StrictInt = Field(ge=1)  # required, as Anthropic has it
     # Anthropic's ranges; strict numbers, as on the OpenAI routes.
@@ -102,6 +139,7 @@ class MessagesRequest(CountTokensRequest):
     stop_sequences: list[StrictStr] | None = None  # at most `protocol.MAX_STOP`, as chat's `stop`
     stream: StrictBool = False
     metadata: dict[str, Any] | None = None  # accepted, ignored
+    thinking: Thinking | None = None
     speculative: Speculative = Field(default_factory=Speculative)
 
 
@@ -118,9 +156,11 @@ def to_chat(request: CountTokensRequest) -> ChatRequest:
     fields: dict[str, Any] = {"model": request.model, "messages": chat_messages(request)}
     if request.tools:
         fields["tools"] = [chat_tool(tool, i) for i, tool in enumerate(request.tools)]
+        refuse_duplicates([tool.name for tool in request.tools], "tools.{}.name")
     if request.tool_choice is not None:
         fields |= chat_tool_choice(request.tool_choice)
     if isinstance(request, MessagesRequest):
+        check_thinking(request)
         fields |= {"max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": request.top_p,
                    "top_k": request.top_k, "stop": request.stop_sequences, "stream": request.stream,
                    "speculative": request.speculative}
@@ -131,7 +171,25 @@ def to_chat(request: CountTokensRequest) -> ChatRequest:
                        "invalid_value") from None
 
 
+def check_thinking(request: MessagesRequest) -> None:
+    """Refuse (400) an enabled `thinking` whose budget Anthropic would refuse: under 1024, or not under max_tokens."""
+    thinking, param = request.thinking, "thinking.budget_tokens"
+    if thinking is None or thinking.type != "enabled":
+        return
+    if thinking.budget_tokens is None:
+        raise APIError(400, f"missing required parameter: {param}", "missing_required_parameter", param)
+    if not MIN_THINKING <= thinking.budget_tokens < request.max_tokens:
+        raise APIError(400, f"{param}: must be at least {MIN_THINKING} and less than max_tokens "
+                       f"({request.max_tokens}), not {thinking.budget_tokens}", "invalid_value", param)
+
+
 def chat_tool(tool: AnthropicTool, index: int) -> dict:
+    if tool.type not in (None, "custom"):
+        raise not_served(f"tools.{index}", tool.type, "custom tools (a name and an input_schema): Anthropic's "
+                         "server tools run on Anthropic's servers")
+    if tool.input_schema is None:
+        raise APIError(400, f"missing required parameter: tools.{index}.input_schema", "missing_required_parameter",
+                       f"tools.{index}.input_schema")
     if tool.input_schema.get("type") != "object":
         raise APIError(400, f"tools.{index}.input_schema: the input schema of tool {tool.name!r} must be a JSON "
                        f"schema of an object (\"type\": \"object\"), not of {tool.input_schema.get('type')!r}",
@@ -183,9 +241,12 @@ def assistant_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict
     """An assistant's turn: its text, and its calls (arguments as JSON text, OpenAI's form)."""
     texts, calls = [], []
     for where, block in blocks:
+        refuse_unserved(where, block)
         if isinstance(block, ToolResultBlock):
             raise APIError(400, f"{where}: a tool_result block belongs in a user's message, after the "
                            "assistant's tool_use it answers", "invalid_value", where)
+        if isinstance(block, ThinkingBlock):
+            continue
         if isinstance(block, ToolUseBlock):
             calls.append({"id": block.id, "type": "function",
                           "function": {"name": block.name, "arguments": json_text(block.input)}})
@@ -199,8 +260,9 @@ def user_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict]:
     """A user's turn: each tool result as a tool message, and the text between them as user messages."""
     messages, texts = [], []
     for where, block in blocks:
-        if isinstance(block, ToolUseBlock):
-            raise APIError(400, f"{where}: a tool_use block belongs in an assistant's message", "invalid_value",
+        refuse_unserved(where, block)
+        if isinstance(block, (ToolUseBlock, ThinkingBlock)):
+            raise APIError(400, f"{where}: a {block.type} block belongs in an assistant's message", "invalid_value",
                            where)
         if isinstance(block, TextBlock):
             texts.append(block.text)
@@ -212,11 +274,24 @@ def user_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict]:
             messages.append({"role": "user", "content": BLOCKS_JOINED.join(texts)})
             texts = []
         # The template has no place for a failure: the model reads it in the result's text.
-        content = ("Error: " if block.is_error else "") + text_of(block.content)
+        content = ("Error: " if block.is_error else "") + result_text(block.content, f"{where}.content")
         messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
     if texts:
         messages.append({"role": "user", "content": BLOCKS_JOINED.join(texts)})
     return messages
+
+
+def refuse_unserved(where: str, block: Any) -> None:
+    if isinstance(block, OtherBlock):
+        raise not_served(where, block.type, "text, tool_use, tool_result and thinking blocks")
+
+
+def result_text(content: Union[str, list, None], where: str) -> str:
+    """A tool_result's text: a string, or its text blocks' (an image in it is refused by its place)."""
+    for k, block in enumerate(content if isinstance(content, list) else []):
+        if isinstance(block, OtherBlock):
+            raise not_served(f"{where}.{k}", block.type, "text blocks")
+    return text_of(content)
 
 
 def json_text(value: dict) -> str:

@@ -22,7 +22,7 @@ from ..events import TokenEvent
 from .calls import Call, CallReader, Piece, merged
 from .errors import APIError, messages_sse_error
 from .protocol import Done
-from .render import extras, token_sources
+from .render import cut_short, extras, token_sources
 
 TOOL_USE_ID = "toolu_"  # Anthropic's calls' ids begin so
 STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_tokens"}
@@ -102,11 +102,11 @@ class MessageReply:
 
     keepalive: ClassVar[str] = PING
 
-    def _pieces(self, text: str, end: bool) -> list[Piece]:
-        """The pieces `text` completes (all that is left, at the `end`)."""
+    def _pieces(self, text: str, end: Done | None) -> list[Piece]:
+        """The pieces `text` completes (all that is left, at the answer's `end`)."""
         if self.calls is None:
             return merged([text])
-        return self.calls.feed(text) + (self.calls.finish() if end else [])
+        return self.calls.feed(text) + (self.calls.finish(cut_short(end)) if end is not None else [])
 
     def _message(self, content: list[dict], stop: str | None, stop_sequence: str | None, usage: dict) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
@@ -119,7 +119,7 @@ class MessageReply:
                 "cache_read_input_tokens": cached, "output_tokens": output}
 
     def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
-        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=True)
+        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=done)
         stop = stop_reason(done, self.calls, self.window_bound)
         message = self._message([block(p) for p in pieces], stop, done.stats.stop or None,
                                 self._usage(done.cached_tokens, done.stats.generation_tokens))
@@ -133,7 +133,7 @@ class MessageReply:
     def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
         """Events for tokens of one or more rounds: the blocks and deltas they complete (maybe none yet),
         and their sources when asked, on the last event (a ping if there is none)."""
-        out = [e for p in self._pieces("".join(e.text for e in events), end=False) for e in self.blocks.events(p)]
+        out = [e for p in self._pieces("".join(e.text for e in events), end=None) for e in self.blocks.events(p)]
         if self.sources:
             out = out or [{"type": "ping"}]
             out[-1]["speculative"] = token_sources(events)
@@ -142,7 +142,7 @@ class MessageReply:
     def last(self, done: Done, include_usage: bool = False) -> str:
         """The tail's blocks, the open block's end, `message_delta` (why it stopped, the usage, cumulative as
         Anthropic's, what drafting did) and `message_stop`."""
-        out = [e for p in self._pieces(done.tail, end=True) for e in self.blocks.events(p)] + self.blocks.close()
+        out = [e for p in self._pieces(done.tail, end=done) for e in self.blocks.events(p)] + self.blocks.close()
         delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(done, self.calls, self.window_bound),
                                                     "stop_sequence": done.stats.stop or None},
                  "usage": self._usage(done.cached_tokens, done.stats.generation_tokens)}

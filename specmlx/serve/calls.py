@@ -7,8 +7,10 @@ as mlx-lm's server reads it. Text that could be the start of a marker is held ba
 known not to be one, so no part of a call is ever streamed as text.
 
 A call is handed out whole when its end marker arrives: only then is it known to parse. One that
-does not parse, or that the answer's end cuts short, is handed out as the text it was, with a line
-in the log: a model's slip is its answer's text, never a 500. White space just before a call, or
+does not parse, or that the answer's own end (its end token, a stop string) cuts short, is handed
+out as the text it was, with a line in the log: a model's slip is its answer's text, never a 500.
+One that max_tokens cuts short is dropped (with a line in the log): the answer is a length stop,
+with no call and none of the call's syntax. White space just before a call, or
 after the last one at the answer's end, is the syntax's (Qwen's template writes a new line between
 calls), not text.
 """
@@ -94,11 +96,15 @@ class CallReader:
             self._held = self._held[cut:]
             return merged(pieces)
 
-    def finish(self) -> list[Piece]:
-        """What is left at the answer's end: a call the end cut short as the text it was, and what was held
+    def finish(self, length: bool = False) -> list[Piece]:
+        """What is left at the answer's end: a call the end cut short as the text it was (dropped if `length`,
+        max_tokens, cut it: it was being written as a call, and is neither a call nor text), and what was held
         back as text (but white space after the last call, the syntax's)."""
         held, self._held = self._held, ""
-        if self._inside:
+        if self._inside and length:
+            note(f"a tool call was cut short by max_tokens ({len(held)} characters): dropped")
+            held = ""
+        elif self._inside:
             note(f"a tool call was cut short by the answer's end ({len(held)} characters): returned as text")
             held = self._gap + self.start + held
         elif self._after_call and not held.strip():

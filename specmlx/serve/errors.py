@@ -49,6 +49,12 @@ class APIError(Exception):
         return JSONResponse(self.body(path), status_code=self.status, headers=self.headers)
 
 
+def not_served(where: str, kind: object, served: str) -> APIError:
+    """The refusal of a part, block, item or tool of a type this server does not serve, by its place (every
+    route says it so): `where` is its place (`messages.1.content.0`), `served` what is served there."""
+    return APIError(400, f"{where}: {kind!r} is not served here: only {served}", "invalid_value", f"{where}.type")
+
+
 def is_messages(path: str) -> bool:
     """Whether `path` is one of Anthropic's Messages routes."""
     return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")

@@ -14,14 +14,15 @@ or `Failed`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Literal, TypeVar, Union
+from typing import Annotated, Any, Callable, Hashable, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      Tag)
 
 from ..engine import MAX_SEED, RANDOM_SEED, GenerationConfig
 from ..events import RoundEvent
 from ..stats import GenerationStats
-from .errors import APIError
+from .errors import APIError, not_served
 
 # OpenAI allows 4 stop strings; editors send more to other hosts (Continue's FIM templates
 # for Qwen-coder have 9), and llama.cpp and vLLM set no cap. This bounds the work per token.
@@ -73,12 +74,35 @@ class TextPart(BaseModel):
     text: StrictStr
 
 
-def joined(content: Union[str, list[TextPart], None]) -> str:
-    """A content field's text: a string, or its text parts joined."""
+class OtherPart(BaseModel):
+    """A part of a kind not served (`image_url`, `input_audio`, `file`...): kept to be refused by its place."""
+
+    model_config = ConfigDict(extra="allow")
+    type: StrictStr
+
+
+def kind_of(served: tuple[str, ...]) -> Callable[[Any], str | None]:
+    """pydantic's discriminator of parts (or blocks): their type where it is among `served`, else "other"."""
+    def kind(part: Any) -> str | None:
+        found = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+        return found if found in served else None if found is None else "other"
+    return kind
+
+
+Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[OtherPart, Tag("other")]],
+                 Discriminator(kind_of(("text",)))]
+
+
+def joined(content: Union[str, list[TextPart], list[Part], None], where: str = "content") -> str:
+    """A content field's text: a string, or its text parts joined; a part of another kind is refused (400)
+    by its place, `where`."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
+    for j, part in enumerate(content):
+        if not isinstance(part, TextPart):
+            raise not_served(f"{where}.{j}", part.type, "text parts")
     return "".join(part.text for part in content)
 
 
@@ -97,13 +121,14 @@ class ToolCall(BaseModel):
 
 class Message(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[StrictStr, list[TextPart], None] = None
+    content: Union[StrictStr, list[Part], None] = None
     name: StrictStr | None = None
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_TOOLS)  # an assistant's
     tool_call_id: StrictStr | None = Field(default=None, max_length=MAX_CALL_ID)  # a tool's answer to that call
 
-    def text(self) -> str:
-        return joined(self.content)
+    def text(self, where: str = "content") -> str:
+        """Its text; a part not served is refused naming `where`, its content's place."""
+        return joined(self.content, where)
 
 
 class FunctionDef(BaseModel):

@@ -35,6 +35,11 @@ def finish_reason(done: Done, calls: CallReader | None) -> str | None:
     return "tool_calls" if calls is not None and calls.made and reason in ("eos", "stop") else FINISH.get(reason)
 
 
+def cut_short(done: Done) -> bool:
+    """Whether max_tokens ended the answer (a call it cuts short is dropped: `CallReader.finish`)."""
+    return done.stats.finish_reason == "length"
+
+
 def delta(piece: Piece) -> list[dict]:
     """A stream's deltas for a piece of the answer: its text, or a call's two."""
     if isinstance(piece, Call):
@@ -74,7 +79,7 @@ class Reply:
         text = "".join(e.text for e in events) + done.tail
         choice = self._choice(text, FINISH.get(done.stats.finish_reason), chunk=False)
         if self.calls is not None:
-            pieces = self.calls.feed(text) + self.calls.finish()
+            pieces = self.calls.feed(text) + self.calls.finish(cut_short(done))
             content = "".join(p for p in pieces if isinstance(p, str))
             made = [p.whole() for p in pieces if isinstance(p, Call)]
             choice = self._choice(content or None, finish_reason(done, self.calls), chunk=False)
@@ -129,7 +134,7 @@ class Reply:
         text = done.tail if done.tail or not self.chat else None
         before = ""
         if self.calls is not None:  # the tail's text and calls go first, then a chunk that only finishes
-            deltas = [d for p in self.calls.feed(done.tail) + self.calls.finish() for d in delta(p)]
+            deltas = [d for p in self.calls.feed(done.tail) + self.calls.finish(cut_short(done)) for d in delta(p)]
             before, text = "".join(sse(self._chunk(self._delta(d), include_usage)) for d in deltas), None
         out = self._object(chunk=True) | {
             "choices": [self._choice(text, finish_reason(done, self.calls), True)]} | self.extras(done)

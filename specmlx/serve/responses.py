@@ -32,9 +32,9 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from .errors import APIError, validation_error
+from .errors import APIError, not_served, validation_error
 from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative
-from .tools import check_parameters
+from .tools import check_parameters, refuse_duplicates
 
 # Chat's fields that a refusal from the chat path may name, as a Responses request names them, the longer
 # paths first. A chat message's index is not an item's: any message is `input`.
@@ -149,6 +149,7 @@ def to_chat(request: ResponsesRequest) -> ChatRequest:
         "response_format": response_format(request.text)}
     if request.tools:
         fields["tools"] = [chat_tool(tool, i) for i, tool in enumerate(request.tools)]
+        refuse_duplicates([tool["function"]["name"] for tool in fields["tools"]], "tools.{}.name")
     if isinstance(request.tool_choice, FunctionChoice):
         fields["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice.name}}
     else:
@@ -182,8 +183,7 @@ def typed(value: Any, kinds: dict[str, type[BaseModel]], where: str, served: str
     naming `where` if it is of another type, or not one of its type."""
     kind = value.get("type", default) if isinstance(value, dict) else None
     if kind not in kinds:
-        raise APIError(400, f"{where}.type {kind!r} is not served here: only {served}", "invalid_value",
-                       f"{where}.type")
+        raise not_served(where, kind, served)
     try:
         return kinds[kind].model_validate(value)
     except ValidationError as err:

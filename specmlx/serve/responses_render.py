@@ -30,7 +30,7 @@ from ..events import TokenEvent
 from .calls import Call, CallReader, Piece, merged, new_id
 from .errors import APIError
 from .protocol import Done
-from .render import KEEPALIVE, extras, token_sources
+from .render import KEEPALIVE, cut_short, extras, token_sources
 
 # OpenAI's ids begin so: a response's, a message item's, a function_call item's (its call_id is `call_...`).
 RESPONSE_ID, MESSAGE_ID, FUNCTION_CALL_ID = "resp_", "msg_", "fc_"
@@ -131,11 +131,11 @@ class ResponseReply:
 
     keepalive: ClassVar[str] = KEEPALIVE
 
-    def _pieces(self, text: str, end: bool) -> list[Piece]:
-        """The pieces `text` completes (all that is left, at the `end`)."""
+    def _pieces(self, text: str, end: Done | None) -> list[Piece]:
+        """The pieces `text` completes (all that is left, at the answer's `end`)."""
         if self.calls is None:
             return merged([text])
-        return self.calls.feed(text) + (self.calls.finish() if end else [])
+        return self.calls.feed(text) + (self.calls.finish(cut_short(end)) if end is not None else [])
 
     def _response(self, status: str, output: list[dict], done: Done | None) -> dict:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -151,7 +151,7 @@ class ResponseReply:
                 "total_tokens": self.input_tokens + output}
 
     def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
-        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=True)
+        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=done)
         status = status_of(done)
         return self._response(status, output_of(pieces, status), done) | extras(done, self.sources, events)
 
@@ -163,14 +163,14 @@ class ResponseReply:
 
     def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
         """Events for tokens of one or more rounds: the items and deltas they complete (maybe none yet)."""
-        out = [e for p in self._pieces("".join(e.text for e in events), end=False) for e in self.output.events(p)]
+        out = [e for p in self._pieces("".join(e.text for e in events), end=None) for e in self.output.events(p)]
         return self.output.send(self._sourced(out, events))
 
     def last(self, done: Done, include_usage: bool = False) -> str:
         """The tail's items, the open message's end, and `response.completed` (or `.incomplete`): the whole
         response, with what drafting did."""
         status = status_of(done)
-        out = [e for p in self._pieces(done.tail, end=True) for e in self.output.events(p)] + self.output.close(status)
+        out = [e for p in self._pieces(done.tail, end=done) for e in self.output.events(p)] + self.output.close(status)
         whole = self._response(status, self.output.done, done) | extras(done, self.sources)
         return self.output.send(self._sourced(out + [{"type": f"response.{status}", "response": whole}], ()))
 

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 from ..errors import SpecmlxError
 from ..grammar import LAID_OUT, Grammar
+from ..schema_bounds import bounded
 from .errors import APIError
 from .protocol import ChatRequest, NamedToolChoice, Tool
 
@@ -60,9 +61,21 @@ def template_tools(request: ChatRequest, tokenizer: Any) -> list[dict] | None:
     if not has_tools(tokenizer):
         raise APIError(400, "this model has no tool calling (its chat template has no tool-call syntax that "
                        "mlx-lm knows), so tools cannot be sent to it", "unsupported_parameter", "tools")
+    refuse_duplicates([tool.function.name for tool in request.tools], "tools.{}.function.name")
     for i, tool in enumerate(request.tools):
         check_parameters(tool.function.parameters, tool.function.name, f"tools.{i}.function.parameters")
     return [tool.model_dump(exclude_none=True) for tool in request.tools]
+
+
+def refuse_duplicates(names: Sequence[str], field: str) -> None:
+    """Refuse (400) a function name that two tools have: a call names the one function it calls. `field`: the
+    name's place, with `{}` for the tool's index."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            raise APIError(400, f"{field.format(i)}: tools.{first[name]} is named {name!r} too: each tool needs a "
+                           "name of its own", "invalid_value", field.format(i))
+        first[name] = i
 
 
 def check_parameters(params: dict | None, name: str, param: str) -> None:
@@ -79,7 +92,8 @@ def template_messages(request: ChatRequest, tokenizer: Any) -> list[dict]:
     messages, calls = [], set()
     for i, m in enumerate(request.messages):
         # OpenAI's newer `developer` role is the system message of older templates.
-        message: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        message: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
+                                   "content": m.text(f"messages.{i}.content")}
         if (m.tool_calls or m.role == "tool") and not has_tools(tokenizer):
             raise APIError(400, "this model has no tool calling, so a conversation cannot hold tool calls or "
                            "their results", "invalid_value", f"messages.{i}.role")
@@ -195,9 +209,9 @@ def marker(tokenizer: Any, text: str) -> str:
 
 def arguments_schema(tool: Tool, index: int) -> dict:
     """A function's parameters, an object's (a schema without a type would take any value), with the
-    answer's JSON laid out as `response_format` lays it out (bounded white space); a schema llguidance
-    cannot compile is a 400 naming its tool."""
-    schema = {"type": "object", "properties": {}} | (tool.function.parameters or {})
+    answer's JSON laid out as `response_format` lays it out (bounded white space and numbers); a schema
+    llguidance cannot compile is a 400 naming its tool."""
+    schema = bounded({"type": "object", "properties": {}} | (tool.function.parameters or {}))
     schema["x-guidance"] = dict(LAID_OUT)
     try:
         Grammar.json_schema(schema)

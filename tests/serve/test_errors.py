@@ -38,7 +38,7 @@ CASES = [
     ("a top_p as a string", CHAT, chat(top_p="1"), 400, "invalid_value", "top_p"),
     ("a body that is not UTF-8", CHAT, b'{"model": "\xff\xfe"}', 400, "invalid_json", None),
     ("an image", CHAT, chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
-     400, "invalid_value", "messages.0.content"),
+     400, "invalid_value", "messages.0.content.0.type"),
     ("a tool message on a model without tool calling", CHAT, chat(messages=[{"role": "tool", "content": "x"}]), 400,
      "invalid_value", "messages.0.role"),
     ("an unknown drafter", CHAT, chat(speculative={"drafter": "eagle"}), 400, "invalid_value",

@@ -319,6 +319,9 @@ BAD = [
     ("a tool choice of a tool not among the tools", {"tools": TOOLS, "tool_choice": {"type": "tool", "name": "f"}},
      "'f'"),
     ("a temperature past Anthropic's range", {"temperature": 1.5}, "temperature"),
+    ("two tools of one name", {"tools": [*TOOLS, TOOLS[0]]}, "tools.2.name: tools.0 is named 'weather' too"),
+    ("a document", {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+     "messages.0.content.0: 'document' is not served here"),
 ]
 
 
@@ -368,3 +371,70 @@ def test_the_api_key_is_taken_from_x_api_key_and_refused_in_anthropics_shape(too
                             headers={"x-api-key": "wrong"}, timeout=30)
         assert openai.status_code == 401 and openai.json()["error"]["code"] == "invalid_api_key"
         assert healthy(url)
+
+
+# ---- blocks and tools not served, thinking, a schema too deep, a call max_tokens cuts ------------------
+
+
+PNG = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+
+
+def test_an_image_is_refused_naming_the_block_and_its_place(claude, tool_server):
+    looked = [*ASK, {"role": "assistant", "content": [USE]},
+              {"role": "user", "content": [RESULT | {"content": [{"type": "text", "text": "a.png:"}, PNG]}]}]
+    for messages, where, served in (
+            ([{"role": "user", "content": [{"type": "text", "text": "What is this?"}, PNG]}], "messages.0.content.1",
+             "text, tool_use, tool_result and thinking blocks"),
+            (looked, "messages.2.content.0.content.1", "text blocks")):  # as Claude Code sends a PNG it read
+        with pytest.raises(anthropic.BadRequestError) as err:
+            ask(claude, messages, tools=TOOLS, max_tokens=4)
+        assert err.value.body["error"] == {"type": "invalid_request_error",
+                                           "message": f"{where}: 'image' is not served here: only {served}"}
+    assert healthy(tool_server)
+
+
+def test_thinking_in_the_history_is_dropped_and_the_turn_answered(claude):
+    thought = {"type": "thinking", "thinking": "They want the weather.", "signature": "c2ln"}
+    history = [*ASK, {"role": "assistant", "content": [thought, {"type": "text", "text": "Paris, you said?"}]},
+               {"role": "user", "content": "Yes."}]
+    without = [*history[:1], {"role": "assistant", "content": "Paris, you said?"}, history[2]]
+    reply = ask(claude, history, max_tokens=8)
+    plain = ask(claude, without, max_tokens=8)
+    assert reply.content[0].text and reply.usage.input_tokens == plain.usage.input_tokens
+    assert reply.speculative["tokens"] == plain.speculative["tokens"]
+
+
+def test_server_tools_and_a_thinking_budget_anthropic_refuses_are_a_400_naming_the_field(claude, tool_server):
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        ask(claude, tools=[*TOOLS, search], max_tokens=4)
+    assert err.value.body["error"]["message"].startswith(
+        "tools.2: 'web_search_20250305' is not served here: only custom tools")
+    for budget, max_tokens in ((512, 4096), (2048, 2048), (None, 4096)):
+        thinking = {"type": "enabled"} | ({"budget_tokens": budget} if budget else {})
+        with pytest.raises(anthropic.BadRequestError) as err:
+            claude.messages.create(model=MODEL, messages=ASK, max_tokens=max_tokens, thinking=thinking)
+        assert "thinking.budget_tokens" in err.value.body["error"]["message"]
+    enabled = MessagesRequest(model=MODEL, messages=ASK, max_tokens=2048,
+                              thinking={"type": "enabled", "budget_tokens": 1024})
+    assert to_chat(enabled).max_tokens == 2048  # a budget Anthropic takes is taken, and changes nothing
+    assert healthy(tool_server)
+
+
+def test_a_schema_nested_too_deeply_is_a_400_under_any(claude, tool_server):
+    deep: dict = {"type": "integer"}
+    for _ in range(64):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        ask(claude, tools=[{"name": "deep", "input_schema": deep}], tool_choice={"type": "any"}, max_tokens=4)
+    assert "nested too deeply" in err.value.body["error"]["message"]
+    assert healthy(tool_server)
+
+
+def test_a_forced_call_max_tokens_cuts_stops_at_max_tokens_with_no_block(claude):
+    for choice in (NAMED, {"type": "any"}):
+        reply = ask(claude, tools=TOOLS, tool_choice=choice, max_tokens=12)
+        assert (reply.content, reply.stop_reason, reply.usage.output_tokens) == ([], "max_tokens", 12)
+        events = [e for e in events_of(claude, max_tokens=12, tools=TOOLS, tool_choice=choice) if e.type != "ping"]
+        assert [e.type for e in events] == ["message_start", "message_delta", "message_stop"]
+        assert events[1].delta.stop_reason == "max_tokens"

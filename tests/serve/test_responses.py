@@ -333,6 +333,7 @@ BAD = [
     ("a schema the grammar engine cannot compile", {"text": {"format": {"type": "json_schema", "name": "x", "schema": {
         "type": "no such type"}}}}, "text.format.schema", "no such type"),
     ("a temperature past 2", {"temperature": 2.5}, "temperature", "temperature"),
+    ("two tools of one name", {"tools": [*TOOLS, TOOLS[0]]}, "tools.2.name", "tools.0 is named 'weather' too"),
 ]
 
 
@@ -363,3 +364,22 @@ def test_a_missing_or_wrong_api_key_is_a_401_in_openais_shape(tool_loaded):
         with openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60) as right:
             assert right.responses.create(model=MODEL, input=ASK, max_output_tokens=2).usage.output_tokens >= 1
         assert healthy(url)
+
+
+def test_a_text_format_schema_nested_too_deeply_is_a_400(client, tool_server):
+    deep: dict = {"type": "integer"}
+    for _ in range(64):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(client, max_output_tokens=4, text={"format": {"type": "json_schema", "name": "deep", "schema": deep}})
+    assert "nested too deeply" in err.value.body["message"]
+    assert healthy(tool_server)
+
+
+def test_a_forced_call_max_output_tokens_cuts_is_incomplete_with_no_item(client):
+    for choice in (NAMED, "required"):
+        reply = ask(client, tools=TOOLS, tool_choice=choice, max_output_tokens=12)
+        assert (reply.status, reply.output, reply.usage.output_tokens) == ("incomplete", [], 12)
+        events = events_of(client, tools=TOOLS, tool_choice=choice, max_output_tokens=12)
+        assert [e.type for e in events] == ["response.created", "response.in_progress", "response.incomplete"]
+        assert events[-1].response.output == []

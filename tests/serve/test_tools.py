@@ -110,9 +110,12 @@ def test_a_call_that_does_not_parse_is_text_with_a_line_in_the_log(tmp_path, mon
     assert len(log) == 3 and all("a tool call did not parse" in line for line in log)
 
 
-def test_a_call_the_end_cuts_short_is_text():
+def test_a_call_the_end_cuts_short_is_text_and_one_max_tokens_cuts_is_dropped():
     assert "".join(read("ok " + CALL[:30])) == "ok " + CALL[:30]
     assert "".join(read("ok <tool_")) == "ok <tool_"  # a held-back start of a marker, at the end
+    r = reader()
+    assert r.feed("ok \n" + CALL + "\n" + CALL[:30]) == ["ok", Call(0, ANY, "weather", ANY)]
+    assert r.finish(length=True) == []  # neither a call nor text: no part of its syntax is shown
 
 
 # ---- the conversation as the template reads it ---------------------------------------------------
@@ -271,8 +274,8 @@ def tool_client(tool_server):
         yield client
 
 
-def ask(client, messages=ASK, drafter="drafter", **fields):
-    return client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=TOKENS,
+def ask(client, messages=ASK, drafter="drafter", max_tokens=TOKENS, **fields):
+    return client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=max_tokens,
                                           temperature=0, extra_body={"speculative": {"drafter": drafter,
                                                                                      "sources": True}}, **fields)
 
@@ -379,6 +382,9 @@ BAD = [
         "type": "function", "function": {"name": "f"}}}, "tool_choice"),
     ("a function name with a space", {"tools": [{"type": "function", "function": {"name": "a b"}}]},
      "tools.0.function.name"),
+    ("two tools of one name", {"tools": [*TOOLS, TOOLS[1]]}, "tools.2.function.name"),
+    ("an image part", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages.0.content.0.type"),
 ]
 
 
@@ -399,3 +405,59 @@ def test_tools_on_a_model_without_tool_calling_are_a_400(server):
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools"
     assert "no tool calling" in reply.json()["error"]["message"]
     assert httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
+
+
+# ---- what is not served, what is too deep, and a call max_tokens cuts ---------------------------------
+
+
+def test_images_and_audio_are_refused_naming_the_part_and_its_place(tool_client, tool_server):
+    from openai import BadRequestError
+
+    parts = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    for part in parts:
+        with pytest.raises(BadRequestError) as err:
+            tool_client.chat.completions.create(model=MODEL, max_tokens=4, messages=[
+                *ASK, {"role": "assistant", "content": "Which?"},
+                {"role": "user", "content": [{"type": "text", "text": "This one:"}, part]}])
+        said = f"messages.2.content.1: {part['type']!r} is not served here: only text parts"
+        assert err.value.body["message"] == said
+        assert err.value.body["param"] == "messages.2.content.1.type"
+    assert httpx.get(f"{tool_server}/health", timeout=30).json()["status"] == "ok"
+
+
+def nested(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize("depth", [63, 64])
+def test_a_schema_nested_too_deeply_is_a_400_on_every_grammar_path(tool_client, tool_server, depth):
+    from openai import BadRequestError
+
+    deep = [{"type": "function", "function": {"name": "deep", "parameters": nested(depth)}}]
+    paths = {"response_format.json_schema.schema": {"response_format": {
+                 "type": "json_schema", "json_schema": {"name": "deep", "schema": nested(depth)}}},
+             "tools.0.function.parameters": {"tools": deep, "tool_choice": {"type": "function",
+                                                                           "function": {"name": "deep"}}},
+             "tools.0.function.parameters ": {"tools": deep, "tool_choice": "required"}}
+    for param, fields in paths.items():
+        with pytest.raises(BadRequestError) as err:
+            tool_client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **fields)
+        assert err.value.body["param"] == param.strip() and "nested too deeply" in err.value.body["message"]
+    assert httpx.get(f"{tool_server}/health", timeout=30).json()["status"] == "ok"
+
+
+CUT = 12  # tokens: a named call takes about 100, so max_tokens cuts it
+
+
+def test_a_forced_call_max_tokens_cuts_is_a_length_stop_with_no_call_and_no_syntax(tool_client):
+    for choice in (NAMED, "required"):
+        whole = ask(tool_client, tool_choice=choice, max_tokens=CUT)
+        answer = whole.choices[0]
+        assert len(whole.speculative["tokens"]) == CUT and answer.finish_reason == "length"
+        assert answer.message.content is None and answer.message.tool_calls is None
+        text, calls, finish = streamed(tool_client, tool_choice=choice, max_tokens=CUT)
+        assert (text, calls, finish) == ("", {}, ["length"])
