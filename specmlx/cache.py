@@ -52,6 +52,20 @@ def rewind(cache: list[Any], length: int) -> None:
             layer.trim(excess)
 
 
+def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
+    """Make `cache` hold `source`'s first `length` positions in buffers of its own (a memory copy,
+    not a forward); how many it holds: 0 where a layer is not a plain `KVCache`."""
+    length = min(length, cache_length(source))
+    if length <= 0 or not all(type(c) is KVCache for c in (*cache, *source)):
+        return 0
+    for mine, theirs in zip(cache, source):
+        mine.keys = mine.values = None
+        mine.offset = 0
+        mine.update_and_fetch(theirs.keys[..., :length, :], theirs.values[..., :length, :])
+    mx.eval([c.state for c in cache])
+    return length
+
+
 def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:
     """Run `tokens` through the model into the cache, in chunks, and evaluate."""
     for start in range(0, len(tokens), PREFILL_STEP):

@@ -16,8 +16,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from .cache import PREFILL_STEP, cache_length, make_cache, rewind
+from .cache import PREFILL_STEP, cache_length, copy_prefix, make_cache, rewind
 from .drafters import Drafter, HiddenDrafter
+from .drafters.copying import copy_state
 from .errors import SpecmlxError
 from .grammar import Constraint, Grammar, grammar_tokenizer
 from .generation import MAX_SEED, RANDOM_SEED, Generation, GenerationConfig
@@ -112,6 +113,19 @@ class Engine:
         conversation in a kept slot; a rank that mirrors rank 0's slots)."""
         self.context = self.context[:keep]
         self.rewind(keep)
+
+    def adopt(self, source: "Engine", length: int) -> int:
+        """Hold the first `length` tokens of `source`'s context, its caches' copied rather than
+        prefilled (a new conversation that shares a kept one's start); how many it holds. The
+        drafter in use copies its own state from `source`'s, if `source` uses the same one."""
+        self.forget(0)
+        length = min(length, len(source.context), source.cache_length())
+        same = source.drafter if source.drafter.name == self.drafter.name else None
+        length = min(length, copy_state(self.drafter, same, length))
+        length = copy_prefix(self.cache, source.cache, length)
+        self.context = source.context[:length]
+        self.drafter.rewind(length)  # a drafter's copy past what the target's holds is dropped
+        return length
 
     def rewind(self, length: int) -> None:
         """Both caches hold the first `length` committed tokens at most: an O(1) offset move."""

@@ -177,7 +177,8 @@ def plain_encoder(tokenizer: Any) -> Callable[[str], list[int]]:
 
     plain = Tokenizer.from_str(backend.to_str())
     plain.encode_special_tokens = True
-    return lambda text: plain.encode(text, add_special_tokens=False).ids
+    # The batch call lets go of Python's lock while it works (a single `encode` holds it, stalling every thread).
+    return lambda text: plain.encode_batch([text], add_special_tokens=False)[0].ids
 
 
 def encode_output(tokenizer: Any, text: str) -> list[int]:

@@ -4,8 +4,9 @@ Rank 0's server mirrors its slots through `RankMirror` (the serve package's
 `Mirror` seam). Before each generation it tells the others which slot the job
 runs in, how much of that slot's context its caches keep, the prompt, what
 ends the answer (max tokens, stop tokens, stop strings and the text they are
-sought in: a chat's answer or a completion's), and which slots it
-emptied since the last job (to keep its caches under --cache-gb): the rest
+sought in: a chat's answer or a completion's), which slots it
+emptied since the last job (to keep its caches under --cache-gb), and which
+slot's start it copied into the job's slot (`Engine.adopt`): the rest
 follows round by round through the engine's lockstep. A follower's slots
 (`follow`) hold exactly the tokens rank 0's do, so every rank prefills the
 same positions.
@@ -30,12 +31,14 @@ from .lockstep import Lockstep
 
 
 def job_message(slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig,
-                emptied: Sequence[int] = ()) -> dict:
-    """What the other ranks need of a job: where, from what, what ends it, and
-    which slots rank 0 emptied to keep its caches under --cache-gb."""
+                emptied: Sequence[int] = (), copied: tuple[int, int] | None = None) -> dict:
+    """What the other ranks need of a job: where, from what, what ends it,
+    which slots rank 0 emptied to keep its caches under --cache-gb, and the
+    (slot, length) whose context's start rank 0 copied into the job's slot, if any."""
     return {"slot": slot, "keep": keep, "prompt": list(prompt), "max_tokens": config.max_tokens,
             "stop": list(config.stop), "stop_tokens": sorted(config.stop_tokens),
-            "continues_text": config.continues_text, "emptied": list(emptied)}
+            "continues_text": config.continues_text, "emptied": list(emptied),
+            "copied": None if copied is None else list(copied)}
 
 
 def job_config(job: dict) -> GenerationConfig:
@@ -51,14 +54,19 @@ class RankMirror:
         self.lockstep = lockstep
         self.peers = lockstep  # every slot's engine keeps step with the other ranks
         self._emptied: set[int] = set()  # slots emptied since the last job was published
+        self._copied: dict[int, tuple[int, int]] = {}  # slot -> (source, length) copied since then
 
     def emptied(self, slot: int) -> None:
         self._emptied.add(slot)
 
+    def copied(self, source: int, slot: int, length: int) -> None:
+        self._copied[slot] = (source, length)
+
     def begin(self, slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig) -> None:
         """The other ranks run the job with us, in the same slot, from the same prefix."""
         emptied, self._emptied = sorted(self._emptied), set()
-        self.lockstep.publish(job_message(slot, keep, prompt, config, emptied))
+        copied, self._copied = self._copied.get(slot), {}
+        self.lockstep.publish(job_message(slot, keep, prompt, config, emptied, copied))
 
     def lost(self, err: BaseException, begun: bool) -> str | None:
         """A lost rank, or a job failed somewhere in its collectives: the ranks cannot keep step again."""
@@ -89,6 +97,9 @@ def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str) 
             mx.clear_cache()
         if slot not in engines:
             engines[slot] = Engine(target, Follower(drafter), tokenizer, peers=lockstep)
+        if job["copied"] is not None:  # as rank 0's: the start of another slot's context, copied
+            source, length = job["copied"]
+            engines[slot].adopt(engines[source], length)
         engines[slot].forget(job["keep"])
         follow_generation(engines[slot], job["prompt"], job_config(job), lockstep)
     return 0

@@ -80,7 +80,9 @@ class Batching:
             with self._lock:
                 ticket = self.pending.popleft()
             self.worker.dequeued()
-            if ticket.cancelled:
+            if ticket.cancelled:  # its client left, or the server is stopping: then it is told so
+                if ticket.stop_reason is not None:
+                    ticket.sink(Failed(ticket.stop_reason))
                 self.worker.finished(ticket, "cancelled", 0, perf_counter(), perf_counter())
                 continue
             self._join(ticket)

@@ -20,6 +20,9 @@ class Mirror(Protocol):
     def emptied(self, slot: int) -> None:
         """Slot `slot` was emptied (its caches freed, its engine made anew)."""
 
+    def copied(self, source: int, slot: int, length: int) -> None:
+        """Slot `slot` now holds the first `length` tokens of slot `source`'s context, copied."""
+
     def begin(self, slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig) -> None:
         """A job runs in `slot`, whose engine keeps the first `keep` tokens of its context."""
 
@@ -41,6 +44,9 @@ class NoMirror:
     peers: Peers = ALONE
 
     def emptied(self, slot: int) -> None:
+        pass
+
+    def copied(self, source: int, slot: int, length: int) -> None:
         pass
 
     def begin(self, slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig) -> None:

@@ -63,14 +63,14 @@ HEAD_CHARS_PER_TOKEN = 8
 HEAD_CUT_SLACK = 64
 
 
-def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str) -> None:
-    """Refuse text that cannot fit the context window, from a bounded head of it."""
+def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str, what: str = "prompt") -> None:
+    """Refuse text (the request's `what`) that cannot fit the context window, from a bounded head of it."""
     if window is None or len(text) <= HEAD_CHARS_PER_TOKEN * window:
         return
     head = HEAD_CHARS_PER_TOKEN * window
     tokens = len(tokenizer.encode(text[:head]))
     if tokens > window + HEAD_CUT_SLACK:
-        raise APIError(400, f"this model's context window is {window} tokens, but the prompt is longer (its first "
+        raise APIError(400, f"this model's context window is {window} tokens, but the {what} is longer (its first "
                        f"{head} characters alone are {tokens} tokens)", "context_length_exceeded", param)
 
 
@@ -113,6 +113,7 @@ def infill_prompt(tokenizer: Any, request: CompletionRequest, window: int | None
     if prompt and isinstance(prompt, list) and isinstance(prompt[0], int):
         raise APIError(400, "with a suffix the prompt must be text, not token ids", "invalid_value", "prompt")
     text = prompt if isinstance(prompt, str) else "".join(prompt)
+    refuse_past_window(tokenizer, request.suffix, window, "suffix", "suffix")
     refuse_past_window(tokenizer, text + request.suffix, window, "prompt")
     return fim.prompt(text, request.suffix)
 
@@ -247,8 +248,9 @@ class Serving:
         """The request's prediction as the tokens the model would write (none without one)."""
         if not request.prediction:
             return ()
-        tokens = tuple(self.encode_plain(request.prediction.text()))
-        window = self.context_window
+        text, window = request.prediction.text(), self.context_window
+        refuse_past_window(self.tokenizer, text, window, "prediction", "prediction")  # a few MB take seconds
+        tokens = tuple(self.encode_plain(text))
         if window is not None and len(tokens) > window:  # no answer is longer: it bounds the work it costs
             raise APIError(400, f"the prediction is {len(tokens)} tokens, longer than this model's context window "
                            f"of {window}", "context_length_exceeded", "prediction")

@@ -9,6 +9,14 @@ A request goes to the slot whose context it continues, so a chat's next turn
 is prefilled only past what that slot already holds; two clients taking turns
 each keep their own slot. Only the MLX thread touches slots.
 
+A request continues a slot when it shares all of the slot's last prompt (a
+next turn may differ in the answer, re-rendered). One that diverges inside it
+(a subagent with the same system prompt and tools, another chat with the same
+system prompt, an edited message) is another conversation: it leaves that one
+whole and takes a slot by the rules below, copying the shared start's caches
+(`Engine.adopt`) rather than prefilling it; the slot it diverges from is
+rewound only when those rules pick it.
+
 A request that continues nothing (a web UI's title, tags and follow-up
 requests after each turn) takes an empty slot, else the least recently used
 that is neither a live conversation (continued at least once and used within
@@ -43,9 +51,8 @@ from ..hidden import decoder, embed
 from ..schedule import AutoDrafts
 from .mirror import NO_MIRROR, Mirror
 
-# A request continues a slot's conversation when it shares at least this share of
-# what the slot holds; below it (a common system prompt only) it takes another slot.
-CONTINUES = 0.5
+# A shared start at least this long is copied into the slot a diverging request takes, not prefilled.
+COPY_MIN = 16
 LIVE_FOR = 4  # a conversation stays live for this many requests a slot since its last turn
 LONGER = 2  # a request that continues nothing leaves alone a slot holding this many times its prompt
 # The default slot count keeps this many tokens of context per slot within --cache-gb.
@@ -60,6 +67,7 @@ class Slot:
     used: int = 0  # when it last served a request (a counter, for LRU)
     turns: int = 0  # requests it served in one conversation: 1 is a one-off, more a conversation
     owner: Hashable = None  # whose requests it serves (an API key's id; None without keys)
+    asked: int = 0  # the length of the last prompt it served: a request that shares it all is its next turn
     busy: bool = False  # a request runs in it (taken, not yet released)
 
     def held_bytes(self) -> int:
@@ -109,25 +117,35 @@ class Slots:
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
         """The slot for `owner`'s `prompt`, drafting with `drafter`, among the free ones: the one of
         its own whose conversation it continues, else an empty one, else the one cheapest to lose
-        (see above). It is busy until `release`d."""
+        (see above), holding the start it shares with another conversation of its owner's. It is
+        busy until `release`d."""
         own = [s for s in self._slots if s.owner == owner and s.engine.context and not s.busy]
-        best = max(own, key=lambda s: (common_prefix_len(s.engine.context, prompt), s.used), default=None)
+        best = max(own, key=lambda s: (_continues(s, prompt), common_prefix_len(s.engine.context, prompt), s.used),
+                   default=None)
         shared = common_prefix_len(best.engine.context, prompt) if best is not None else 0
-        if shared and shared >= CONTINUES * len(best.engine.context):
+        source = None
+        if best is not None and _continues(best, prompt):
             best.turns += 1
         else:
-            free = [s for s in self._slots if not s.busy]
-            empty = [s for s in free if not s.engine.context]
-            loose = [s for s in free if not self._live(s)]
-            small = [s for s in loose if len(s.engine.context) <= LONGER * len(prompt)]
-            best = empty[0] if empty else min(small or loose or free, key=lambda s: s.used)
+            source = best if shared >= COPY_MIN else None
+            best = self._cheapest(prompt)
             if best.owner != owner and best.engine.context:  # another owner's: not even a shared start is reused
                 best = self._empty(best)
             best.turns, best.owner = 1, owner
         self._clock += 1
-        best.used, best.busy = self._clock, True
+        best.used, best.busy, best.asked = self._clock, True, len(prompt)
         best.engine.use(best.drafters[drafter])
+        if source is not None and best is not source and shared > best.engine.reusable(prompt):
+            self.mirror.copied(self.index(source), self.index(best), best.engine.adopt(source.engine, shared))
         return best
+
+    def _cheapest(self, prompt: Sequence[int]) -> Slot:
+        """An empty free slot, else the free one cheapest to lose (issue 25's rules, above)."""
+        free = [s for s in self._slots if not s.busy]
+        empty = [s for s in free if not s.engine.context]
+        loose = [s for s in free if not self._live(s)]
+        small = [s for s in loose if len(s.engine.context) <= LONGER * len(prompt)]
+        return empty[0] if empty else min(small or loose or free, key=lambda s: s.used)
 
     def release(self, slot: Slot, broken: bool = False) -> None:
         """The request in `slot` ended; a `broken` one (its request failed midway) is emptied."""
@@ -165,6 +183,12 @@ class Slots:
     def contexts(self) -> list[int]:
         """How many tokens each slot holds (for tests and the health route)."""
         return [len(s.engine.context) for s in self._slots]
+
+
+def _continues(slot: Slot, prompt: Sequence[int]) -> bool:
+    """Whether `prompt` is `slot`'s next turn (or the same again): it shares all of its last prompt."""
+    shared = common_prefix_len(slot.engine.context, prompt)
+    return shared > 0 and shared >= min(slot.asked, len(slot.engine.context))
 
 
 def kv_bytes_per_token(model: nn.Module) -> int:

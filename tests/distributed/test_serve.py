@@ -53,17 +53,21 @@ def test_each_job_reaches_the_other_ranks_with_the_slots_emptied_since_the_last(
     mirror.emptied(3)
     completion = GenerationConfig(max_tokens=7, stop=("\n",), stop_tokens={9, 4}, continues_text=True)
     mirror.begin(0, 5, (1, 2, 3, 4, 5, 6), completion)
+    mirror.copied(0, 1, 4)  # slot 1 now holds slot 0's first 4 tokens: the other ranks copy them too
+    mirror.begin(1, 4, [1, 2, 3, 4, 9], GenerationConfig(max_tokens=2))
     mirror.begin(1, 0, [9], GenerationConfig(max_tokens=2))
     mirror.end()
     assert lockstep.published == [
         {"slot": 0, "keep": 5, "prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 7, "stop": ["\n"], "stop_tokens": [4, 9],
-         "continues_text": True, "emptied": [1, 3]},
+         "continues_text": True, "emptied": [1, 3], "copied": None},
+        {"slot": 1, "keep": 4, "prompt": [1, 2, 3, 4, 9], "max_tokens": 2, "stop": [], "stop_tokens": [],
+         "continues_text": False, "emptied": [], "copied": [0, 4]},
         {"slot": 1, "keep": 0, "prompt": [9], "max_tokens": 2, "stop": [], "stop_tokens": [], "continues_text": False,
-         "emptied": []},
+         "emptied": [], "copied": None},
         None]  # the other ranks end with rank 0
     # The other ranks stop where rank 0 does: the same stop rules, over the same text.
     assert job_config(lockstep.published[0]) == completion
-    assert job_config(lockstep.published[1]) == GenerationConfig(max_tokens=2)
+    assert job_config(lockstep.published[2]) == GenerationConfig(max_tokens=2)
 
 
 def test_a_lost_rank_or_a_failure_inside_a_job_is_one_line(monkeypatch, tmp_path):

@@ -148,3 +148,75 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
     assert seen["left"] - seen["cancel"] <= 1
     assert seen["width"] == 2  # it left while both others still ran
     assert batch.widest >= 2 and worker.waiting == 0 and not worker.batching.running
+
+
+def test_stopping_with_requests_queued_answers_each_in_its_routes_shape_and_exits_promptly(served_dirs):
+    """`specmlx serve --max-batch 2` with two rows decoding and four requests queued, then SIGTERM:
+    the queued streams end with their route's error event, the queued whole requests get 503 in their
+    route's shape, and the process exits well within uvicorn's 10 s grace."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specmlx", "serve", "--target", str(served_dirs["target"]), "--drafter", "none",
+         "--port", "0", "--max-batch", "2"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    chat = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20000}
+
+    def send(path: str, stream: bool, started: threading.Event | None = None) -> tuple[int, str]:
+        with httpx.stream("POST", url + path, json=chat | {"stream": stream}, timeout=60) as reply:
+            text = ""
+            for piece in reply.iter_text():  # `started` is set once the answer's first bytes came
+                text += piece
+                if started is not None and "data: " in text:
+                    started.set()
+            return reply.status_code, text
+
+    try:
+        lines = []
+        while not any(line.startswith("try: curl") for line in lines):
+            lines.append(proc.stderr.readline())
+            assert lines[-1], "".join(lines)
+        url = re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1", "".join(lines)).group(1)
+        with ThreadPoolExecutor(6) as pool:
+            decoding = [threading.Event() for _ in range(2)]
+            running = [pool.submit(send, "/v1/chat/completions", True, started) for started in decoding]
+            assert all(started.wait(60) for started in decoding)  # both rows decoding
+            queued = {(path, stream): pool.submit(send, path, stream)
+                      for path in ("/v1/chat/completions", "/v1/messages") for stream in (True, False)}
+            for _ in range(600):
+                if httpx.get(url + "/health", timeout=30).json()["waiting"] == 4:
+                    break
+                time.sleep(0.05)
+            assert httpx.get(url + "/health", timeout=30).json()["waiting"] == 4
+            began = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            took = time.perf_counter() - began
+            answers = {key: future.result(30) for key, future in queued.items()}
+            ran = [future.result(30) for future in running]
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert took < 5, took  # was 12.5 s: the queued ones held the shutdown until uvicorn's grace ran out
+    for status, text in ran:  # the rows running end as before: the error event, then [DONE]
+        assert status == 200 and '"code":"server_shutdown"' in text.replace(" ", "") and text.rstrip().endswith("[DONE]")
+    status, text = answers["/v1/chat/completions", True]
+    assert status == 200 and text.rstrip().endswith("data: [DONE]")
+    assert json.loads(text.strip().split("\n\n")[-2].removeprefix("data: "))["error"]["code"] == "server_shutdown"
+    status, text = answers["/v1/messages", True]
+    assert status == 200 and "event: error" in text
+    assert json.loads(text.strip().split("\n\n")[-1].split("\n")[1].removeprefix("data: "))["error"]["type"] == \
+        "overloaded_error"
+    status, text = answers["/v1/chat/completions", False]
+    assert status == 503 and json.loads(text)["error"]["code"] == "server_shutdown"
+    status, text = answers["/v1/messages", False]
+    assert status == 503 and json.loads(text) == {"type": "error", "error": {
+        "type": "overloaded_error", "message": "the server is shutting down; the answer was not finished"}}

@@ -90,8 +90,13 @@ def test_a_prefix_and_suffix_past_the_window_are_refused_from_a_head_of_them(fim
     huge = request("x" * 4000, suffix="y" * 5_000_000)
     with pytest.raises(APIError) as refused:
         infill_prompt(counting, huge, 1000, find_layout(fim_tokenizer))
-    assert (refused.value.code, refused.value.param) == ("context_length_exceeded", "prompt")
+    assert (refused.value.code, refused.value.param) == ("context_length_exceeded", "suffix")
+    assert "but the suffix is longer" in refused.value.message
     assert counting.encoded == [HEAD_CHARS_PER_TOKEN * 1000]
+    both = request("x" * 5_000_000, suffix="y" * 4000)  # each alone fits no more than the two together
+    with pytest.raises(APIError) as refused:
+        infill_prompt(counting, both, 1000, find_layout(fim_tokenizer))
+    assert refused.value.param == "prompt"
 
 
 # ---- a tiny model with FIM tokens behind the server -------------------------------------------------

@@ -9,13 +9,15 @@ edit copies its prediction.
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from specmlx.generate import main as generate_main
 
-from .conftest import MODEL
+from .conftest import MODEL, start
 from .test_routes import PROMPT, spec
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
@@ -110,9 +112,39 @@ def test_the_usage_counts_the_predictions_own_tokens_as_openai_does(client, toke
 def test_a_prediction_longer_than_the_context_window_is_a_400(server):
     url, worker = server
     window = worker.slots.context_window
-    long = "the quick brown fox jumps over the lazy dog " * (window // 4)
+    long = "the quick brown fox jumps over the lazy dog " * (window // 6)  # within the head that is checked first
     reply = httpx.post(f"{url}/v1/chat/completions", timeout=60,
                        json={"model": MODEL, "messages": MESSAGES, "prediction": {"type": "content", "content": long}})
     assert reply.status_code == 400
     error = reply.json()["error"]
     assert error["param"] == "prediction" and f"context window of {window}" in error["message"]
+
+
+def test_a_prediction_of_megabytes_is_refused_from_its_head_and_stalls_no_other_request(loaded):
+    """Encoding a few MB takes seconds: off the event loop and without Python's lock (as a prompt is),
+    and refused from a head of it, so /health answers at once all the while."""
+    from openai import BadRequestError, OpenAI
+
+    background, worker = start(loaded, max_body_bytes=8 << 20)
+    text = "def add(a, b):\n    return a + b\n" * 100_000  # 3.2 MB
+    with background as url, ThreadPoolExecutor(1) as pool, \
+            OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
+        began = time.perf_counter()
+        sent = pool.submit(client.chat.completions.create, model=MODEL, messages=MESSAGES, max_tokens=4,
+                           prediction={"type": "content", "content": text})
+        waits, last = [], began  # each /health and the pause after it: the server shares this process's lock
+        for _ in range(1000):  # bounded: the answer comes in well under a second here
+            if sent.done():
+                break
+            assert httpx.get(f"{url}/health", timeout=60).status_code == 200
+            time.sleep(0.02)
+            waits.append(time.perf_counter() - last)
+            last = time.perf_counter()
+        with pytest.raises(BadRequestError) as refused:
+            sent.result(timeout=120)
+        took = time.perf_counter() - began
+    assert waits and max(waits) < 1.0, waits  # was 6 s and more: the whole text encoded holding the lock
+    assert took < 3.0
+    error = refused.value.body
+    assert error["param"] == "prediction" and error["code"] == "context_length_exceeded"
+    assert f"context window is {worker.slots.context_window} tokens, but the prediction is longer" in error["message"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import GenerationConfig
 from specmlx.peers import Alone
@@ -11,6 +13,7 @@ from specmlx.serve.slots import (LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
                                  hidden_bytes_per_token, kv_bytes_per_token, slots_for)
 
 from .. import tiny
+from .conftest import MODEL, greedy, start
 
 
 class Emptied(NoMirror):
@@ -22,6 +25,17 @@ class Emptied(NoMirror):
 
     def emptied(self, slot: int) -> None:
         self.slots.append(slot)
+
+
+class Copied(NoMirror):
+    """A mirror that notes the copies it is told of: (source slot, slot, length)."""
+
+    def __init__(self) -> None:
+        self.peers = Alone()
+        self.copies: list[tuple[int, int, int]] = []
+
+    def copied(self, source: int, slot: int, length: int) -> None:
+        self.copies.append((source, slot, length))
 
 
 def take(mlx, slots: Slots, *args):
@@ -51,6 +65,39 @@ def test_a_conversation_returns_to_its_slot_and_another_takes_an_empty_one(loade
     # A drafter that reads hidden states needs them for the whole context: the slot is kept,
     # its target cache cut back for the prefill (Engine.use).
     assert take(mlx, slots, continued, "mtp") is first and first.engine.drafter is first.drafters["mtp"]
+
+
+def answer(mlx, slot, prompt: list[int], tokens: int = 8) -> list[int]:
+    return mlx.call(lambda: [t.token for e in slot.engine.generate(prompt, GenerationConfig(max_tokens=tokens))
+                             for t in e.tokens])
+
+
+@pytest.mark.parametrize("drafter", ["drafter", "mtp", "ngram"])
+def test_a_new_conversation_sharing_a_live_ones_start_copies_it_and_leaves_it_whole(loaded, drafter):
+    """A subagent with the main session's long system prompt and a new question: it takes another
+    slot holding a copy of the shared start (every rank copies it too), the main session's next turn
+    reuses its whole cache, and both answer as the target alone does."""
+    mlx, target, drafters = loaded
+    mirror = Copied()
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 4, mirror=mirror)
+    system = list(range(40, 240))
+    main = take(mlx, slots, system + [5, 6], drafter)
+    answer(mlx, main, system + [5, 6])
+    turn = main.engine.context + [7, 8]
+    assert take(mlx, slots, turn, drafter) is main  # its second turn: a live conversation
+    assert answer(mlx, main, turn) == greedy(target.model, turn, 8)
+    held, cached = list(main.engine.context), main.engine.cache_length()  # all but the last token, never fed
+    assert cached == len(held) - 1
+    question = system + [11, 12, 13]
+    sub = mlx.call(slots.take, question, drafter)
+    assert sub is not main and main.engine.context == held
+    assert sub.engine.reusable(question) == len(system)
+    assert mirror.copies == [(slots.index(main), slots.index(sub), len(system))]
+    assert answer(mlx, sub, question) == greedy(target.model, question, 8)
+    slots.release(sub)
+    turn = held + [14, 15]
+    assert take(mlx, slots, turn, drafter) is main and main.engine.reusable(turn) == cached
+    assert answer(mlx, main, turn) == greedy(target.model, turn, 8)
 
 
 def test_a_busy_slot_is_not_taken_even_by_its_own_conversation(loaded):
@@ -252,3 +299,34 @@ def test_every_slot_starts_from_the_automatic_lengths_measurements(loaded):
     anew = take(mlx, slots, list(range(200, 230)), "drafter", 2)  # another owner's: a slot made anew
     assert anew.engine is not first.engine and anew.engine is not second.engine
     assert anew.engine.auto_draft() is measured and measured.calibration == []
+
+
+def test_a_subagent_leaves_the_main_sessions_cache_whole(loaded):
+    """Claude Code's subagent through the server's batch: the same long system prompt, a new question.
+    The main session's next turn reuses all it had (cached_tokens), the subagent the shared start,
+    and each answer is what a fresh server gives."""
+    from openai import OpenAI
+
+    system = {"role": "system", "content": " ".join(f"rule {i}: keep the code simple." for i in range(40))}
+    main = [system, {"role": "user", "content": "def add(a, b):"}]
+    sub = [system, {"role": "user", "content": "for i in range(10):"}]
+
+    def chat(url: str, messages: list[dict]):
+        with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
+            reply = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0)
+        return reply.choices[0].message.content, reply.usage
+
+    background, _ = start(loaded, slots=4)
+    with background as url:
+        said, _ = chat(url, main)
+        main += [{"role": "assistant", "content": said}, {"role": "user", "content": "import numpy as np"}]
+        said, before = chat(url, main)  # the second turn: a live conversation
+        main += [{"role": "assistant", "content": said}, {"role": "user", "content": "x = np.zeros((3, 4))"}]
+        asked, shared = chat(url, sub)
+        answered, after = chat(url, main)
+    assert shared.prompt_tokens_details.cached_tokens > 200  # the system prompt, copied
+    assert after.prompt_tokens_details.cached_tokens >= before.prompt_tokens  # all the last turn held
+    for messages, got in ((sub, asked), (main, answered)):
+        background, _ = start(loaded, slots=4)
+        with background as url:
+            assert chat(url, messages)[0] == got
