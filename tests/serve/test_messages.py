@@ -400,7 +400,9 @@ def test_thinking_in_the_history_is_dropped_and_the_turn_answered(claude):
     without = [*history[:1], {"role": "assistant", "content": "Paris, you said?"}, history[2]]
     reply = ask(claude, history, max_tokens=8)
     plain = ask(claude, without, max_tokens=8)
-    assert reply.content[0].text and reply.usage.input_tokens == plain.usage.input_tokens
+    # the second prompt is read from the first's cache: the prompt is its input and cache reads together
+    prompt = [r.usage.input_tokens + r.usage.cache_read_input_tokens for r in (reply, plain)]
+    assert reply.content[0].text and prompt[0] == prompt[1] and plain.usage.cache_read_input_tokens > 0
     assert reply.speculative["tokens"] == plain.speculative["tokens"]
 
 
