@@ -22,9 +22,9 @@ pytestmark = pytest.mark.slow
 # The packaged bench prompts: shipped with the wheel, and left out of what the MTP heads train on.
 BENCH = packaged_prompts_path()
 NEW_TOKENS = 64
-# The small preset's head measured 1.73 tokens per round on these prompts (1.78 on all
-# 16 in the bench, 2.39 on held-out generated requests); a head trained 160 steps
-# on 50k tokens, 1.64. Plain decoding is 1.0.
+# The small preset's head measured 2.02 tokens per round on these prompts (on CI's held-out
+# set: 1.73 on three, 1.78 on all 16; 2.39 on held-out generated requests); a head trained
+# 160 steps on 50k tokens, 1.64 there. Plain decoding is 1.0.
 MIN_SMALL_HEAD_TOKENS_PER_ROUND = 1.5
 
 
