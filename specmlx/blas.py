@@ -43,8 +43,12 @@ def ensure_fast_blas() -> None:
 
 def describe() -> str:
     """Which BLAS this process runs MLX on, for logs and benchmark reports."""
+    import mlx.core as mx  # here, not at the top: `ensure_fast_blas` runs before mlx is imported
+
     if not sys.platform.startswith("linux"):
         return "Accelerate/Metal (macOS)"
+    if mx.default_device().type == mx.gpu:  # a BLAS is the CPU backend's: no hint to install one
+        return "none (MLX runs on the GPU)"
     lib = openblas()
     if lib and lib in os.environ.get("LD_PRELOAD", "").split(":"):
         return f"OpenBLAS ({lib})"

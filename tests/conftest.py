@@ -5,8 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 from . import tiny
+
+SLOW = "slow"  # the xdist group of every real-model test
+
+
+def pytest_configure(config):
+    # xdist hands out the groups with the most tests first unless told otherwise: the slow group must lead.
+    if getattr(config.option, "dist", None) == "loadgroup":
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """For README's test command (`-n 2 --dist loadgroup`): every slow test in one group, so one process loads
+    the real models (and holds the memory peak), scheduled first, as the longest; each other module a group
+    of its own, since module fixtures assume one worker (as under `--dist loadfile`)."""
+    for item in items:
+        slow = item.get_closest_marker("slow") is not None
+        group = SLOW if slow else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        # xdist reads the group from a "@group" suffix of the node id, which it sets where pytest 9.2 no
+        # longer looks (pytest-xdist#1386): set it where pytest does.
+        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first, else as collected
 
 
 @pytest.fixture(scope="session")

@@ -55,9 +55,11 @@ class Liveness:
         self._on_lost: Callable[[PeerGone], None] = self._end
         self._ending = threading.Lock()  # taken once: by the first loss seen, or by `leave`
         self._handled = threading.Event()
-        for rank, sock in peers.items():
-            threading.Thread(target=self._watch, args=(rank, sock), daemon=True,
-                             name=f"specmlx-liveness-{rank}").start()
+        # One thread per peer, reading until its goodbye or EOF (joinable: a test waits for them).
+        self.watchers = tuple(threading.Thread(target=self._watch, args=(rank, sock), daemon=True,
+                                               name=f"specmlx-liveness-{rank}") for rank, sock in peers.items())
+        for watcher in self.watchers:
+            watcher.start()
 
     @classmethod
     def open(cls, name: str, rank: int, size: int, host: str, share: Callable[[int], int],

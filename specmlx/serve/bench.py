@@ -15,8 +15,7 @@ instead (`sweep.py`): for each N, N clients at once against this server
 batched with the automatic draft length, the same without a drafter, a
 server of the same models one request at a time, and mlx_lm.server, in one
 table (tok/s, time to first token p50 and p95, mean chosen draft length).
-Its prompts default to ../shared/prompts/bench.jsonl beside the checkout
-when that exists, else the packaged ones (the figures' default).
+Its prompts default to the packaged ones, as the other figures' do.
 """
 
 from __future__ import annotations
@@ -50,8 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
     p.add_argument("--drafter", help="the drafter (default: the preset's)")
     p.add_argument("--prompts", type=Path, help="JSONL prompts (id, kind, prompt; a row's prediction, schema "
-                   "and tools are not sent); default: the packaged ones, or for the sweep "
-                   "../shared/prompts/bench.jsonl beside the checkout if it exists")
+                   "and tools are not sent); default: the packaged ones")
     p.add_argument("--limit", type=int, default=4, help="prompts for the overhead figure (default 4)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens a request in the overhead figure and the "
                    "sweep (default 64)")

@@ -42,7 +42,6 @@ from ..drafters import NONE
 from ..errors import SpecmlxError
 from ..loading import load_models
 from ..mlx_thread import MLXThread
-from ..paths import checkout_root
 from ..policy import START_DRAFT, DraftPolicy
 from ..prompting import packaged_prompts_path, read_prompts
 from .clients import percentile, wave
@@ -66,13 +65,6 @@ class Way:
     model: str
     extra: dict = field(default_factory=dict)
     drafts: bool = True  # its requests' mean chosen draft length means something
-
-
-def shared_prompts() -> Path:
-    """`../shared/prompts/bench.jsonl` beside the checkout if it is there, else the packaged prompts."""
-    root = checkout_root()
-    shared = None if root is None else root.parent / "shared" / "prompts" / "bench.jsonl"
-    return shared if shared is not None and shared.is_file() else packaged_prompts_path()
 
 
 def last_words(log: Path) -> str:
@@ -221,7 +213,7 @@ def serve_and_run(args, mlx: MLXThread, loaded, clients: list[int], texts: list[
 
 def sweep(args, clients: list[int]) -> dict:
     """Load the pair once, run the sweep, print its table; the figures (`--json` writes them)."""
-    prompts = args.prompts or shared_prompts()
+    prompts = args.prompts or packaged_prompts_path()
     texts = [row.prompt for row in read_prompts(prompts)]
     max_batch = args.max_batch or max(MIN_BATCH, *clients)
     mlx = MLXThread()

@@ -16,7 +16,7 @@ Each row must produce its golden tokens:
 Under OpenBLAS a row's floats in a batch can differ from alone by a few ULPs
 (`test_cache.py`, about 1e-6), so a near-tie could flip a token; none of these
 is near: along the greedy text the targets' smallest top-two logit gap is
-0.03 (qwen2, position 27) and 0.015 (Gemma 4, position 22).
+0.03 (qwen2, position 27) and 0.015 (Gemma 4, position 22), as a test checks.
 Negative controls show the check has teeth: a cache that rewinds every row
 by the same amount (the least or the most any row drops) changes outputs.
 """
@@ -28,6 +28,7 @@ import functools
 from dataclasses import dataclass, field
 from unittest import mock
 
+import mlx.core as mx
 import pytest
 
 from specmlx.batch import Batch, Member
@@ -38,6 +39,9 @@ from specmlx.sampling import SamplingParams
 from specmlx.schedule.load import choose
 from tests.test_golden_generations import (CASES, MAX_TOKENS, POLICIES, PROMPT, SEED, STATS, TEMPERATURES,
                                            collect, engine_for, load_golden, models)
+
+# The least top-two logit gap the greedy cases may have: ten thousand times a batch's drift from alone.
+MIN_LOGIT_GAP = 0.01
 
 DRAFTERS = {"qwen2": ("model", "mtp", "lookup", "none"), "gemma4": ("gemma4-assistant",)}
 JOIN_EVERY = {"qwen2": 2, "gemma4": 6}  # rounds between joins: the last rows join after the first left
@@ -57,6 +61,23 @@ def config(temp: float, policy: str, max_tokens: int = MAX_TOKENS) -> Generation
 
 def target_of(kind: str):
     return models().g4_target if kind == "gemma4" else models().target
+
+
+def greedy_logit_gaps(kind: str) -> list[float]:
+    """At each step of the target's greedy text (the golden T=0 tokens), its best logit less its second."""
+    name = "gemma4-assistant T=0.0 fixed-4" if kind == "gemma4" else "model T=0.0 fixed-4"
+    greedy = load_golden()["cases"][name]["tokens"]
+    logits = target_of(kind)(mx.array(PROMPT + greedy[:-1])[None])[0, len(PROMPT) - 1 :].astype(mx.float32)
+    assert mx.argmax(logits, axis=-1).tolist() == greedy  # these are the steps the batch must not flip
+    top_two = mx.sort(logits, axis=-1)[:, -2:]
+    return (top_two[:, 1] - top_two[:, 0]).tolist()
+
+
+@pytest.mark.parametrize("kind", DRAFTERS)
+def test_no_greedy_step_is_a_near_tie(kind):
+    """What the T=0 equality below rests on: a few ULPs of difference cannot flip a greedy token."""
+    gaps = greedy_logit_gaps(kind)
+    assert min(gaps) >= MIN_LOGIT_GAP, f"position {gaps.index(min(gaps))}: gap {min(gaps):.2e}"
 
 
 @dataclass

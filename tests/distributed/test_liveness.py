@@ -8,7 +8,6 @@ import queue
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
@@ -72,7 +71,9 @@ def test_a_goodbye_is_no_loss_either_way():
     (lead_seen, _), (follow_seen, _) = watched(lead[0]), watched(follow)
     follow.leave(clean=True)
     lead[0].leave(clean=True)
-    time.sleep(0.5)  # the watchers have read the goodbyes and the EOFs by now
+    for watcher in lead[0].watchers + follow.watchers:  # each has read its goodbye or EOF, and ended
+        watcher.join(SEEN_WITHIN)
+        assert not watcher.is_alive(), watcher.name
     assert lead_seen == [] and follow_seen == []
 
 

@@ -13,21 +13,21 @@ import sys
 
 import pytest
 
-from specmlx import paths, presets
+from specmlx import presets
 from specmlx.presets.fetch import fetch_preset
+from specmlx.prompting import packaged_prompts_path, read_prompts
 
 from . import ranks
 
 pytestmark = pytest.mark.slow
 
-BENCH = paths.checkout_root().parent / "shared" / "prompts" / "bench.jsonl"
 TOKENS = 32
 LOAD_AND_RUN = 900  # seconds for two ranks to load their shards and generate 32 tokens here
 
 
 def prompts() -> list[str]:
-    rows = [json.loads(line) for line in BENCH.read_text().splitlines() if line.strip()]
-    return [r["prompt"] for r in rows[:2]]
+    """The first two packaged bench prompts."""
+    return [row.prompt for row in read_prompts(packaged_prompts_path(), limit=2)]
 
 
 @pytest.fixture(scope="module")

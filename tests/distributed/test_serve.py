@@ -201,7 +201,8 @@ def test_a_rank_lost_under_a_request_fails_it_and_stops_the_server_in_one_line(s
             reply=httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)))
         queued.start()
         deadline = time.monotonic() + 30
-        while httpx.get(f"{url}/health", timeout=5).json()["waiting"] < 1 and time.monotonic() < deadline:
+        while httpx.get(f"{url}/health", timeout=5).json()["waiting"] < 1:
+            assert time.monotonic() < deadline, "the second request never reached the queue"
             time.sleep(0.05)
         procs[1].kill()
         rest = [line for line in events if line.startswith("data: {")]

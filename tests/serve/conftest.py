@@ -150,22 +150,32 @@ def sse_events(text: str) -> list[dict]:
     return out
 
 
-class Records(deque):
-    """A worker's records that say when one is added, so a test waits for the worker, not on the clock."""
+class Records:
+    """A worker's records that say when one is added, so a test waits for the worker, not on the clock.
+    Appends go through to the worker's own deque, so none is lost when it is handed back."""
 
     def __init__(self, records: deque) -> None:
-        super().__init__(records, maxlen=records.maxlen)
+        self.records = records
         self.added = threading.Condition()
 
     def append(self, record) -> None:  # on the MLX thread
         with self.added:
-            super().append(record)
+            self.records.append(record)
             self.added.notify_all()
 
+    def __len__(self) -> int:
+        return len(self.records)
 
-def watch_records(worker) -> Records:
-    """The worker's records, watched from now on (`await_records`)."""
-    worker.records = Records(worker.records)
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, index):
+        return self.records[index]
+
+
+def watch_records(worker, monkeypatch) -> Records:
+    """The worker's records, watched for the rest of the test (`await_records`), then handed back."""
+    monkeypatch.setattr(worker, "records", Records(worker.records))
     return worker.records
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import httpx
@@ -66,24 +66,27 @@ def test_the_stream_is_server_sent_events_named_by_their_type(tool_server, route
 
 @pytest.mark.parametrize("route", ROUTES, ids=IDS)
 def test_a_full_queue_is_a_429_in_the_routes_shape(tool_loaded, route):
-    background, _ = start(tool_loaded, max_queue=1)
-    with background as url:
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: stream_events(url, route), range(6)))
+    background, worker = start(tool_loaded, max_queue=1)
+    with background as url, ThreadPoolExecutor(6) as pool:
+        busy = threading.Event()
+        worker.mlx.submit(busy.wait, 30)  # the first request waits behind it, filling the queue
+        try:
+            replies = [pool.submit(stream_events, url, route) for _ in range(6)]
+            refused = [f.result() for _, f in zip(range(5), as_completed(replies, timeout=30))]
+        finally:
+            busy.set()
+        [served] = [f.result() for f in replies if f.result()[0] != 429]
         assert healthy(url)
-    refused = [r for r in results if r[0] == 429]
-    served = [r for r in results if r[0] == 200]
-    assert refused and served and len(refused) + len(served) == 6
-    for _, [error], headers in refused:  # Anthropic's shape has a `type` of its own beside the error
-        assert error["error"]["type"] == "rate_limit_error" and error.get("type", "error") == "error"
-        assert int(headers["retry-after"]) >= 1
-    assert all(events[-1]["type"] in route.finished for _, events, _ in served)
+    for status, [error], headers in refused:  # Anthropic's shape has a `type` of its own beside the error
+        assert status == 429 and error["error"]["type"] == "rate_limit_error", error
+        assert error.get("type", "error") == "error" and int(headers["retry-after"]) >= 1
+    assert served[0] == 200 and served[1][-1]["type"] in route.finished
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=IDS)
-def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded, route):
+def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded, route, monkeypatch):
     background, worker = start(tool_loaded)
-    records = watch_records(worker)
+    records = watch_records(worker, monkeypatch)
     with background as url:
         with httpx.stream("POST", f"{url}{route.path}", json=body(route, 4000), timeout=60) as reply:
             lines = reply.iter_lines()

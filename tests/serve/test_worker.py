@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from types import SimpleNamespace
 
 import httpx
+import pytest
 
 from specmlx.events import RoundEvent
 
@@ -58,16 +61,19 @@ def test_sixteen_streaming_clients_get_their_own_answers(server):
 
 def test_a_full_queue_answers_429_with_retry_after(loaded):
     background, worker = start(loaded, max_queue=1)
-    with background as url:
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda i: stream_text(url, body(i, max_tokens=48)), range(6)))
-        refused = [r for r in results if r[0] == 429]
-        served = [r for r in results if r[0] == 200]
-        assert refused and served and len(refused) + len(served) == 6
-        for _, _, error in refused:
-            assert error["error"]["code"] == "queue_full" and error["error"]["type"] == "rate_limit_error"
-            assert int(error["retry_after"]) >= 1
-        assert all(last["choices"][0]["finish_reason"] == "length" for _, _, last in served)
+    with background as url, ThreadPoolExecutor(6) as pool:
+        busy = threading.Event()
+        worker.mlx.submit(busy.wait, 30)  # the first request waits behind it, filling the queue
+        try:
+            replies = [pool.submit(stream_text, url, body(i, max_tokens=48)) for i in range(6)]
+            refused = [f.result() for _, f in zip(range(5), as_completed(replies, timeout=30))]
+        finally:
+            busy.set()
+        [served] = [f.result() for f in replies if f.result()[0] != 429]
+        for status, _, error in refused:
+            assert status == 429 and error["error"]["code"] == "queue_full", error
+            assert error["error"]["type"] == "rate_limit_error" and int(error["retry_after"]) >= 1
+        assert served[0] == 200 and served[2]["choices"][0]["finish_reason"] == "length"
         assert httpx.get(url + "/health").json()["status"] == "ok"
 
 
@@ -87,12 +93,25 @@ def test_retry_after_is_the_queues_wait_not_one_run():
     assert worker._retry_after() == 12  # and the three waiting, 3 s each
 
 
+def test_watched_records_are_handed_back_with_what_was_added():
+    from specmlx.serve.worker import Record
+
+    worker = SimpleNamespace(records=deque(maxlen=4))
+    original = worker.records
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        records = watch_records(worker, monkeypatch)
+        assert worker.records is records
+        records.append(Record("length", 1, 0.0, 0.5))
+        assert await_records(records, 1, timeout=0) and list(records) == list(original)
+    assert worker.records is original and list(original) == [Record("length", 1, 0.0, 0.5)]
+
+
 def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server, monkeypatch):
     """The stream's end cancels the ticket; the worker checks it after each round
     it hands on. Measured in tokens: from the count the ticket had been handed when
     the disconnect was seen to the count the generation ended with."""
     url, worker = server
-    records = watch_records(worker)
+    records = watch_records(worker, monkeypatch)
     before = len(records)
     num_draft = 3  # a round commits at most num_draft + 1 tokens
     handed_at_cancel: list[int] = []
@@ -161,11 +180,11 @@ def test_stopping_the_server_ends_open_streams_with_an_error_event(loaded):
     assert json.loads(events[-2])["error"]["code"] == "server_shutdown"
 
 
-def test_a_whole_answers_client_that_leaves_while_tokens_flow_stops_its_generation(server):
+def test_a_whole_answers_client_that_leaves_while_tokens_flow_stops_its_generation(server, monkeypatch):
     """Tokens arrive faster than the disconnect check's period, so a check that waits for a gap
     between them never runs: the client must be noticed on a timer."""
     url, worker = server
-    records = watch_records(worker)
+    records = watch_records(worker, monkeypatch)
     before = len(records)
     with httpx.Client(timeout=httpx.Timeout(60, read=1.0)) as c:
         try:
@@ -176,6 +195,33 @@ def test_a_whole_answers_client_that_leaves_while_tokens_flow_stops_its_generati
     dropped = records[before]
     assert dropped.finish_reason == "cancelled", dropped
     assert dropped.generation_tokens < 8000
+
+
+class Wire(httpx.HTTPTransport):
+    """A client's transport that keeps the raw bytes of its responses, and shows them to `seen` as they come."""
+
+    def __init__(self, seen) -> None:
+        super().__init__()
+        self.raw, self.seen = bytearray(), seen
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        return httpx.Response(response.status_code, headers=response.headers, stream=Tap(response.stream, self),
+                              extensions=response.extensions)
+
+
+class Tap(httpx.SyncByteStream):
+    def __init__(self, stream: httpx.SyncByteStream, wire: Wire) -> None:
+        self.stream, self.wire = stream, wire
+
+    def __iter__(self):
+        for chunk in self.stream:
+            self.wire.raw += chunk
+            self.wire.seen(self.wire.raw)
+            yield chunk
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 def test_a_queued_stream_gets_keep_alives_until_its_turn(loaded, monkeypatch):
@@ -201,11 +247,14 @@ def test_a_queued_stream_gets_keep_alives_until_its_turn(loaded, monkeypatch):
         data = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
         assert lines.count(": keep-alive") >= 2 and lines[0].startswith("data: ")  # the role chunk came first
         assert "".join(d["choices"][0]["delta"].get("content") or "" for d in data if d["choices"]) == reference
-        with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
-            busy = threading.Event()
+        busy = threading.Event()
+        wire = Wire(lambda raw: raw.count(b": keep-alive") >= 2 and busy.set())  # then its turn comes
+        with OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60,
+                    http_client=httpx.Client(transport=wire)) as client:
             worker.mlx.submit(busy.wait, 30)
-            threading.Timer(0.5, busy.set).start()
             chunks = list(client.chat.completions.create(**body(6), stream=True))
+        busy.set()
+        assert wire.raw.count(b": keep-alive") >= 2  # the client was sent them, and skipped them
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == reference
 
 
