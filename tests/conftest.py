@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _pytest.nodeid import NodeId
 
 from . import tiny
 
@@ -26,11 +25,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         slow = item.get_closest_marker("slow") is not None
         group = SLOW if slow else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        # xdist reads the group from a "@group" suffix of the node id, which it sets where pytest 9.2 no
-        # longer looks (pytest-xdist#1386): set it where pytest does.
-        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
-            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+        item.add_marker(pytest.mark.xdist_group(group))  # pytest 9.2 loses it (pyproject's pin says why)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first, else as collected
 
 
