@@ -95,7 +95,7 @@ def nested(depth: int) -> dict:
     return schema
 
 
-@pytest.mark.parametrize("depth", [63, 64, 100])
+@pytest.mark.parametrize("depth", [63, 64, 100, 300, 3000])  # 300 and more: past Python's stack for a walk
 def test_a_schema_nested_past_the_engines_limit_is_refused_in_one_line(depth):
     with pytest.raises(SpecmlxError, match="nested too deeply for the grammar engine"):
         Grammar.json_schema(nested(depth))

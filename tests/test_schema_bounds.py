@@ -65,3 +65,24 @@ def test_the_schemas_own_bounds_are_kept_and_the_schema_is_not_changed(byte_toke
     assert step == {"type": "number", "multipleOf": 0.5, "maximum": 3}
     const = {"type": "number", "const": 1e30}
     assert bounded(const) | {"$defs": None} == const | {"$defs": None}
+
+
+@pytest.mark.parametrize("schema, value", [
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},  # pydantic's subclasses
+                {"type": "object", "properties": {"b": {"type": "object"}}}]}, '{"a":1,"b":{"c":2}}'),
+    ({"$defs": {"A": {"type": "object", "properties": {"a": {"type": "object"}}}},
+      "allOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/A"}]}, '{"a":{"x":[1]}}'),
+    ({"$defs": {"T": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/T"}}}}},
+      "$ref": "#/$defs/T"}, '{"kids":[{"kids":[]}]}'),
+    ({"type": "number", "exclusiveMinimum": 0, "maximum": 1e-11}, "0.000000000005"),  # finer than the step
+])
+def test_a_schema_bounded_still_takes_what_it_took(byte_tokenizer, schema, value):
+    constraint = Constraint(Grammar.json_schema(schema, laid_out=False), byte_tokenizer)
+    constraint.advance(list(value.encode()))
+    assert np.array(constraint.after([]))[EOS], value
+
+
+def test_bounds_that_would_widen_a_schema_or_are_not_numbers_are_left_alone():
+    assert bounded({"not": {"type": "number"}})["not"] == {"type": "number"}  # a bound there lets more through
+    draft4 = bounded({"type": "integer", "exclusiveMinimum": False})  # draft 4's flag is no bound
+    assert draft4["minimum"] == -(10 ** 16 - 1) and draft4["maximum"] == 10 ** 16 - 1

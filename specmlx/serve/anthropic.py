@@ -150,9 +150,10 @@ def text_of(blocks: Union[str, list[TextBlock], None]) -> str:
     return BLOCKS_JOINED.join(block.text for block in blocks)
 
 
-def to_chat(request: CountTokensRequest) -> ChatRequest:
+def to_chat(request: CountTokensRequest, interleaved: bool = False) -> ChatRequest:
     """The chat request of the same conversation, tools and sampling; refused (400) where the
-    conversation cannot be one (a tool_result for no earlier call, a block in the wrong turn)."""
+    conversation cannot be one (a tool_result for no earlier call, a block in the wrong turn).
+    `interleaved`: the client asked for interleaved thinking (`anthropic-beta`), as Claude Code does."""
     fields: dict[str, Any] = {"model": request.model, "messages": chat_messages(request)}
     if request.tools:
         fields["tools"] = [chat_tool(tool, i) for i, tool in enumerate(request.tools)]
@@ -160,7 +161,7 @@ def to_chat(request: CountTokensRequest) -> ChatRequest:
     if request.tool_choice is not None:
         fields |= chat_tool_choice(request.tool_choice)
     if isinstance(request, MessagesRequest):
-        check_thinking(request)
+        check_thinking(request, interleaved)
         fields |= {"max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": request.top_p,
                    "top_k": request.top_k, "stop": request.stop_sequences, "stream": request.stream,
                    "speculative": request.speculative}
@@ -171,13 +172,16 @@ def to_chat(request: CountTokensRequest) -> ChatRequest:
                        "invalid_value") from None
 
 
-def check_thinking(request: MessagesRequest) -> None:
-    """Refuse (400) an enabled `thinking` whose budget Anthropic would refuse: under 1024, or not under max_tokens."""
+def check_thinking(request: MessagesRequest, interleaved: bool = False) -> None:
+    """Refuse (400) an enabled `thinking` whose budget Anthropic would refuse: under 1024, or not under max_tokens
+    (with interleaved thinking the budget is the whole turn's, and may pass max_tokens, as Anthropic allows)."""
     thinking, param = request.thinking, "thinking.budget_tokens"
     if thinking is None or thinking.type != "enabled":
         return
     if thinking.budget_tokens is None:
         raise APIError(400, f"missing required parameter: {param}", "missing_required_parameter", param)
+    if interleaved and thinking.budget_tokens >= MIN_THINKING:
+        return
     if not MIN_THINKING <= thinking.budget_tokens < request.max_tokens:
         raise APIError(400, f"{param}: must be at least {MIN_THINKING} and less than max_tokens "
                        f"({request.max_tokens}), not {thinking.budget_tokens}", "invalid_value", param)

@@ -141,7 +141,8 @@ async def completions(body: CompletionRequest, request: Request):
 @api.post("/messages")
 async def messages(body: MessagesRequest, request: Request):
     s = serving(request)
-    chat = await run_in_threadpool(to_chat, body)
+    interleaved = "interleaved-thinking" in request.headers.get("anthropic-beta", "")
+    chat = await run_in_threadpool(to_chat, body, interleaved)
     prompt = await run_in_threadpool(s.chat_prompt, chat)
     chat, window_bound = within_window(chat, s.worker.slots.room(len(prompt)))
     reply = MessageReply(s.aliases.answering(body.model), len(prompt), chat.speculative.sources,

@@ -211,9 +211,9 @@ def arguments_schema(tool: Tool, index: int) -> dict:
     """A function's parameters, an object's (a schema without a type would take any value), with the
     answer's JSON laid out as `response_format` lays it out (bounded white space and numbers); a schema
     llguidance cannot compile is a 400 naming its tool."""
-    schema = bounded({"type": "object", "properties": {}} | (tool.function.parameters or {}))
-    schema["x-guidance"] = dict(LAID_OUT)
     try:
+        schema = bounded({"type": "object", "properties": {}} | (tool.function.parameters or {}))
+        schema["x-guidance"] = dict(LAID_OUT)
         Grammar.json_schema(schema)
     except SpecmlxError as err:
         raise APIError(400, str(err), "invalid_value", f"tools.{index}.function.parameters") from None

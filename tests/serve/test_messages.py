@@ -417,6 +417,13 @@ def test_server_tools_and_a_thinking_budget_anthropic_refuses_are_a_400_naming_t
         with pytest.raises(anthropic.BadRequestError) as err:
             claude.messages.create(model=MODEL, messages=ASK, max_tokens=max_tokens, thinking=thinking)
         assert "thinking.budget_tokens" in err.value.body["error"]["message"]
+    # Claude Code asks for interleaved thinking: its budget is the whole turn's, and may pass max_tokens
+    beta = {"anthropic-beta": "interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14"}
+    assert claude.messages.create(model=MODEL, messages=ASK, max_tokens=4, thinking={
+        "type": "enabled", "budget_tokens": 31999}, extra_headers=beta).stop_reason == "max_tokens"
+    with pytest.raises(anthropic.BadRequestError):  # but not under Anthropic's least budget
+        claude.messages.create(model=MODEL, messages=ASK, max_tokens=4, extra_headers=beta,
+                               thinking={"type": "enabled", "budget_tokens": 512})
     enabled = MessagesRequest(model=MODEL, messages=ASK, max_tokens=2048,
                               thinking={"type": "enabled", "budget_tokens": 1024})
     assert to_chat(enabled).max_tokens == 2048  # a budget Anthropic takes is taken, and changes nothing
