@@ -52,11 +52,17 @@ def rewind(cache: list[Any], length: int) -> None:
             layer.trim(excess)
 
 
+def copyable(cache: list[Any]) -> bool:
+    """Whether `copy_prefix` can copy into or from `cache`: every layer a plain `KVCache` (a rotating
+    window's or a recurrent layer's state is not a prefix of positions)."""
+    return all(type(c) is KVCache for c in cache)
+
+
 def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     """Make `cache` hold `source`'s first `length` positions in buffers of its own (a memory copy,
-    not a forward); how many it holds: 0 where a layer is not a plain `KVCache`."""
+    not a forward); how many it holds: 0 where either is not `copyable`."""
     length = min(length, cache_length(source))
-    if length <= 0 or not all(type(c) is KVCache for c in (*cache, *source)):
+    if length <= 0 or not (copyable(cache) and copyable(source)):
         return 0
     for mine, theirs in zip(cache, source):
         mine.keys = mine.values = None

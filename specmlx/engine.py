@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from .cache import PREFILL_STEP, cache_length, copy_prefix, make_cache, rewind
+from .cache import PREFILL_STEP, cache_length, copy_prefix, copyable, make_cache, rewind
 from .drafters import Drafter, HiddenDrafter
 from .drafters.copying import copy_state
 from .errors import SpecmlxError
@@ -117,7 +117,10 @@ class Engine:
     def adopt(self, source: "Engine", length: int) -> int:
         """Hold the first `length` tokens of `source`'s context, its caches' copied rather than
         prefilled (a new conversation that shares a kept one's start); how many it holds. The
-        drafter in use copies its own state from `source`'s, if `source` uses the same one."""
+        drafter in use copies its own state from `source`'s, if `source` uses the same one. Where the
+        target's caches cannot be copied, it holds what it held (0 is returned)."""
+        if not (copyable(self.cache) and copyable(source.cache)):
+            return 0
         self.forget(0)
         length = min(length, len(source.context), source.cache_length())
         same = source.drafter if source.drafter.name == self.drafter.name else None

@@ -54,10 +54,11 @@ class RankMirror:
         self.lockstep = lockstep
         self.peers = lockstep  # every slot's engine keeps step with the other ranks
         self._emptied: set[int] = set()  # slots emptied since the last job was published
-        self._copied: dict[int, tuple[int, int]] = {}  # slot -> (source, length) copied since then
+        self._copied: dict[int, tuple[int, int]] = {}  # slot -> (source, length) copied, not yet published
 
     def emptied(self, slot: int) -> None:
         self._emptied.add(slot)
+        self._copied.pop(slot, None)  # what was copied into it is gone with it
 
     def copied(self, source: int, slot: int, length: int) -> None:
         self._copied[slot] = (source, length)
@@ -65,7 +66,8 @@ class RankMirror:
     def begin(self, slot: int, keep: int, prompt: Sequence[int], config: GenerationConfig) -> None:
         """The other ranks run the job with us, in the same slot, from the same prefix."""
         emptied, self._emptied = sorted(self._emptied), set()
-        copied, self._copied = self._copied.get(slot), {}
+        # only this slot's copy: one into a slot whose job failed before it began waits for that slot's next job
+        copied = self._copied.pop(slot, None)
         self.lockstep.publish(job_message(slot, keep, prompt, config, emptied, copied))
 
     def lost(self, err: BaseException, begun: bool) -> str | None:

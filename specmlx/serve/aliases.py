@@ -13,6 +13,7 @@ from ..log import note
 
 # Names said in the log; past these, a client that makes up names writes nothing more.
 MAX_NOTED = 64
+SHOWN = 120  # characters of a name the log shows: a name may be as long as a body
 
 
 class Aliases:
@@ -33,5 +34,6 @@ class Aliases:
             if first:
                 self._noted.add(asked)
         if first:
-            note(f"requests for the model {asked!r} are answered by {self.served!r}, the model this server serves")
+            shown = asked if len(asked) <= SHOWN else asked[:SHOWN] + "..."
+            note(f"requests for the model {shown!r} are answered by {self.served!r}, the model this server serves")
         return self.served

@@ -10,7 +10,8 @@ is prefilled only past what that slot already holds; two clients taking turns
 each keep their own slot. Only the MLX thread touches slots.
 
 A request continues a slot when it shares all of the slot's last prompt (a
-next turn may differ in the answer, re-rendered). One that diverges inside it
+next turn may differ in the answer, re-rendered, and in the last few tokens of
+the prompt: `RENDERED_AGAIN`). One that diverges inside it
 (a subagent with the same system prompt and tools, another chat with the same
 system prompt, an edited message) is another conversation: it leaves that one
 whole and takes a slot by the rules below, copying the shared start's caches
@@ -51,6 +52,9 @@ from ..hidden import decoder, embed
 from ..schedule import AutoDrafts
 from .mirror import NO_MIRROR, Mirror
 
+# A next turn may render the end of the last prompt anew: a template's generation prompt that the answer's
+# turn drops (Qwen3's `<think>\n\n</think>\n\n` with thinking off), a merge across the prompt's end.
+RENDERED_AGAIN = 8
 # A shared start at least this long is copied into the slot a diverging request takes, not prefilled.
 COPY_MIN = 16
 LIVE_FOR = 4  # a conversation stays live for this many requests a slot since its last turn
@@ -136,7 +140,9 @@ class Slots:
         best.used, best.busy, best.asked = self._clock, True, len(prompt)
         best.engine.use(best.drafters[drafter])
         if source is not None and best is not source and shared > best.engine.reusable(prompt):
-            self.mirror.copied(self.index(source), self.index(best), best.engine.adopt(source.engine, shared))
+            copied = best.engine.adopt(source.engine, shared)
+            if copied:
+                self.mirror.copied(self.index(source), self.index(best), copied)
         return best
 
     def _cheapest(self, prompt: Sequence[int]) -> Slot:
@@ -186,9 +192,10 @@ class Slots:
 
 
 def _continues(slot: Slot, prompt: Sequence[int]) -> bool:
-    """Whether `prompt` is `slot`'s next turn (or the same again): it shares all of its last prompt."""
-    shared = common_prefix_len(slot.engine.context, prompt)
-    return shared > 0 and shared >= min(slot.asked, len(slot.engine.context))
+    """Whether `prompt` is `slot`'s next turn (or the same again): it shares all of its last prompt but
+    at most its last `RENDERED_AGAIN` tokens."""
+    shared, asked = common_prefix_len(slot.engine.context, prompt), min(slot.asked, len(slot.engine.context))
+    return shared > 0 and shared >= asked - min(RENDERED_AGAIN, asked // 2)
 
 
 def kv_bytes_per_token(model: nn.Module) -> int:

@@ -56,6 +56,11 @@ def test_each_job_reaches_the_other_ranks_with_the_slots_emptied_since_the_last(
     mirror.copied(0, 1, 4)  # slot 1 now holds slot 0's first 4 tokens: the other ranks copy them too
     mirror.begin(1, 4, [1, 2, 3, 4, 9], GenerationConfig(max_tokens=2))
     mirror.begin(1, 0, [9], GenerationConfig(max_tokens=2))
+    mirror.copied(0, 2, 3)  # a job in slot 2 fails before it begins: the copy waits for slot 2's next job
+    mirror.begin(1, 9, [9], GenerationConfig(max_tokens=1))
+    mirror.copied(0, 3, 3)
+    mirror.emptied(3)  # what was copied into slot 3 is gone with it
+    mirror.begin(2, 3, [9], GenerationConfig(max_tokens=1))
     mirror.end()
     assert lockstep.published == [
         {"slot": 0, "keep": 5, "prompt": [1, 2, 3, 4, 5, 6], "max_tokens": 7, "stop": ["\n"], "stop_tokens": [4, 9],
@@ -64,6 +69,10 @@ def test_each_job_reaches_the_other_ranks_with_the_slots_emptied_since_the_last(
          "continues_text": False, "emptied": [], "copied": [0, 4]},
         {"slot": 1, "keep": 0, "prompt": [9], "max_tokens": 2, "stop": [], "stop_tokens": [], "continues_text": False,
          "emptied": [], "copied": None},
+        {"slot": 1, "keep": 9, "prompt": [9], "max_tokens": 1, "stop": [], "stop_tokens": [], "continues_text": False,
+         "emptied": [], "copied": None},
+        {"slot": 2, "keep": 3, "prompt": [9], "max_tokens": 1, "stop": [], "stop_tokens": [], "continues_text": False,
+         "emptied": [3], "copied": [0, 3]},
         None]  # the other ranks end with rank 0
     # The other ranks stop where rank 0 does: the same stop rules, over the same text.
     assert job_config(lockstep.published[0]) == completion

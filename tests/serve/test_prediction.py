@@ -143,8 +143,10 @@ def test_a_prediction_of_megabytes_is_refused_from_its_head_and_stalls_no_other_
         with pytest.raises(BadRequestError) as refused:
             sent.result(timeout=120)
         took = time.perf_counter() - began
-    assert waits and max(waits) < 1.0, waits  # was 6 s and more: the whole text encoded holding the lock
-    assert took < 3.0
+    # bounds with room for a loaded machine, well under what they were: 6 s and more of /health waiting while
+    # the whole text was encoded holding the lock, 12 s for the answer when the whole text was encoded first
+    assert waits and max(waits) < 2.5, waits
+    assert took < 8.0, took
     error = refused.value.body
     assert error["param"] == "prediction" and error["code"] == "context_length_exceeded"
     assert f"context window is {worker.slots.context_window} tokens, but the prediction is longer" in error["message"]

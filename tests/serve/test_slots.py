@@ -100,6 +100,19 @@ def test_a_new_conversation_sharing_a_live_ones_start_copies_it_and_leaves_it_wh
     assert answer(mlx, main, turn) == greedy(target.model, turn, 8)
 
 
+def test_a_next_turn_that_renders_the_last_prompts_end_anew_continues_its_slot(loaded):
+    """Some templates end a prompt with what the answer's turn drops when rendered again (Qwen3's empty
+    think block with thinking off): the next turn is still this conversation's, its cache reused."""
+    mlx, target, drafters = loaded
+    slots = mlx.call(Slots, target.model, target.tokenizer, drafters, 4)
+    system, think = list(range(40, 140)), [90, 91, 92, 93]
+    main = take(mlx, slots, system + [5, 6] + think, "drafter")
+    said = answer(mlx, main, system + [5, 6] + think)
+    turn = system + [5, 6] + said + [7, 8]
+    assert take(mlx, slots, turn, "drafter") is main and main.turns == 2
+    assert answer(mlx, main, turn) == greedy(target.model, turn, 8)
+
+
 def test_a_busy_slot_is_not_taken_even_by_its_own_conversation(loaded):
     """Requests run at once in a batch: a slot holds one of them until released."""
     mlx, target, drafters = loaded
