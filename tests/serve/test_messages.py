@@ -19,7 +19,7 @@ from specmlx.serve.errors import APIError
 from specmlx.serve.protocol import within_window
 
 from .conftest import KEY, MODEL, healthy, sse_events, start
-from .test_tools import (CITY, TOKENS, answer_around_calls, engine_tokens, json_parse, tool_loaded,  # noqa: F401
+from .test_tools import (CITY, TOKENS, answer_around_calls, engine_tokens, json_parse, nested, tool_loaded,  # noqa: F401
                          tool_server)
 
 anthropic = pytest.importorskip("anthropic")
@@ -431,9 +431,7 @@ def test_server_tools_and_a_thinking_budget_anthropic_refuses_are_a_400_naming_t
 
 
 def test_a_schema_nested_too_deeply_is_a_400_under_any(claude, tool_server):
-    deep: dict = {"type": "integer"}
-    for _ in range(64):
-        deep = {"type": "object", "properties": {"a": deep}}
+    deep = nested(64)
     with pytest.raises(anthropic.BadRequestError) as err:
         ask(claude, tools=[{"name": "deep", "input_schema": deep}], tool_choice={"type": "any"}, max_tokens=4)
     assert "nested too deeply" in err.value.body["error"]["message"]

@@ -17,7 +17,7 @@ from specmlx.serve.responses import ResponsesRequest, echoed, to_chat
 from specmlx.serve.responses_render import ResponseReply
 
 from .conftest import KEY, MODEL, healthy, sse_events, start
-from .test_tools import CITY, TOKENS, answer_around_calls, engine_tokens, reader, tool_loaded, tool_server  # noqa: F401
+from .test_tools import CITY, TOKENS, answer_around_calls, engine_tokens, nested, reader, tool_loaded, tool_server  # noqa: F401
 
 openai = pytest.importorskip("openai")
 from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
@@ -367,9 +367,7 @@ def test_a_missing_or_wrong_api_key_is_a_401_in_openais_shape(tool_loaded):
 
 
 def test_a_text_format_schema_nested_too_deeply_is_a_400(client, tool_server):
-    deep: dict = {"type": "integer"}
-    for _ in range(64):
-        deep = {"type": "object", "properties": {"a": deep}}
+    deep = nested(64)
     with pytest.raises(openai.BadRequestError) as err:
         ask(client, max_output_tokens=4, text={"format": {"type": "json_schema", "name": "deep", "schema": deep}})
     assert "nested too deeply" in err.value.body["message"]
