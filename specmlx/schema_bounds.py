@@ -4,8 +4,9 @@ A JSON number's grammar has no end of its own: a model unsure how to end one wri
 max_tokens. llama.cpp's grammars allow 16 digits before the point and 16 after. llguidance has no
 option for it, so the schema says it: every number it allows gets a `minimum` and `maximum` (16
 digits, no exponent) and a `multipleOf` of 1e-10 (10 digits after the point: llguidance reads no
-finer step exactly), unless the schema's own bounds are finer. A bound the schema sets itself is kept. A value the schema leaves open (`{}`,
-an object's other properties, an array's items) becomes any JSON with bounded numbers (`_any`).
+finer step exactly), unless the schema's own bounds are finer. A bound the schema sets itself is
+kept. A value the schema leaves open (`{}`, an object's other properties, an array's items)
+becomes any JSON with bounded numbers (`_any`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "depre
 
 
 def bounded(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` (unchanged) with every number it allows bounded, and every value it leaves open any JSON with bounded numbers;
-    refused (SpecmlxError) if nested past `MAX_DEPTH`."""
+    """`schema` (unchanged) with every number it allows bounded, and every value it leaves open any JSON with
+    bounded numbers; refused (SpecmlxError) if nested past `MAX_DEPTH`. One bounded already is returned as it is
+    (a tool's arguments are bounded to be embedded, then compiled alone to check them)."""
+    if ANY_NAME.format(OPEN_DEPTH) in schema.get("$defs", {}):
+        return schema
     if _depth(schema) > MAX_DEPTH:
         raise SpecmlxError("the JSON schema cannot be used: it is nested too deeply for the grammar engine "
                            f"(more than {MAX_DEPTH} levels)")

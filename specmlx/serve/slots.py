@@ -123,12 +123,11 @@ class Slots:
         its own whose conversation it continues, else an empty one, else the one cheapest to lose
         (see above), holding the start it shares with another conversation of its owner's. It is
         busy until `release`d."""
-        own = [s for s in self._slots if s.owner == owner and s.engine.context and not s.busy]
-        best = max(own, key=lambda s: (_continues(s, prompt), common_prefix_len(s.engine.context, prompt), s.used),
-                   default=None)
-        shared = common_prefix_len(best.engine.context, prompt) if best is not None else 0
+        own = [(common_prefix_len(s.engine.context, prompt), s) for s in self._slots
+               if s.owner == owner and s.engine.context and not s.busy]
+        shared, best = max(own, key=lambda o: (_continues(o[1], o[0]), o[0], o[1].used), default=(0, None))
         source = None
-        if best is not None and _continues(best, prompt):
+        if best is not None and _continues(best, shared):
             best.turns += 1
         else:
             source = best if shared >= COPY_MIN else None
@@ -191,10 +190,10 @@ class Slots:
         return [len(s.engine.context) for s in self._slots]
 
 
-def _continues(slot: Slot, prompt: Sequence[int]) -> bool:
-    """Whether `prompt` is `slot`'s next turn (or the same again): it shares all of its last prompt but
-    at most its last `RENDERED_AGAIN` tokens."""
-    shared, asked = common_prefix_len(slot.engine.context, prompt), min(slot.asked, len(slot.engine.context))
+def _continues(slot: Slot, shared: int) -> bool:
+    """Whether a prompt sharing `shared` tokens with `slot`'s context is its next turn (or the same again):
+    it shares all of its last prompt but at most its last `RENDERED_AGAIN` tokens."""
+    asked = min(slot.asked, len(slot.engine.context))
     return shared > 0 and shared >= asked - min(RENDERED_AGAIN, asked // 2)
 
 
