@@ -32,7 +32,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, S
                       ValidationError)
 
 from .errors import APIError, not_served
-from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative, kind_of
+from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative, Unserved, kind_of
 from .tools import refuse_duplicates
 
 # Anthropic's least `thinking.budget_tokens`.
@@ -55,13 +55,6 @@ class ToolUseBlock(BaseModel):
     input: dict[str, Any]
 
 
-class OtherBlock(BaseModel):
-    """A block of a kind not served (`image`, `document`...): kept to be refused by its place."""
-
-    model_config = ConfigDict(extra="allow")
-    type: StrictStr
-
-
 class ThinkingBlock(BaseModel):
     """An earlier answer's thinking: dropped from the history, as Anthropic's API lets a client do."""
 
@@ -69,7 +62,7 @@ class ThinkingBlock(BaseModel):
     type: Literal["thinking", "redacted_thinking"]
 
 
-ResultBlock = Annotated[Union[Annotated[TextBlock, Tag("text")], Annotated[OtherBlock, Tag("other")]],
+ResultBlock = Annotated[Union[Annotated[TextBlock, Tag("text")], Annotated[Unserved, Tag("other")]],
                         Discriminator(kind_of(("text",)))]
 
 
@@ -85,7 +78,7 @@ class ToolResultBlock(BaseModel):
 BLOCKS = {"text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
           "redacted_thinking": ThinkingBlock}
 Block = Annotated[Union[tuple(Annotated[model, Tag(kind)] for kind, model in BLOCKS.items())
-                        + (Annotated[OtherBlock, Tag("other")],)], Discriminator(kind_of(tuple(BLOCKS)))]
+                        + (Annotated[Unserved, Tag("other")],)], Discriminator(kind_of(tuple(BLOCKS)))]
 
 
 class AnthropicMessage(BaseModel):
@@ -286,14 +279,14 @@ def user_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict]:
 
 
 def refuse_unserved(where: str, block: Any) -> None:
-    if isinstance(block, OtherBlock):
+    if isinstance(block, Unserved):
         raise not_served(where, block.type, "text, tool_use, tool_result and thinking blocks")
 
 
 def result_text(content: Union[str, list, None], where: str) -> str:
     """A tool_result's text: a string, or its text blocks' (an image in it is refused by its place)."""
     for k, block in enumerate(content if isinstance(content, list) else []):
-        if isinstance(block, OtherBlock):
+        if isinstance(block, Unserved):
             raise not_served(f"{where}.{k}", block.type, "text blocks")
     return text_of(content)
 

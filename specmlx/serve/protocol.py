@@ -74,8 +74,9 @@ class TextPart(BaseModel):
     text: StrictStr
 
 
-class OtherPart(BaseModel):
-    """A part of a kind not served (`image_url`, `input_audio`, `file`...): kept to be refused by its place."""
+class Unserved(BaseModel):
+    """A content part or block of a kind not served (chat's `image_url`, `input_audio`, `file`; Anthropic's
+    `image`, `document`...): kept to be refused by its place (`errors.not_served`)."""
 
     model_config = ConfigDict(extra="allow")
     type: StrictStr
@@ -89,7 +90,7 @@ def kind_of(served: tuple[str, ...]) -> Callable[[Any], str | None]:
     return kind
 
 
-Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[OtherPart, Tag("other")]],
+Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[Unserved, Tag("other")]],
                  Discriminator(kind_of(("text",)))]
 
 
