@@ -150,7 +150,7 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
     assert batch.widest >= 2 and worker.waiting == 0 and not worker.batching.running
 
 
-def test_stopping_with_requests_queued_answers_each_in_its_routes_shape_and_exits_promptly(served_dirs):
+def test_stopping_with_requests_queued_answers_each_in_its_routes_shape_and_exits(served_dirs):
     """`specmlx serve --max-batch 2` with two rows decoding and four requests queued, then SIGTERM:
     the queued streams end with their route's error event, the queued whole requests get 503 in their
     route's shape, and the process exits well within uvicorn's 10 s grace."""
