@@ -5,6 +5,7 @@ each of their functions reads on one screen."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -43,12 +44,17 @@ def test_no_function_of_the_core_is_longer_than_a_screen(core):
     assert not long, f"{core}: {long}"
 
 
-def test_the_readme_layout_names_every_module_and_folder():
-    """README's "Code layout" is the map of the tree: every module of specmlx/ and
+def section(text: str, heading: str) -> str:
+    """A markdown section: from its `## heading` to the next `## ` (or the end)."""
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_the_architecture_layout_names_every_module_and_folder():
+    """docs/architecture.md's "Code layout" is the map of the tree: every module of specmlx/ and
     the app, and every folder, is named there (a new file that is not fails here)."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Code layout")
-    layout = readme[start : readme.index("\n## ", start + 1)]
+    layout = section((ROOT / "docs" / "architecture.md").read_text(), "Code layout")
     missing = []
     for top in ("specmlx", "app"):
         for path in sorted((ROOT / top).rglob("*")):
@@ -58,4 +64,35 @@ def test_the_readme_layout_names_every_module_and_folder():
                 missing.append(str(path.relative_to(ROOT)))
             elif path.is_dir() and path.parent.name != "bundled" and f"{path.name}/" not in layout:
                 missing.append(str(path.relative_to(ROOT)) + "/")
-    assert not missing, f"README's code layout does not name {missing}"
+    assert not missing, f"docs/architecture.md's code layout does not name {missing}"
+
+
+README_LINES = 300  # the README is a front door; the reference lives in docs/
+
+
+def test_the_readme_is_a_front_door():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= README_LINES, f"README.md has {lines} lines (at most {README_LINES}): move the rest to docs/"
+
+
+def test_where_to_change_what_names_files_that_exist():
+    """Every path the README's "where to change what" table names (in backticks, with a slash)
+    exists: a moved or renamed file fails here until the table follows it."""
+    table = section((ROOT / "README.md").read_text(), "Where to change what")
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| task")]
+    assert len(rows) >= 6, "the README's where-to-change-what table has lost its rows"
+    named = [p for row in rows for p in re.findall(r"`([^`\s]+/[^`\s]*)`", row)]
+    missing = sorted({p for p in named if not (ROOT / p).exists()})
+    assert not missing, f"README's where-to-change-what table names paths that do not exist: {missing}"
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file(page):
+    links = re.findall(r"\]\(([^)\s]+)\)", page.read_text())
+    local = [link.split("#")[0] for link in links if not re.match(r"[a-z]+:|#", link)]
+    broken = sorted({link for link in local if not (page.parent / link).exists()})
+    assert not broken, f"{page.relative_to(ROOT)} links to files that do not exist: {broken}"
