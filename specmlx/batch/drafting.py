@@ -41,7 +41,7 @@ class SharedDrafter:
     """The rows of one drafter model, in the order they joined."""
 
     def __init__(self, drafter: ModelDrafter) -> None:
-        self.model, self.vocab_size = drafter.model, drafter.vocab_size
+        self.model, self.vocab_size = drafter.draft_model, drafter.vocab_size
         self.cache = BatchCache(len(drafter.cache))
         self.rows: list[Member] = []
         self.fed = 0  # positions the round's first step fed a row (more than 2: it caught up on skipped tokens)
