@@ -50,7 +50,7 @@ def draft_setting(drafter: str | None, auto: bool, num_draft: int | None) -> str
 def idle_figures(settings: ChatSettings, baseline_tps: float | None = None) -> Figures:
     """No answer on screen: the drafter and draft length the next one uses."""
     choice = settings.active_drafter
-    draft = draft_setting(choice, settings.num_draft is None, settings.num_draft)
+    draft = draft_setting(choice, settings.policy.auto, settings.policy.num_draft)
     return Figures(drafter=drafter_label(choice), draft=draft, baseline_tps=baseline_tps)
 
 

@@ -13,13 +13,13 @@ from specmlx.sampling import SamplingParams
 BUILTIN_LABELS = {NGRAM: "prompt lookup", NONE: "none (plain decoding)"}
 
 
-def read_num_draft(text: str) -> int | None:
+def read_policy(text: str) -> DraftPolicy:
     """The settings field's draft policy (`DraftPolicy`'s grammar: `4`, `auto`...), of which
-    a chat keeps the length: any other part is refused, not dropped."""
+    a chat sets the length alone: any other part is refused, not dropped."""
     policy = DraftPolicy.parse(text)
     if policy != DraftPolicy(num_draft=policy.num_draft):
         raise SpecmlxError(f'draft policy "{text}": a chat sets only the draft length ({START_DRAFT}, auto...)')
-    return policy.num_draft
+    return policy
 
 
 def drafter_label(name: str) -> str:
@@ -34,13 +34,13 @@ class ChatSettings:
     `drafter` is a drafter's name (`Drafter.name`); None means the one the
     models were loaded with. `speculation=False` decodes with no drafter but
     keeps `drafter`, so turning speculation back on restores the earlier
-    choice. `num_draft` None ("auto") lets each round choose its draft length
-    from what this session measured.
+    choice. `policy` sets the draft length only: `num_draft` None ("auto") lets
+    each round choose it from what this session measured.
     """
 
     temp: float = 0.0
     top_p: float = 1.0
-    num_draft: int | None = START_DRAFT
+    policy: DraftPolicy = DraftPolicy()
     max_tokens: int = 1024
     drafter: str | None = None
     speculation: bool = True
@@ -52,7 +52,7 @@ class ChatSettings:
     @property
     def draft_label(self) -> str:
         """The draft policy as the settings field shows it (`DraftPolicy`'s grammar), e.g. `4` or `auto`."""
-        return str(DraftPolicy(num_draft=self.num_draft))
+        return str(self.policy)
 
     @property
     def active_drafter(self) -> str | None:
@@ -62,6 +62,6 @@ class ChatSettings:
         return GenerationConfig(
             max_tokens=self.max_tokens,
             sampling=SamplingParams(temp=self.temp, top_p=self.top_p),
-            policy=DraftPolicy(num_draft=self.num_draft),
+            policy=self.policy,
             stop=stop,
         )

@@ -25,6 +25,7 @@ from typing import Iterator
 
 from specmlx.errors import SpecmlxError
 from specmlx.events import RoundEvent, Source, TokenEvent
+from specmlx.policy import DraftPolicy
 from specmlx.stats import GenerationStats
 
 from .settings import ChatSettings
@@ -307,8 +308,10 @@ def _rounds(events: tuple[TokenEvent, ...], rows: list[tuple]) -> tuple[RoundEve
 
 
 def _settings_json(settings: ChatSettings) -> str:
-    """All but the system prompt, which has its own column."""
-    return json.dumps({k: v for k, v in asdict(settings).items() if k != "system"})
+    """All but the system prompt, which has its own column; of the draft policy, the length that
+    a chat sets (`num_draft`), as files have held it from the first version."""
+    saved = {k: v for k, v in asdict(settings).items() if k not in ("system", "policy")}
+    return json.dumps(saved | {"num_draft": settings.policy.num_draft})
 
 
 def _settings(text: str | None, system: str) -> ChatSettings | None:
@@ -318,8 +321,9 @@ def _settings(text: str | None, system: str) -> ChatSettings | None:
         return None
     try:
         data = json.loads(text)
-        known = {f.name for f in fields(ChatSettings)} - {"system"}
-        return ChatSettings(**{k: v for k, v in data.items() if k in known}, system=system)
+        known = {f.name for f in fields(ChatSettings)} - {"system", "policy"}
+        policy = {"policy": DraftPolicy(num_draft=data["num_draft"])} if "num_draft" in data else {}
+        return ChatSettings(**{k: v for k, v in data.items() if k in known}, **policy, system=system)
     except (ValueError, TypeError, AttributeError, SpecmlxError):
         return None
 

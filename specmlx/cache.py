@@ -52,6 +52,19 @@ def rewind(cache: list[Any], length: int) -> None:
             layer.trim(excess)
 
 
+def clear(cache: list[Any]) -> None:
+    """Hold nothing: each layer lets go of its arrays (whoever else holds them keeps them)."""
+    for layer in cache:
+        layer.keys = layer.values = None
+        layer.offset = 0
+
+
+def take_rows(cache: list[Any], rows: Sequence[KVCache]) -> None:
+    """Each layer holds its row's arrays and length in place of its own: O(1), nothing is copied."""
+    for layer, row in zip(cache, rows):
+        layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+
+
 def copyable(cache: list[Any]) -> bool:
     """Whether `copy_prefix` can copy into or from `cache`: every layer a plain `KVCache` (a rotating
     window's or a recurrent layer's state is not a prefix of positions)."""
@@ -64,9 +77,8 @@ def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     length = min(length, cache_length(source))
     if length <= 0 or not (copyable(cache) and copyable(source)):
         return 0
+    clear(cache)
     for mine, theirs in zip(cache, source):
-        mine.keys = mine.values = None
-        mine.offset = 0
         mine.update_and_fetch(theirs.keys[..., :length, :], theirs.values[..., :length, :])
     mx.eval([c.state for c in cache])
     return length

@@ -18,7 +18,6 @@ from mlx_lm.utils import common_prefix_len
 
 from .cache import PREFILL_STEP, cache_length, copy_prefix, copyable, make_cache, rewind
 from .drafters import Drafter, HiddenDrafter
-from .drafters.copying import copy_state
 from .errors import SpecmlxError
 from .grammar import Constraint, Grammar, grammar_tokenizer
 from .generation import MAX_SEED, RANDOM_SEED, Generation, GenerationConfig
@@ -124,7 +123,7 @@ class Engine:
         self.forget(0)
         length = min(length, len(source.context), source.cache_length())
         same = source.drafter if source.drafter.name == self.drafter.name else None
-        length = min(length, copy_state(self.drafter, same, length))
+        length = min(length, self.drafter.adopt(same, length))
         length = copy_prefix(self.cache, source.cache, length)
         self.context = source.context[:length]
         self.drafter.rewind(length)  # a drafter's copy past what the target's holds is dropped

@@ -5,7 +5,7 @@ import mlx.nn as nn
 import pytest
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from specmlx.cache import cache_length, make_cache, prefill, rewind
+from specmlx.cache import cache_length, clear, make_cache, prefill, rewind, take_rows
 from specmlx.errors import SpecmlxError
 
 from . import tiny
@@ -50,3 +50,15 @@ class RecurrentModel(nn.Module):
 def test_a_cache_that_cannot_rewind_is_refused_up_front():
     with pytest.raises(SpecmlxError, match="cannot be rewound.*ArraysCache"):
         make_cache(RecurrentModel(), name="target x")
+
+
+def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):
+    source = make_cache(target)
+    prefill(target, source, list(range(1, 12)))
+    cache = make_cache(target)
+    take_rows(cache, source)
+    assert cache_length(cache) == 11
+    assert all(mine.keys is theirs.keys and mine.values is theirs.values for mine, theirs in zip(cache, source))
+    clear(cache)
+    assert all(layer.keys is None and layer.values is None and layer.offset == 0 for layer in cache)
+    assert cache_length(source) == 11  # the arrays it let go of are still the source's

@@ -11,8 +11,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, Switch
 
 from specmlx.errors import SpecmlxError
+from specmlx.policy import DraftPolicy
 
-from ..settings import ChatSettings, read_num_draft
+from ..settings import ChatSettings, read_policy
 from ..widgets.drafter_list import ChosenButton, DrafterList
 
 
@@ -90,9 +91,9 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             except ValueError:
                 raise ValueError(f"{label}: {text!r} is not a valid {kind.__name__}") from None
 
-        def draft(text: str) -> int | None:
+        def draft(text: str) -> DraftPolicy:
             try:
-                return read_num_draft(text)
+                return read_policy(text)
             except SpecmlxError as err:
                 raise SpecmlxError(f"draft tokens: {err}") from None
 
@@ -100,7 +101,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         return ChatSettings(
             temp=value("temp", float, "temperature"),
             top_p=value("top_p", float, "top-p"),
-            num_draft=draft(self.query_one("#num_draft", Input).value),
+            policy=draft(self.query_one("#num_draft", Input).value),
             max_tokens=value("max_tokens", int, "max tokens"),
             drafter=pressed.name if pressed is not None else self.settings.drafter,
             speculation=self.query_one("#speculation", Switch).value,

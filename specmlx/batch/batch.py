@@ -32,7 +32,6 @@ from time import perf_counter
 
 import mlx.nn as nn
 
-from ..drafters.gemma4_assistant import Gemma4AssistantDrafter
 from ..events import RoundEvent
 from ..plan import Plan
 from ..schedule.auto import TIMED_EVERY
@@ -69,25 +68,20 @@ class Batch:
         defer = bool(self.members) and member.auto is not None and shares(member)
         member.prefill(drafter=not defer)
         engine = member.engine
-        self.cache.join(engine.cache, engine.cache_length())
-        for layer in engine.cache:  # the rows live in the batch now: the slot's copy is freed
-            layer.keys = layer.values = None
-            layer.offset = 0
+        self.cache.move_in(engine.cache, engine.cache_length())
         member.row.index = len(self.members)
         self.members.append(member)
         if defer:
             self.deferred.append(member)
         elif shares(member):
             self._share(member)
-        if isinstance(engine.drafter, Gemma4AssistantDrafter):  # it reads the target's cache in place
+        if engine.drafter.reads_target_cache:
             engine.drafter.attach(self.target, self.cache.view(member.row))
 
     def remove(self, member: Member) -> None:
         """Take `member` out (finished or cancelled): its rows go back to its slot's cache."""
         engine = member.engine
-        rows = self.cache.leave(member.row.index)
-        for layer, row in zip(engine.cache, rows):
-            layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+        self.cache.move_out(member.row.index, engine.cache)
         self.members.remove(member)
         if member in self.deferred:  # its drafter holds a prefix of its context: a next turn feeds the rest
             self.deferred.remove(member)
@@ -98,7 +92,7 @@ class Batch:
                 del self.shared[id(group.model)]
         for i, m in enumerate(self.members):
             m.row.index = i
-        if isinstance(engine.drafter, Gemma4AssistantDrafter):
+        if engine.drafter.reads_target_cache:
             engine.drafter.attach(self.target, engine.cache)
         engine.rewind(len(member.tokens))
         member.rec.pause()
@@ -140,7 +134,7 @@ class Batch:
     def _share(self, member: Member) -> None:
         """Move `member`'s drafter cache into its drafter model's group."""
         drafter = member.engine.drafter
-        self.shared.setdefault(id(drafter.model), SharedDrafter(drafter)).join(member)
+        self.shared.setdefault(id(drafter.draft_model), SharedDrafter(drafter)).join(member)
 
     def _catch_up(self, members: list[Member], plans: list[Plan]) -> None:
         """Deferred rows this round has draft or probe: each drafter is fed the context it skipped
@@ -190,7 +184,7 @@ class Batch:
     def _lane(self, member: Member, fixed: Plan | None, rows: int, alone: CostEstimate | None) -> Lane:
         """A row as the load-aware choice sees it, in seconds; rows of one shared drafter pay its
         steps once, at this batch's size."""
-        group_id = id(member.engine.drafter.model) if shares(member) else None  # a deferred row's too
+        group_id = id(member.engine.drafter.draft_model) if shares(member) else None  # a deferred row's too
         auto = member.auto
         own = None if auto is None else auto.costs.estimate()
         step = self.costs.step_s(rows, alone) if group_id is not None else (0.0 if own is None else own.step_s)

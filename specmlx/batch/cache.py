@@ -18,6 +18,7 @@ from typing import Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from ..cache import clear, take_rows
 from ..errors import SpecmlxError
 
 COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
@@ -55,6 +56,15 @@ class BatchCache:
         self.padding = [p + max(length - self.size, 0) for p in self.padding] + [padding]
         self.lengths.append(length)
         self.size = max(self.size, length)
+
+    def move_in(self, cache: Sequence[KVCache], length: int) -> None:
+        """`join` a slot's single-row cache, which is then emptied: its rows live in the batch now."""
+        self.join(cache, length)
+        clear(cache)
+
+    def move_out(self, row: int, cache: Sequence[KVCache]) -> None:
+        """Row `row` leaves (`leave`) into a slot's single-row cache, which holds what it held."""
+        take_rows(cache, self.leave(row))
 
     def leave(self, row: int) -> list[KVCache]:
         """Remove row `row`; its tokens come back as a single-row cache."""

@@ -2,8 +2,8 @@
 
 A model drafter's step reads all its weights for one token; for a batch of
 rows, one forward of all rows costs little more than one row's, so the rows
-whose drafter is the same `ModelDrafter` model (and who stop drafts on no
-p-min, which needs a sync per step and per row) draft together. Their
+whose drafter runs the same small model (`Drafter.draft_model`), and who stop
+drafts on no p-min (a sync per step and per row), draft together. Their
 drafter caches live in one `BatchCache` while they are in the batch, as the
 target's do.
 
@@ -33,7 +33,7 @@ from .member import Member
 def shares(member: Member) -> bool:
     """Whether `member` drafts in a shared forward: a model drafter, with no p-min and no grammar (whose
     draws are masked by what the row's grammar allows after each, known only after a sync per step)."""
-    return (isinstance(member.engine.drafter, ModelDrafter) and member.config.policy.p_min == 0
+    return (member.engine.drafter.draft_model is not None and member.config.policy.p_min == 0
             and member.constraint is None)
 
 
@@ -41,23 +41,18 @@ class SharedDrafter:
     """The rows of one drafter model, in the order they joined."""
 
     def __init__(self, drafter: ModelDrafter) -> None:
-        self.model, self.vocab_size = drafter.model, drafter.vocab_size
+        self.model, self.vocab_size = drafter.draft_model, drafter.vocab_size
         self.cache = BatchCache(len(drafter.cache))
         self.rows: list[Member] = []
         self.fed = 0  # positions the round's first step fed a row (more than 2: it caught up on skipped tokens)
 
     def join(self, member: Member) -> None:
         own = member.engine.drafter.cache
-        self.cache.join(own, cache_length(own))
-        for layer in own:  # the rows live here now
-            layer.keys = layer.values = None
-            layer.offset = 0
+        self.cache.move_in(own, cache_length(own))
         self.rows.append(member)
 
     def leave(self, member: Member) -> None:
-        rows = self.cache.leave(self.rows.index(member))
-        for layer, row in zip(member.engine.drafter.cache, rows):
-            layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+        self.cache.move_out(self.rows.index(member), member.engine.drafter.cache)
         self.rows.remove(member)
 
     def draft(self, steps: int, keys: dict[int, mx.array],

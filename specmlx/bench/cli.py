@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..cli import run_cli
 from ..distributed import Group
@@ -24,12 +25,12 @@ from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packa
                          read_prompts)
 from ..sampling import SamplingParams
 from . import plot
-from .calibrate import calibrate
+from .calibrate import Calibration, calibrate
 from .driver import RunSettings, run_all
 from .kinds import by_kind, kinds_table
 from .lineup import Lineup, drafter_specs, load_lineup
 from .machine import describe_machine
-from .plan import MODES, plan_runs
+from .plan import MODES, RunSpec, plan_runs
 from .report import document, render, write_json
 from .runs import Measurement
 from .sharded import render_sharded, sharded_figures, sharded_options
@@ -177,7 +178,34 @@ def bench(options: Options) -> int:
 def bench_on(options: Options, group: Group | None) -> int:
     """The bench on one process, or on every rank of a sharded target: each rank
     runs the same plan in the same order; rank 0 alone logs, prints and writes."""
-    say = log if leads(group) else quiet
+    prepared = prepare(options, group, log if leads(group) else quiet)
+    measurements = measure(prepared, group)
+    if group is not None:  # every rank measures; rank 0 reports
+        figures = sharded_figures(group, prepared.lineup, measurements)
+        prepared = replace(prepared, config=prepared.config | {"distributed": figures})
+    if leads(group):
+        report(prepared, measurements, group)
+    return 0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a bench runs, prepared alike on every rank."""
+
+    options: Options  # as a sharded bench can run them
+    lineup: Lineup
+    prompts: list[EncodedPrompt]
+    plan: list[RunSpec]
+    settings: RunSettings
+    calibration: Calibration | None
+    machine: dict
+    config: dict  # `describe_config`'s, and with ranks what they measured (`sharded_figures`)
+    kinds: dict[str, str]  # each prompt's kind by its id
+
+
+def prepare(options: Options, group: Group | None, say: Callable[[str], None]) -> Prepared:
+    """Check the output files, read the prompts (rank 0) and load the lineup; the prompts
+    reach every rank as tokens. Then calibrate and plan the runs."""
     if leads(group):  # rank 0 alone reads the prompts and writes: the others need neither file
         if options.plot is not None:
             plot.require()
@@ -194,50 +222,58 @@ def bench_on(options: Options, group: Group | None) -> int:
         prompts = [EncodedPrompt(p["id"], p["kind"], tuple(p["tokens"]), tuple(p["prediction"]), p["schema"])
                    for p in lineup.lockstep.shared(None if prompts is None else [asdict(p) for p in prompts])]
     machine = describe_machine()
-    calibration = None
     if group is not None:
         options = sharded_options(options, say)
-    if options.calibration_steps:
-        say(f"calibrating: {options.calibration_steps} single-token steps of each model")
-        drafters = {e.name: e.drafter for e in lineup.entrants}
-        verify_rows = [k + 1 for e in lineup.entrants for k in e.draft_lengths(options.num_drafts) if k]
-        calibration = calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps,
-                                verify_rows)
+    calibration = measure_costs(options, lineup, prompts, say) if options.calibration_steps else None
     plan = plan_runs(lineup.entrants, options.temps, options.num_drafts, options.modes)
     if not plan:
         raise SpecmlxError(f"--modes {','.join(options.modes)}: nothing to run with these drafters")
     settings = RunSettings(options.max_tokens, options.seed, options.profile,
                            min(options.warmup_tokens, options.max_tokens))
-    config = describe_config(options, lineup, prompts, chat)
-    kinds = {p.id: p.kind for p in prompts}
+    return Prepared(options, lineup, prompts, plan, settings, calibration, machine,
+                    describe_config(options, lineup, prompts, chat), {p.id: p.kind for p in prompts})
 
-    def save(measurements: list[Measurement]) -> None:
-        """The JSON so far, rewritten after each prompt: a long run that dies keeps what it measured."""
-        done = len({m.prompt_id for m in measurements})
-        doc = document(summarize(measurements, calibration), measurements, machine, config, calibration)
-        per_kind = [row.to_dict() for row in by_kind(measurements, kinds)]
-        write_json(options.json, doc | {"by_kind": per_kind, "prompts_done": done})
 
-    measurements = run_all(lineup, prompts, plan, settings,
-                           save if options.json is not None and leads(group) else None, show=leads(group))
-    results = summarize(measurements, calibration)
-    if group is not None:  # every rank measures; rank 0 reports
-        config["distributed"] = sharded_figures(group, lineup, measurements)
-    if not leads(group):
-        return 0
-    print(render(results, machine, config, calibration))
-    if table := kinds_table(by_kind(measurements, kinds)):
+def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt],
+                  say: Callable[[str], None]) -> Calibration:
+    """The cost ratios the predicted speed-ups need, timed on the first prompt."""
+    say(f"calibrating: {options.calibration_steps} single-token steps of each model")
+    drafters = {e.name: e.drafter for e in lineup.entrants}
+    verify_rows = [k + 1 for e in lineup.entrants for k in e.draft_lengths(options.num_drafts) if k]
+    return calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps, verify_rows)
+
+
+def measure(prepared: Prepared, group: Group | None) -> list[Measurement]:
+    """Every run of the plan on every prompt; rank 0 rewrites the JSON after each prompt."""
+    save = partial(write_results, prepared) if prepared.options.json is not None and leads(group) else None
+    return run_all(prepared.lineup, prepared.prompts, prepared.plan, prepared.settings, save, show=leads(group))
+
+
+def write_results(prepared: Prepared, measurements: list[Measurement]) -> None:
+    """The JSON so far, rewritten after each prompt: a long run that dies keeps what it measured."""
+    done = len({m.prompt_id for m in measurements})
+    calibration = prepared.calibration
+    doc = document(summarize(measurements, calibration), measurements, prepared.machine, prepared.config, calibration)
+    per_kind = [row.to_dict() for row in by_kind(measurements, prepared.kinds)]
+    write_json(prepared.options.json, doc | {"by_kind": per_kind, "prompts_done": done})
+
+
+def report(prepared: Prepared, measurements: list[Measurement], group: Group | None) -> None:
+    """Rank 0's tables, then the JSON and the plot where asked for."""
+    options, machine = prepared.options, prepared.machine
+    results = summarize(measurements, prepared.calibration)
+    print(render(results, machine, prepared.config, prepared.calibration))
+    if table := kinds_table(by_kind(measurements, prepared.kinds)):
         print(f"\nper kind of prompt (tokens per round; × the target alone on the same kind's prompts):\n\n{table}")
     if group is not None:
-        print(render_sharded(config["distributed"]))
+        print(render_sharded(prepared.config["distributed"]))
     if options.json is not None:
-        save(measurements)
+        write_results(prepared, measurements)
         log(f"wrote {options.json}")
     if options.plot is not None:
         title = f"{Path(options.target).name} · {machine['backend']} · {machine['blas'].split(' (')[0]}"
         plot.write_plot(results, options.plot, title)
         log(f"wrote {options.plot}")
-    return 0
 
 
 def describe_config(options: Options, lineup: Lineup, prompts: list[EncodedPrompt], chat: bool) -> dict:

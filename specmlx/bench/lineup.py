@@ -23,8 +23,8 @@ from typing import Iterable
 
 import mlx.nn as nn
 
-from ..distributed import Lockstep
-from ..drafters import NGRAM, Drafter, ModelDrafter
+from ..distributed import Lockstep, lockstep_of
+from ..drafters import NGRAM, Drafter
 from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models, resolve_drafter
 from ..policy import AUTO, START_DRAFT, DraftPolicy, read_parts
 
@@ -49,7 +49,7 @@ class Entrant:
     def model(self) -> nn.Module | None:
         """The drafter's language model, which mlx-lm can draft with too; None
         for drafters mlx-lm has no equivalent of (prompt lookup, none)."""
-        return self.drafter.model if isinstance(self.drafter, ModelDrafter) else None
+        return self.drafter.draft_model
 
     @property
     def drafts(self) -> bool:
@@ -136,4 +136,4 @@ def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
                 constrained=has_word(suffix, SCHEMA))
         for name, spec, drafter, (_, suffix, policy) in zip(names, specs, loaded.drafters, split)
     )
-    return Lineup(loaded.target, entrants, loaded.peers if isinstance(loaded.peers, Lockstep) else None)
+    return Lineup(loaded.target, entrants, lockstep_of(loaded.peers))

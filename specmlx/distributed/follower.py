@@ -29,6 +29,7 @@ class Follower:
     what drafted. Not a `NoDrafter`: code that plans by drafter kind (the
     bench's runs) must plan the same on every rank, and rank 0's drafter does draft."""
     drafts = True
+    draft_model, reads_target_cache = None, False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -45,6 +46,9 @@ class Follower:
 
     def rewind(self, length: int) -> None:
         pass
+
+    def adopt(self, source: "Follower | None", length: int) -> int:
+        return length  # it holds nothing
 
 
 def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,

@@ -28,6 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..hidden import text_model
+from ..peers import Peers
 from .group import Group
 from .vocab import VocabShard
 
@@ -168,3 +169,9 @@ class Lockstep:
             mine = mx.depends(mx.zeros_like(mine), after)
         both = self._sum(mine)
         return both[0], both[1].astype(mx.uint32)
+
+
+def lockstep_of(peers: Peers) -> Lockstep | None:
+    """What a loaded target keeps in step with (`Loaded.peers`) when it is sharded over ranks;
+    None in one process."""
+    return peers if isinstance(peers, Lockstep) else None

@@ -45,6 +45,12 @@ class Drafter(Protocol):
 
     name: str
     drafts: bool  # whether it ever proposes anything: `none` does not, and rounds then plan no drafts
+    # Its own small language model, run on a KV cache of its own (`cache`): a batch runs the rows
+    # that share one in one forward a step. None for drafters without one.
+    draft_model: nn.Module | None
+    # It attends over the target's KV cache in place (a Gemma 4 assistant), so it is attached
+    # again wherever the target's rows move (into a batch's cache, back to a slot's).
+    reads_target_cache: bool
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Absorb a new prompt before the first round (state kept as a prefix)."""
@@ -64,6 +70,11 @@ class Drafter(Protocol):
 
     def fresh(self) -> "Drafter":
         """A drafter sharing these weights, with no state: one per conversation the server keeps."""
+
+    def adopt(self, source: "Drafter | None", length: int) -> int:
+        """With no state yet, hold what `source` (another instance of it whose state covers the first
+        `length` tokens, or None) holds of them, copied; how many of them it then covers
+        (`Engine.adopt`: a new conversation that shares a kept one's start)."""
 
 
 @runtime_checkable
@@ -88,3 +99,7 @@ class HiddenDrafter(Drafter, Protocol):
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         """`hidden` (n, H): the target's final hidden states at positions start..start+n-1;
         `taps` (n, T, H): what enters each of `fused_layers` there (None when there are none)."""
+
+    def one_position_cache(self, target: nn.Module, hidden: mx.array) -> list:
+        """A new KV cache of its own after one position fed lazily (`hidden` (1, 1, H): the target's
+        row there), to size a slot from shapes alone; empty for one that keeps none."""

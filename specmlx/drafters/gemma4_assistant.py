@@ -55,6 +55,8 @@ HF_WINDOW_EXTRA = 1
 class Gemma4AssistantDrafter:
     drafts = True
     fused_layers = ()  # it reads the final hidden state and the target's K/V only
+    draft_model = None
+    reads_target_cache = True
 
     def __init__(
         self, model: Gemma4AssistantModel, vocab_size: int, name: str = "gemma4-assistant",
@@ -72,6 +74,10 @@ class Gemma4AssistantDrafter:
     def fresh(self) -> "Gemma4AssistantDrafter":
         """The same weights with no state: a drafter for another conversation."""
         return Gemma4AssistantDrafter(self.model, self.vocab_size, self.name, self.position_lag)
+
+    def adopt(self, source: "Gemma4AssistantDrafter | None", length: int) -> int:
+        """Only the rows it copied: it needs one for every position the target's cache holds."""
+        return self.history.adopt(None if source is None else source.history, length)
 
     # -- wiring -----------------------------------------------------------------
 
@@ -108,6 +114,9 @@ class Gemma4AssistantDrafter:
         if i >= len(cache) or not hasattr(cache[i], "offset"):
             raise SpecmlxError(f"the target's cache has no entry for layer {i}")
         return cache[i]
+
+    def one_position_cache(self, target: nn.Module, hidden: mx.array) -> list:
+        return []  # it reads the target's
 
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         self.history.observe(start, hidden)

@@ -36,6 +36,18 @@ class HiddenHistory:
                 self.chunks[-1] = (first, rows[: length - first])
         self.length = min(self.length, length)
 
+    def adopt(self, source: "HiddenHistory | None", length: int) -> int:
+        """Hold `source`'s rows for its first `length` positions, or as many as it has, in a buffer of
+        their own (the source's may be freed); how many. From None, none."""
+        if source is None:
+            return 0
+        length = min(length, source.length)
+        if length > 0:
+            rows = mx.contiguous(source.rows(0, length))
+            mx.eval(rows)
+            self.observe(0, rows)
+        return length
+
     def rows(self, start: int, stop: int) -> mx.array:
         """Rows for positions start..stop-1 (lazy slices, concatenated if needed)."""
         if not 0 <= start < stop <= self.length:

@@ -7,7 +7,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import cache_length, make_cache, prefill, rewind
+from ..cache import cache_length, copy_prefix, make_cache, prefill, rewind
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
 from .base import Draft
@@ -21,6 +21,7 @@ class ModelDrafter:
     to it so that q and p range over the same ids.
     """
     drafts = True
+    reads_target_cache = False
 
     def __init__(self, model: nn.Module, vocab_size: int, name: str = "model") -> None:
         self.model = model
@@ -31,6 +32,16 @@ class ModelDrafter:
     def fresh(self) -> "ModelDrafter":
         """The same weights with an empty cache: a drafter for another conversation."""
         return ModelDrafter(self.model, self.vocab_size, self.name)
+
+    @property
+    def draft_model(self) -> nn.Module:
+        return self.model
+
+    def adopt(self, source: "ModelDrafter | None", length: int) -> int:
+        """What it lacks of the `length` tokens it prefills itself: it covers them all."""
+        if source is not None:
+            copy_prefix(self.cache, source.cache, length)
+        return length
 
     def prefill(self, tokens: Sequence[int]) -> None:
         start = min(cache_length(self.cache), len(tokens) - 1)

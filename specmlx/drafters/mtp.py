@@ -27,6 +27,8 @@ from ..models.mtp import MTPModel
 
 class MTPDrafter:
     drafts = True
+    draft_model = None  # a head on the target's hidden states, not a language model of its own
+    reads_target_cache = False
 
     def __init__(self, model: MTPModel, vocab_size: int, name: str = MTP) -> None:
         self.model = model
@@ -46,6 +48,10 @@ class MTPDrafter:
         """The same weights with no state: a drafter for another conversation."""
         return MTPDrafter(self.model, self.vocab_size, self.name)
 
+    def adopt(self, source: "MTPDrafter | None", length: int) -> int:
+        """Only the rows it copied: it needs one for every position the target's cache holds."""
+        return self.history.adopt(None if source is None else source.history, length)
+
     def attach(self, target: nn.Module, cache: list) -> None:
         config = self.model.config
         if config.target_vocab_size != self.vocab_size:
@@ -61,6 +67,12 @@ class MTPDrafter:
                                f"but this target has {count}")
         self.target, self.head_rows = target, rows
         mx.eval(rows)
+
+    def one_position_cache(self, target: nn.Module, hidden: mx.array) -> list:
+        """Its cache entry j holds (embed(token j+1), hidden j)."""
+        cache = self.model.make_cache()
+        self.model(embed(target, mx.array([[0]], dtype=mx.uint32)), hidden, cache)
+        return cache
 
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         # A fused head keeps its input feature (the fusion), so drafting reads one row a position as before.

@@ -34,6 +34,7 @@ class PromptLookupDrafter:
     """Deterministic drafter: its q is one-hot, so verification stays exact."""
     name = NGRAM
     drafts = True
+    draft_model, reads_target_cache = None, False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram
@@ -56,3 +57,6 @@ class PromptLookupDrafter:
 
     def rewind(self, length: int) -> None:
         pass
+
+    def adopt(self, source: "PromptLookupDrafter | None", length: int) -> int:
+        return length  # it holds nothing

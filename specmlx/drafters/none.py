@@ -18,6 +18,7 @@ from .labels import NONE
 class NoDrafter:
     name = NONE
     drafts = False
+    draft_model, reads_target_cache = None, False
 
     def fresh(self) -> "NoDrafter":
         return NoDrafter()
@@ -33,3 +34,6 @@ class NoDrafter:
 
     def rewind(self, length: int) -> None:
         pass
+
+    def adopt(self, source: "NoDrafter | None", length: int) -> int:
+        return length  # it holds nothing

@@ -11,7 +11,7 @@ import sys
 from typing import Sequence
 
 from ..cli import run_cli
-from ..distributed import Lockstep
+from ..distributed import Lockstep, lockstep_of
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
 from ..distributed.serve import RankMirror, follow
@@ -122,7 +122,7 @@ def serve(args: argparse.Namespace) -> int:
         mlx = MLXThread()  # with ranks, every collective of rank 0 runs on this one thread, in order
         loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
         return listen(args, allowed, sock, mlx, loaded.target, loaded.drafters, defaults_policy, sampling,
-                      loaded.peers if isinstance(loaded.peers, Lockstep) else None)
+                      lockstep_of(loaded.peers))
 
 
 def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,

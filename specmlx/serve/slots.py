@@ -44,11 +44,10 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from ..cache import make_cache
-from ..drafters import Drafter, HiddenDrafter, ModelDrafter
+from ..drafters import Drafter, HiddenDrafter
 from ..drafters.history import HiddenHistory
-from ..drafters.mtp import MTPDrafter
 from ..engine import Engine
-from ..hidden import decoder, embed
+from ..hidden import decoder
 from ..schedule import AutoDrafts
 from .mirror import NO_MIRROR, Mirror
 
@@ -213,12 +212,7 @@ def hidden_bytes_per_token(drafter: HiddenDrafter, target: nn.Module) -> int:
     as `kv_bytes_per_token`."""
     one = mx.array([[0]], dtype=mx.uint32)
     hidden = decoder(target, one, make_cache(target))  # (1, 1, H): the row `observe` keeps a position
-    per_token = hidden.nbytes
-    if isinstance(drafter, MTPDrafter):  # its cache entry j holds (embed(token j+1), hidden j)
-        cache = drafter.model.make_cache()
-        drafter.model(embed(target, one), hidden, cache)
-        per_token += _per_token(cache)
-    return per_token
+    return hidden.nbytes + _per_token(drafter.one_position_cache(target, hidden))
 
 
 def _per_token(cache: list) -> int:
@@ -240,5 +234,5 @@ def slots_for(target: nn.Module, drafters: Iterable[Drafter], max_bytes: int) ->
     a KV cache for each model drafter, the hidden states (and an MTP head's KV cache) for
     each drafter that reads them; prompt lookup and none keep nothing."""
     drafters = list(drafters)
-    models = [target, *[d.model for d in drafters if isinstance(d, ModelDrafter)]]
+    models = [target, *[d.draft_model for d in drafters if d.draft_model is not None]]
     return default_count(models, max_bytes, [d for d in drafters if isinstance(d, HiddenDrafter)])

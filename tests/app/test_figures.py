@@ -5,6 +5,7 @@ from dataclasses import replace
 from app.figures import Figures, finished_figures, idle_figures, started_figures, streaming_figures
 from app.session import Started
 from app.settings import ChatSettings
+from specmlx.policy import DraftPolicy
 from app.tally import Tally
 from specmlx.events import RoundEvent, Source, TokenEvent
 from specmlx.stats import GenerationStats
@@ -24,11 +25,11 @@ def rounds_of(*sizes: int) -> list[RoundEvent]:
 
 def test_idle_and_started_say_how_the_answer_drafts():
     assert idle_figures(ChatSettings(drafter="noisy")).draft == "4"
-    assert idle_figures(ChatSettings(drafter="noisy", num_draft=None)).draft == "auto"
+    assert idle_figures(ChatSettings(drafter="noisy", policy=DraftPolicy(num_draft=None))).draft == "auto"
     assert idle_figures(ChatSettings(drafter="noisy", speculation=False)).draft == "off"
     assert idle_figures(ChatSettings(drafter="ngram"), baseline_tps=3.0) == Figures(
         drafter="prompt lookup", draft="4", baseline_tps=3.0)
-    config = ChatSettings(num_draft=None).generation_config()
+    config = ChatSettings(policy=DraftPolicy(num_draft=None)).generation_config()
     started = started_figures(Started(prompt_tokens=30, reused=12, drafter="noisy", config=config))
     assert started == Figures(drafter="noisy", draft="auto", prompt_tokens=30, reused=12)
 

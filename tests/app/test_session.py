@@ -7,6 +7,7 @@ from mlx_lm.utils import common_prefix_len
 
 from app.session import ChatMessage, Finished, Session, Started, Streamed, in_turn, plain_transcript
 from app.settings import ChatSettings
+from specmlx.policy import DraftPolicy
 from specmlx.cache import cache_length
 from specmlx.drafters import NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -73,7 +74,7 @@ def test_stop_keeps_what_was_emitted(tiny_engine):
 
 def test_settings_choose_the_drafter_and_sampling(tiny_engine):
     session = Session(tiny_engine())
-    lookup = ChatSettings(max_tokens=8, drafter="ngram", temp=0.7, top_p=0.9, num_draft=2)
+    lookup = ChatSettings(max_tokens=8, drafter="ngram", temp=0.7, top_p=0.9, policy=DraftPolicy(num_draft=2))
     started = answer(session, "hi", lookup)[0]
     assert isinstance(session.engine.drafter, PromptLookupDrafter)
     assert (started.config.sampling.temp, started.config.sampling.top_p, started.config.policy.num_draft) == (0.7, 0.9, 2)

@@ -3,6 +3,7 @@
 import pytest
 
 from app.settings import ChatSettings
+from specmlx.policy import DraftPolicy
 from specmlx.errors import SpecmlxError
 
 
@@ -10,11 +11,11 @@ def test_bad_values_are_one_line_errors():
     with pytest.raises(SpecmlxError, match="top-p"):
         ChatSettings(top_p=0)
     with pytest.raises(SpecmlxError, match="draft tokens"):
-        ChatSettings(num_draft=-1)
+        ChatSettings(policy=DraftPolicy(num_draft=-1))
 
 
 def test_speculation_off_means_no_drafter_but_keeps_the_choice():
-    settings = ChatSettings(drafter="ngram", speculation=False, temp=0.5, num_draft=3)
+    settings = ChatSettings(drafter="ngram", speculation=False, temp=0.5, policy=DraftPolicy(num_draft=3))
     assert settings.active_drafter == "none" and settings.drafter == "ngram"
     config = settings.generation_config(stop=("x",))
     assert (config.sampling.temp, config.policy.num_draft, config.stop) == (0.5, 3, ("x",))
@@ -22,16 +23,18 @@ def test_speculation_off_means_no_drafter_but_keeps_the_choice():
 
 def test_the_draft_length_is_four_unless_auto_is_chosen():
     assert not ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "4"
-    auto = ChatSettings(num_draft=None)
+    auto = ChatSettings(policy=DraftPolicy(num_draft=None))
     assert auto.generation_config().policy.auto and auto.draft_label == "auto"
 
 
 def test_the_draft_field_reads_the_draft_policy_grammar_and_keeps_only_a_length():
-    from app.settings import read_num_draft
+    from app.settings import read_policy
 
-    assert (read_num_draft("6"), read_num_draft(" Auto "), read_num_draft("k=2")) == (6, None, 2)
+    lengths = (read_policy("6"), read_policy(" Auto "), read_policy("k=2"))
+    assert lengths == (DraftPolicy(num_draft=6), DraftPolicy(num_draft=None), DraftPolicy(num_draft=2))
     with pytest.raises(SpecmlxError, match='^draft policy "lots": unknown part lots'):
-        read_num_draft("lots")
+        read_policy("lots")
     with pytest.raises(SpecmlxError, match='^draft policy "4\\+adaptive": a chat sets only the draft length'):
-        read_num_draft("4+adaptive")  # refused, not dropped
-    assert ChatSettings(num_draft=None).draft_label == "auto" and ChatSettings(num_draft=0).draft_label == "0"
+        read_policy("4+adaptive")  # refused, not dropped
+    assert ChatSettings(policy=DraftPolicy(num_draft=None)).draft_label == "auto"
+    assert ChatSettings(policy=DraftPolicy(num_draft=0)).draft_label == "0"

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from app.settings import ChatSettings
+from specmlx.policy import DraftPolicy
 from app.store import SCHEMA, Store
 from specmlx.events import RoundEvent, Source, TokenEvent
 from specmlx.stats import GenerationStats
@@ -122,7 +123,7 @@ def test_a_chat_keeps_its_settings_and_a_file_from_before_gains_the_column(tmp_p
     store = Store(path)
     before = store.load(1)
     assert before.settings is None and before.system == "Be brief."
-    chosen = ChatSettings(temp=0.7, num_draft=None, drafter="mtp", speculation=False, system="Be kind.")
+    chosen = ChatSettings(temp=0.7, policy=DraftPolicy(num_draft=None), drafter="mtp", speculation=False, system="Be kind.")
     store.set_settings(1, chosen)
     chat = store.new_conversation("new", chosen)
     assert store.load(1).settings == chosen and store.load(chat).settings == chosen

@@ -167,6 +167,20 @@ def test_the_last_row_to_leave_leaves_an_empty_batch():
     assert_mirrors(cache)
 
 
+def test_a_slot_cache_moved_in_is_emptied_and_moved_out_holds_its_row_again():
+    cache, prompt = joined(), PROMPTS[2]
+    slot, alone = single(prompt), single(prompt)
+    cache.move_in(slot, len(prompt))
+    assert all(layer.keys is None and layer.offset == 0 for layer in slot)  # its rows live in the batch
+    assert cache.lengths[-1] == len(prompt)
+    cache.move_out(cache.rows - 1, slot)
+    assert cache.lengths == [len(p) for p in PROMPTS]
+    for got, own in zip(slot, alone):
+        assert type(got) is KVCache and got.offset == own.offset == len(prompt)
+        assert_same([got.keys, got.values], [own.keys[..., : own.offset, :], own.values[..., : own.offset, :]])
+    assert_same([feed_alone(slot, [4])], [feed_alone(alone, [4])])
+
+
 def test_a_row_view_reads_the_rows_keys_from_position_0():
     cache, alone = fed_and_kept()
     ref = RowRef(3)

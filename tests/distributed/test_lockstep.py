@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specmlx.distributed import Control, Group, Lockstep
+from specmlx.distributed import Control, Group, Lockstep, lockstep_of
+from specmlx.peers import ALONE
 
 from . import ranks
 from .conftest import single
@@ -146,3 +147,8 @@ def test_a_failed_announcement_is_not_followed_by_a_stop(monkeypatch):
         lockstep.announce(Control(3))
     lockstep.stop()  # as the engine does when a generation ends, however it ends
     assert len(sent) == 1
+
+
+def test_the_lockstep_of_a_loaded_target_is_none_in_one_process():
+    lockstep = Lockstep(group=None)
+    assert lockstep_of(lockstep) is lockstep and lockstep_of(ALONE) is None

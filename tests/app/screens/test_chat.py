@@ -12,6 +12,7 @@ from app.screens.loading import LoadingScreen
 from app.screens.missing import MissingModelScreen
 from app.session import Session
 from app.settings import ChatSettings
+from specmlx.policy import DraftPolicy
 from app.store import Store
 from app.widgets.answer import AnswerView
 from app.widgets.drafter_list import ChosenButton
@@ -62,7 +63,7 @@ def test_highlighted_spans_match_the_sources_the_engine_reported(tiny_engine):
         return engines[-1]
 
     async def scenario():
-        app = chat_app(factory, settings=ChatSettings(max_tokens=40, num_draft=4))  # drafts every round
+        app = chat_app(factory, settings=ChatSettings(max_tokens=40, policy=DraftPolicy(num_draft=4)))  # drafts every round
         async with app.run_test(size=SIZE) as pilot:
             await chat_ready(pilot)
             await send(pilot, "def add(a, b):")
@@ -537,7 +538,7 @@ def test_an_answer_without_drafts_says_so_instead_of_an_ellipsis(fake_engine):
 
 def test_a_reopened_chat_keeps_its_settings(fake_engine, data_dir):
     first, second = fake_engine(), fake_engine()
-    chosen = ChatSettings(temp=0.7, top_p=0.9, num_draft=None, max_tokens=50, drafter="ngram", system="Be brief.")
+    chosen = ChatSettings(temp=0.7, top_p=0.9, policy=DraftPolicy(num_draft=None), max_tokens=50, drafter="ngram", system="Be brief.")
 
     async def before():
         app = chat_app(lambda: first)

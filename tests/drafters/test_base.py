@@ -1,0 +1,66 @@
+"""What each drafter says it can do (the `Drafter` protocol's capabilities), kind by kind."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from specmlx.cache import cache_length, prefill
+from specmlx.distributed import Follower
+from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
+from specmlx.drafters.mtp import MTPDrafter
+
+from .. import tiny
+
+VOCAB = 64
+HIDDEN = 64  # the tiny targets' hidden size
+
+
+def drafters() -> dict[str, Drafter]:
+    """One drafter of every kind, by the name the tests call it."""
+    args = tiny.qwen2_args(VOCAB)
+    return {
+        "model": ModelDrafter(tiny.build(args, seed=1), VOCAB), "mtp": MTPDrafter(tiny.mtp(args, seed=2), VOCAB),
+        "gemma4": Gemma4AssistantDrafter(tiny.gemma4_assistant(tiny.gemma4_args(VOCAB), seed=3), VOCAB),
+        "ngram": PromptLookupDrafter(), "none": NoDrafter(), "follower": Follower("mtp"),
+    }
+
+
+def test_only_a_model_drafter_has_a_draft_model_that_a_batch_can_share():
+    kinds = drafters()
+    assert kinds["model"].draft_model is kinds["model"].model
+    assert [name for name, d in kinds.items() if d.draft_model is not None] == ["model"]
+
+
+def test_only_a_gemma4_assistant_reads_the_target_cache_in_place():
+    assert [name for name, d in drafters().items() if d.reads_target_cache] == ["gemma4"]
+
+
+def test_a_model_drafter_adopts_a_copy_of_another_instances_cache_and_covers_every_token():
+    source = drafters()["model"]
+    prefill(source.model, source.cache, list(range(1, 11)))
+    mine = source.fresh()
+    assert mine.adopt(source, 6) == 6 and cache_length(mine.cache) == 6
+    for ours, theirs in zip(mine.cache, source.cache):
+        assert ours.keys is not theirs.keys  # its own buffers: the source may be rewound or freed
+        assert mx.array_equal(ours.keys[..., :6, :], theirs.keys[..., :6, :])
+    alone = source.fresh()
+    assert alone.adopt(None, 6) == 6 and cache_length(alone.cache) == 0  # its prefill feeds what it lacks
+
+
+@pytest.mark.parametrize("kind", ["mtp", "gemma4"])
+def test_a_drafter_reading_hidden_states_covers_only_the_rows_it_adopted(kind):
+    source = drafters()[kind]
+    rows = mx.random.normal((5, HIDDEN), key=mx.random.key(0))
+    source.observe(0, rows)
+    mine = source.fresh()
+    assert mine.adopt(source, 8) == 5 and mine.history.length == 5
+    assert mx.array_equal(mine.history.rows(0, 5), rows)
+    assert source.fresh().adopt(source, 3) == 3
+    assert source.fresh().adopt(None, 8) == 0
+
+
+@pytest.mark.parametrize("kind", ["ngram", "none", "follower"])
+def test_a_drafter_that_holds_nothing_covers_every_token(kind):
+    assert drafters()[kind].adopt(None, 7) == 7
