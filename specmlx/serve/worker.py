@@ -60,10 +60,6 @@ class Worker:
         return self.ledger.records
 
     @property
-    def max_batch(self) -> int:
-        return self.runner.at_once
-
-    @property
     def mirror(self) -> Mirror:
         return self.slots.mirror
 

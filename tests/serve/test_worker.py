@@ -370,4 +370,4 @@ def test_a_mirror_that_follows_one_generation_at_a_time_gets_no_batch(loaded):
 
     for mirror, runner, at_once in ((NO_MIRROR, Batched, 2), (Recording(), OneAtATime, 1)):
         _, worker = start(loaded, mirror=mirror, max_batch=8)  # two slots: two at once at most
-        assert type(worker.runner) is runner and worker.max_batch == worker.ledger.at_once == at_once
+        assert type(worker.runner) is runner and worker.runner.at_once == worker.ledger.at_once == at_once
