@@ -50,6 +50,8 @@ def job_config(job: dict) -> GenerationConfig:
 class RankMirror:
     """Rank 0's slots and jobs, mirrored on the other ranks: the server's `Mirror` on a sharded target."""
 
+    one_at_a_time = True  # the other ranks follow one generation (`follow`)
+
     def __init__(self, lockstep: Lockstep) -> None:
         self.lockstep = lockstep
         self.peers = lockstep  # every slot's engine keeps step with the other ranks

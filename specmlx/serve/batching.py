@@ -1,4 +1,4 @@
-"""Many requests at once: the worker's continuous batch.
+"""Many requests at once: the worker's continuous batch (the `Runner` for one process).
 
 Tickets wait in arrival order; between rounds, as many as the batch has
 room for (`max_batch`, and a free slot each) are admitted: each takes the
@@ -11,6 +11,7 @@ MLX work queued meanwhile is not held up by a long batch.
 
 A failure of one member's own work (its prompt, its drafter) fails that
 request alone; one in the shared forward fails the members of that round.
+Each ticket leaves the queue and ends in the worker's `Ledger`.
 """
 
 from __future__ import annotations
@@ -19,26 +20,21 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING
 
 from ..batch import Batch, Member
 from ..batch.round import RowFailure
 from ..cache import make_cache
-from ..errors import SpecmlxError
-from ..log import user_error
-from .errors import APIError
-from .protocol import Done, Failed
-from .slots import Slot
-
-if TYPE_CHECKING:  # the worker owns the queue and the records; this runs its batch
-    from .worker import Ticket, Worker
+from ..mlx_thread import MLXThread
+from .ledger import Ledger, Ticket
+from .protocol import Done
+from .slots import Slot, Slots
 
 
 @dataclass
 class Running:
     """An admitted ticket: its member in the batch, its slot, and when it began."""
 
-    ticket: "Ticket"
+    ticket: Ticket
     member: Member
     slot: Slot
     cached: int
@@ -46,22 +42,23 @@ class Running:
     started: float
 
 
-class Batching:
-    def __init__(self, worker: "Worker", max_batch: int) -> None:
-        self.worker = worker
-        slots = worker.slots
-        self.batch = Batch(slots.target, len(make_cache(slots.target)), min(max_batch, slots.count))
-        self.pending: deque["Ticket"] = deque()
+class Batched:
+    """Up to `at_once` tickets (and a free slot each) decoding together, round by round."""
+
+    def __init__(self, slots: Slots, mlx: MLXThread, ledger: Ledger, at_once: int) -> None:
+        self.slots, self.mlx, self.ledger, self.at_once = slots, mlx, ledger, at_once
+        self.batch = Batch(slots.target, len(make_cache(slots.target)), at_once)
+        self.pending: deque[Ticket] = deque()
         self.running: dict[int, Running] = {}  # by id(member)
         self._scheduled = False
         self._lock = threading.Lock()
 
-    def enqueue(self, ticket: "Ticket") -> None:
+    def enqueue(self, ticket: Ticket) -> None:
         with self._lock:
             self.pending.append(ticket)
             schedule, self._scheduled = not self._scheduled, True
         if schedule:
-            self.worker.mlx.submit(self._tick)
+            self.mlx.submit(self._tick)
 
     def _tick(self) -> None:
         """Admit what fits, run one round, and queue the next tick while anything is left."""
@@ -72,33 +69,30 @@ class Batching:
             more = bool(self.pending) or bool(self.batch.members)
             self._scheduled = more
         if more:
-            self.worker.mlx.submit(self._tick)
+            self.mlx.submit(self._tick)
 
     def _admit(self) -> None:
-        slots = self.worker.slots
-        while self.pending and not self.batch.full and slots.free():
+        while self.pending and not self.batch.full and self.slots.free():
             with self._lock:
                 ticket = self.pending.popleft()
-            self.worker.dequeued()
+            self.ledger.dequeued()
             if ticket.cancelled:  # its client left, or the server is stopping: then it is told so
-                if ticket.stop_reason is not None:
-                    ticket.sink(Failed(ticket.stop_reason))
-                self.worker.finished(ticket, "cancelled", 0, perf_counter(), perf_counter())
+                self.ledger.end(ticket, perf_counter())
                 continue
             self._join(ticket)
 
-    def _join(self, ticket: "Ticket") -> None:
+    def _join(self, ticket: Ticket) -> None:
         job, started = ticket.job, perf_counter()
         slot = None
         try:
-            slot = self.worker.slots.take(job.prompt, job.drafter, job.owner)
+            slot = self.slots.take(job.prompt, job.drafter, job.owner)
             cached = slot.engine.reusable(job.prompt)
             member = Member(slot.engine, job.prompt, job.config)
             self.batch.add(member)
         except Exception as err:  # noqa: BLE001 - this request fails, not the batch
             if slot is not None:
-                self.worker.slots.release(slot, broken=True)
-            self._fail(ticket, err, started)
+                self.slots.release(slot, broken=True)
+            self.ledger.fail(ticket, started, err)
             return
         self.running[id(member)] = Running(ticket, member, slot, cached, started - ticket.submitted, started)
 
@@ -125,23 +119,9 @@ class Batching:
     def _end(self, run: Running, failed: BaseException | None = None) -> None:
         """A member left the batch: answer its client, free its slot, keep the record."""
         del self.running[id(run.member)]
-        self.worker.slots.release(run.slot, broken=failed is not None)
+        self.slots.release(run.slot, broken=failed is not None)
         if failed is not None:
-            self._fail(run.ticket, failed, run.started)
+            self.ledger.fail(run.ticket, run.started, failed)
             return
-        stats = run.member.stats
-        if stats.finish_reason != "cancelled":
-            run.ticket.sink(Done(stats, run.member.tail, run.cached, run.queue_s))
-        elif run.ticket.stop_reason is not None:
-            run.ticket.sink(Failed(run.ticket.stop_reason))
-        self.worker.finished(run.ticket, stats.finish_reason, stats.generation_tokens, run.started, perf_counter())
-        self.worker.slots.trim(extra_bytes=self.batch.cache.nbytes)
-
-    def _fail(self, ticket: "Ticket", err: BaseException, started: float) -> None:
-        if isinstance(err, SpecmlxError):  # checked before queueing, so rare: still the client's input
-            ticket.sink(Failed(APIError(400, str(err), "invalid_request")))
-        else:
-            user_error(err, "a generation failed")  # its traceback to the log file, never the terminal
-            ticket.sink(Failed(APIError(500, f"generation failed ({type(err).__name__}); "
-                                             "the server's log has the details", "internal_error")))
-        self.worker.finished(ticket, "error", 0, started, perf_counter())
+        self.ledger.end(run.ticket, run.started, Done(run.member.stats, run.member.tail, run.cached, run.queue_s))
+        self.slots.trim(extra_bytes=self.batch.cache.nbytes)

@@ -1,4 +1,14 @@
-"""`specmlx serve ...`: an OpenAI-compatible HTTP server on loopback."""
+"""`specmlx serve ...`: the HTTP server's command line.
+
+One target and its drafters, served over OpenAI's chat completions, text
+completions (fill in the middle with `suffix`) and Responses, and Anthropic's
+Messages, streamed or not; requests are decoded together in a continuous batch
+(`--max-batch`), in kept conversations (`--slots`). It listens on loopback
+unless `--host` says otherwise, behind `--api-key` if given. With
+`--distributed`, rank 0 listens and the other ranks follow its jobs, one at a
+time. The port is bound before the models load, so a port in use is one line
+at once; Ctrl+C ends open requests with an error and stops the server.
+"""
 
 from __future__ import annotations
 
@@ -35,33 +45,40 @@ API_KEY_ENV = "SPECMLX_API_KEY"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="specmlx serve", description="Serve a target and its drafters over OpenAI's HTTP API (chat "
-               "and text completions, streamed or not).")
+    p = Parser(prog="specmlx serve", description="Serve a target and its drafters over HTTP: OpenAI's chat "
+               "completions, text completions (fill in the middle with suffix) and Responses, and Anthropic's "
+               "Messages, streamed or not; requests are decoded together in a continuous batch.")
     add_model_arguments(p, preset="a preset: its target and drafter (default: the default preset)", repeat=True,
-                        drafter="one to load, repeatable; the first is the default; ngram and none are always "
-                        "offered (default: the preset's drafter)")
+                        drafter="one to load, repeatable; the first is the default, and a request picks one by "
+                        "name (speculative.drafter); ngram and none are always offered (default: the preset's "
+                        "drafter)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port to listen on; 0: any free one (default 8000)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                   help="require Authorization: Bearer KEY on every route but /health; repeatable: each key's "
-                   f"conversations are kept apart (default: ${API_KEY_ENV}; empty means none)")
+                   help="require the key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but "
+                   "/health; repeatable: each key's conversations are kept apart (default: "
+                   f"${API_KEY_ENV}; empty means none)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="a web page origin (e.g. http://localhost:3000, or *) whose scripts may call the server "
-                   "from a browser; repeatable (default: none)")
-    p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 (default 32)")
-    p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="requests decoded at once, in one batch; 1 "
-                   f"serves one at a time, as a sharded target always does (default {MAX_BATCH})")
+                   "from a browser; repeatable; * only with --api-key (default: none)")
+    p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 with a "
+                   "Retry-After (default 32)")
+    p.add_argument("--max-batch", type=int, default=MAX_BATCH, help="requests decoded at once, in one batch, "
+                   "each in a slot of its own (so at most --slots); 1 serves one at a time, as a sharded target "
+                   f"always does (default {MAX_BATCH})")
     p.add_argument("--slots", type=int, default=None, help="conversations whose KV caches are kept between "
                    f"requests (default: as many as --cache-gb holds at {TOKENS_PER_SLOT} tokens each, "
-                   f"{MIN_SLOTS} to {MAX_SLOTS})")
+                   f"{MIN_SLOTS} to {MAX_SLOTS}, and at least --max-batch)")
     p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold: KV caches, "
                    "and the target's hidden states an MTP-style drafter keeps (default 4)")
-    p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say "
-                   "(default 512)")
-    p.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body accepted (default 4)")
+    p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say, "
+                   "at most what the context window leaves (default 512)")
+    p.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body accepted, in MiB; a "
+                   "larger one gets 413 (default 4)")
     add_sampling_arguments(p, per_request=True)
     add_draft_arguments(p, per_request=True)
-    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level; info and debug also log every request (default warning)")
     add_distributed_arguments(p)
     return p
 

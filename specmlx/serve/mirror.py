@@ -1,9 +1,10 @@
 """The other processes that keep the server's slots: none, for one process.
 
 A target sharded over ranks (`specmlx.distributed.serve.RankMirror`) needs
-every rank to hold the same slots and run each job with rank 0. The slots and
-the worker call these hooks in the same places whatever serves; `NoMirror`,
-the one-process default, does nothing, and its engines keep step with no one.
+every rank to hold the same slots and run each job with rank 0, one at a time.
+The slots and the worker call these hooks in the same places whatever serves;
+`NoMirror`, the one-process default, does nothing, and its engines keep step
+with no one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..peers import ALONE, Peers
 
 class Mirror(Protocol):
     peers: Peers  # what every slot's engine keeps in step with
+    one_at_a_time: bool  # the others follow one generation at a time: the worker runs no batch
 
     def emptied(self, slot: int) -> None:
         """Slot `slot` was emptied (its caches freed, its engine made anew)."""
@@ -42,6 +44,7 @@ class NoMirror:
     """One process: nobody else holds the slots."""
 
     peers: Peers = ALONE
+    one_at_a_time = False
 
     def emptied(self, slot: int) -> None:
         pass

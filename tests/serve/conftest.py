@@ -175,8 +175,8 @@ class Records:
 
 def watch_records(worker, monkeypatch) -> Records:
     """The worker's records, watched for the rest of the test (`await_records`), then handed back."""
-    monkeypatch.setattr(worker, "records", Records(worker.records))
-    return worker.records
+    monkeypatch.setattr(worker.ledger, "records", Records(worker.ledger.records))
+    return worker.ledger.records
 
 
 def await_records(records: Records, count: int, timeout: float = 30) -> bool:

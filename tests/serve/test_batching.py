@@ -39,7 +39,7 @@ def test_sixteen_openai_streams_at_once_each_equal_their_answer_alone(loaded):
             return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
         alone = [answer(i, stream=False) for i in range(16)]  # one after another: a batch of one each
-        assert worker.batching.batch.widest == 1
+        assert worker.runner.batch.widest == 1
         start_line = threading.Barrier(16, timeout=30)
 
         def together(i: int) -> str:
@@ -49,8 +49,8 @@ def test_sixteen_openai_streams_at_once_each_equal_their_answer_alone(loaded):
         with ThreadPoolExecutor(16) as pool:
             batched = list(pool.map(together, range(16)))
     assert batched == alone
-    assert worker.batching.batch.widest > 4  # they did share rounds
-    assert worker.waiting == 0 and not worker.batching.running
+    assert worker.runner.batch.widest > 4  # they did share rounds
+    assert worker.waiting == 0 and not worker.runner.running
 
 
 def test_a_conversation_continued_inside_a_batch_starts_from_its_cached_prefix(loaded):
@@ -66,7 +66,7 @@ def test_a_conversation_continued_inside_a_batch_starts_from_its_cached_prefix(l
                                     [turn, body(2, max_tokens=30), body(3, max_tokens=30), body(4, max_tokens=30)]))
     assert replies[0]["choices"][0]["message"]["content"] == alone
     assert replies[0]["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"]
-    assert worker.batching.batch.widest >= 2
+    assert worker.runner.batch.widest >= 2
 
 
 def test_a_request_whose_drafter_fails_fails_alone(loaded, monkeypatch):
@@ -82,7 +82,7 @@ def test_a_request_whose_drafter_fails_fails_alone(loaded, monkeypatch):
             replies = list(pool.map(lambda p: httpx.post(url + CHAT, json=p, timeout=60), payloads))
     assert replies[1].status_code == 500 and replies[1].json()["error"]["code"] == "internal_error"
     assert [replies[0].json()["choices"], replies[2].json()["choices"]] == [a["choices"] for a in alone]
-    assert worker.waiting == 0 and not worker.batching.running
+    assert worker.waiting == 0 and not worker.runner.running
 
 
 def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, monkeypatch):
@@ -100,8 +100,8 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
             if len(others) == 2:
                 break
         assert len(others) == 2
-        batch, rounds = worker.batching.batch, [0]
-        step, submit, finished = batch.step, worker.submit, worker.finished
+        batch, rounds = worker.runner.batch, [0]
+        step, submit, end = batch.step, worker.submit, worker.ledger.end
         seen: dict[str, int] = {}
 
         def counting():
@@ -122,14 +122,15 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
                 seen["ticket"] = id(ticket)
             return ticket
 
-        def recording(ticket, finish, *rest):
+        def recording(ticket, started, done=None):
             if id(ticket) == seen.get("ticket"):
+                finish = "cancelled" if done is None else done.stats.finish_reason
                 seen["left"], seen["finish"], seen["width"] = rounds[0], finish, len(batch.members)
-            finished(ticket, finish, *rest)
+            end(ticket, started, done)
 
         monkeypatch.setattr(batch, "step", counting)
         monkeypatch.setattr(worker, "submit", spying)
-        monkeypatch.setattr(worker, "finished", recording)
+        monkeypatch.setattr(worker.ledger, "end", recording)
 
         def streamed(payload: dict) -> str:
             with httpx.stream("POST", url + CHAT, json=payload | {"stream": True}, timeout=60) as r:
@@ -147,7 +148,7 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
     assert seen["finish"] == "cancelled"
     assert seen["left"] - seen["cancel"] <= 1
     assert seen["width"] == 2  # it left while both others still ran
-    assert batch.widest >= 2 and worker.waiting == 0 and not worker.batching.running
+    assert batch.widest >= 2 and worker.waiting == 0 and not worker.runner.running
 
 
 def test_stopping_with_requests_queued_answers_each_in_its_routes_shape_and_exits(served_dirs):

@@ -109,7 +109,7 @@ def test_four_greedy_chats_at_once_each_equal_specmlx_generate_alone(real):
 
         with ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(served, CHATS))
-    assert worker.batching.batch.widest == 4
+    assert worker.runner.batch.widest == 4
     for prompt, expected, reply in zip(prompts, alone, replies):
         tokens = reply.speculative["tokens"]
         assert tokens == expected, mlx.call(tie_note, target.model, prompt, expected, tokens)

@@ -78,32 +78,33 @@ def test_a_full_queue_answers_429_with_retry_after(loaded):
 
 
 def test_retry_after_is_the_queues_wait_not_one_run():
-    from specmlx.serve.worker import Record, Worker
+    from specmlx.serve.ledger import Record
+    from specmlx.serve.worker import Worker
 
     class Idle:  # the worker's MLX thread is never asked to run anything here
         def submit(self, *args):
             pass
 
     worker = Worker(slots=None, max_queue=3, mlx=Idle())
-    assert worker._retry_after() == 1  # nothing measured yet
+    assert worker.ledger.retry_after() == 1  # nothing measured yet
     worker.records.extend(Record("length", 10, 0.0, run) for run in (2.0, 4.0))
-    assert worker._retry_after() == 3  # the running job
+    assert worker.ledger.retry_after() == 3  # the running job
     for _ in range(3):
         worker.submit(None, lambda item: None)
-    assert worker._retry_after() == 12  # and the three waiting, 3 s each
+    assert worker.ledger.retry_after() == 12  # and the three waiting, 3 s each
 
 
 def test_watched_records_are_handed_back_with_what_was_added():
-    from specmlx.serve.worker import Record
+    from specmlx.serve.ledger import Record
 
-    worker = SimpleNamespace(records=deque(maxlen=4))
-    original = worker.records
+    worker = SimpleNamespace(ledger=SimpleNamespace(records=deque(maxlen=4)))
+    original = worker.ledger.records
     with pytest.MonkeyPatch.context() as monkeypatch:
         records = watch_records(worker, monkeypatch)
-        assert worker.records is records
+        assert worker.ledger.records is records
         records.append(Record("length", 1, 0.0, 0.5))
         assert await_records(records, 1, timeout=0) and list(records) == list(original)
-    assert worker.records is original and list(original) == [Record("length", 1, 0.0, 0.5)]
+    assert worker.ledger.records is original and list(original) == [Record("length", 1, 0.0, 0.5)]
 
 
 def test_a_client_that_leaves_mid_stream_frees_the_worker_within_a_round(server, monkeypatch):
@@ -277,6 +278,8 @@ def test_a_bug_in_a_generation_is_a_500_and_its_traceback_goes_to_the_log_file(l
 class Recording:
     """A mirror (`specmlx.serve.mirror`) that notes what the worker tells it, and can fail a job."""
 
+    one_at_a_time = True
+
     def __init__(self, fail_begin: bool = False) -> None:
         from specmlx.peers import ALONE
 
@@ -358,3 +361,13 @@ def test_closing_ends_the_mirror_unless_it_was_lost():
         worker.lost = lost
         worker.close()
         assert mirror.calls == ([("end",)] if lost is None else []) and mlx.closed
+
+
+def test_a_mirror_that_follows_one_generation_at_a_time_gets_no_batch(loaded):
+    from specmlx.serve.batching import Batched
+    from specmlx.serve.mirror import NO_MIRROR
+    from specmlx.serve.runner import OneAtATime
+
+    for mirror, runner, at_once in ((NO_MIRROR, Batched, 2), (Recording(), OneAtATime, 1)):
+        _, worker = start(loaded, mirror=mirror, max_batch=8)  # two slots: two at once at most
+        assert type(worker.runner) is runner and worker.runner.at_once == worker.ledger.at_once == at_once

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from specmlx.serve.bench import build_parser, main, percentile
+from specmlx.bench.serve.cli import build_parser, main, percentile
+from specmlx.bench.serve.sweep import MlxLmServer, table
 from specmlx.errors import SpecmlxError
-from specmlx.serve.sweep import MlxLmServer, table
 
 
 def prompts_file(tmp_path, count: int = 3):

@@ -1,4 +1,4 @@
-"""`python -m specmlx.serve.fim_bench`: what a fill-in-the-middle request costs, with and without drafting.
+"""`python -m specmlx.bench.serve.fim`: what a fill-in-the-middle request costs, with and without drafting.
 
 Ten FIM requests cut from Python's own standard library on this machine: in
 each of ten modules, a function's body is cut in the middle, the lines before
@@ -29,16 +29,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from ..cli import run_cli
-from ..drafters import NGRAM, NONE
-from ..engine import Engine, GenerationConfig
-from ..errors import SpecmlxError
-from ..loading import LoadedModel, load_models
-from ..options import Parser, add_draft_arguments, add_model_arguments, draft_policy
-from ..vocab import vocab_size
-from .fim import FimLayout, find_layout
-from .protocol import CompletionRequest
-from .serving import completion_prompt
+from ...cli import run_cli
+from ...drafters import NGRAM, NONE
+from ...engine import Engine, GenerationConfig
+from ...errors import SpecmlxError
+from ...loading import LoadedModel, load_models
+from ...options import Parser, add_draft_arguments, add_model_arguments, draft_policy
+from ...serve.fim import FimLayout, find_layout
+from ...serve.protocol import CompletionRequest
+from ...serve.serving import completion_prompt
+from ...vocab import vocab_size
 
 # Modules whose code the requests are cut from: plain Python of several styles.
 MODULES = ("argparse", "difflib", "json.decoder", "textwrap", "shlex", "heapq", "fnmatch", "statistics",
@@ -57,7 +57,7 @@ class FimCase:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m specmlx.serve.fim_bench", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m specmlx.bench.serve.fim", description=__doc__.split("\n\n")[0])
     add_model_arguments(p, drafter="the model drafter (default: the preset's)")
     add_draft_arguments(p)
     p.add_argument("--requests", type=int, default=10, help="FIM requests, one per module (default 10, at most "
@@ -203,11 +203,11 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli("specmlx serve fim_bench", lambda: bench(build_parser().parse_args(argv)))
+    return run_cli("specmlx bench serve fim", lambda: bench(build_parser().parse_args(argv)))
 
 
 if __name__ == "__main__":
-    from ..blas import ensure_fast_blas
+    from ...blas import ensure_fast_blas
 
     ensure_fast_blas()
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""`python -m specmlx.serve.bench --clients 1,2,4,8,16`: throughput and first tokens as clients grow.
+"""`python -m specmlx.bench.serve --clients 1,2,4,8,16`: throughput and first tokens as clients grow.
 
 For each client count N, N streaming clients (threads of one process of
 their own) each send one greedy chat, with a prompt of their own, all at
@@ -37,16 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..blas import describe
-from ..drafters import NONE
-from ..errors import SpecmlxError
-from ..loading import load_models
-from ..mlx_thread import MLXThread
-from ..policy import START_DRAFT, DraftPolicy
-from ..prompting import packaged_prompts_path, read_prompts
+from ...blas import describe
+from ...drafters import NONE
+from ...errors import SpecmlxError
+from ...loading import load_models
+from ...mlx_thread import MLXThread
+from ...policy import START_DRAFT, DraftPolicy
+from ...prompting import packaged_prompts_path, read_prompts
+from ...serve.run import Background, bind
+from ...serve.serving import build
 from .clients import percentile, wave
-from .run import Background, bind
-from .serving import build
 
 ROWS = ("batched-auto", "batched-none", "one-at-a-time", "mlx-lm")  # the table's rows, in its order
 MIN_BATCH = 16  # the batched server's default max_batch: the sweep's largest N batches whole

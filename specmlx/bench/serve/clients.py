@@ -1,6 +1,6 @@
 """The server bench's clients: streamed chats against any OpenAI-compatible server, timed from outside.
 
-These run in a process of their own (`python -m specmlx.serve.bench` spawns
+These run in a process of their own (`python -m specmlx.bench.serve` spawns
 it), so this module imports no MLX: a spawned process loads it in a moment,
 and its threads never take the GIL or the cores from the server they time.
 """

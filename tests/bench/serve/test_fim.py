@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specmlx.serve.fim_bench import MODULES, build_parser, cut_cases, main
+from specmlx.bench.serve.fim import MODULES, build_parser, cut_cases, main
 
 
 def test_requests_are_cut_from_the_standard_library_at_a_statement():

@@ -1,4 +1,4 @@
-"""`python -m specmlx.serve.bench`: what the server costs, and how it holds under load.
+"""`python -m specmlx.bench.serve`: what the server costs, and how it holds under load.
 
 Two figures, from one run with the models loaded once:
 - overhead: tokens per second of one streamed client through HTTP against the
@@ -30,21 +30,21 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
-from ..cli import run_cli
-from ..drafters import NGRAM, NONE
-from ..engine import Engine, GenerationConfig
-from ..errors import SpecmlxError
-from ..loading import load_models
-from ..mlx_thread import MLXThread
-from ..prompting import encode_chat, packaged_prompts_path, read_prompts
+from ...cli import run_cli
+from ...drafters import NGRAM, NONE
+from ...engine import Engine, GenerationConfig
+from ...errors import SpecmlxError
+from ...loading import load_models
+from ...mlx_thread import MLXThread
+from ...prompting import encode_chat, packaged_prompts_path, read_prompts
+from ...serve.run import Background
+from ...serve.serving import build
 from .clients import load_clients, percentile, streamed
-from .run import Background
-from .serving import build
 from .sweep import MIN_BATCH, ROWS, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specmlx.serve.bench", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m specmlx.bench.serve", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n")[2])
     p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
     p.add_argument("--drafter", help="the drafter (default: the preset's)")
@@ -181,11 +181,4 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_cli("specmlx serve bench", lambda: run_sweep(args) if isinstance(args.clients, list) else bench(args))
-
-
-if __name__ == "__main__":
-    from ..blas import ensure_fast_blas
-
-    ensure_fast_blas()
-    sys.exit(main())
+    return run_cli("specmlx bench serve", lambda: run_sweep(args) if isinstance(args.clients, list) else bench(args))
