@@ -12,8 +12,8 @@ from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
 from specmlx.serve.errors import APIError
 from specmlx.serve.fim import find_layout
-from specmlx.serve.protocol import CompletionRequest
-from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, completion_prompt, infill_prompt
+from specmlx.serve.openai.protocol import CompletionRequest
+from specmlx.serve.prompts import HEAD_CHARS_PER_TOKEN, completion_prompt, infill_prompt
 
 from .conftest import FIM_PREFIX as PREFIX
 from .conftest import FIM_SUFFIX as SUFFIX

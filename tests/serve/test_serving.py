@@ -8,9 +8,11 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.serve.errors import APIError
 from specmlx.serve.limits import Access
-from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, MAX_BATCH, Defaults, build, make_job, refuse_past_window
+from specmlx.serve.builder import MAX_BATCH, build
+from specmlx.serve.prompts import HEAD_CHARS_PER_TOKEN, refuse_past_window
+from specmlx.serve.serving import Defaults, make_job
 from specmlx.serve.slots import MAX_SLOTS, MIN_SLOTS
-from specmlx.serve.protocol import ChatRequest
+from specmlx.serve.openai.protocol import ChatRequest
 
 DEFAULTS = Defaults("m", "small", DraftPolicy(num_draft=5), SamplingParams(0.3, 0.9), max_tokens=100)
 LOADED = ["small", "mtp", "ngram", "none"]
