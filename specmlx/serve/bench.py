@@ -39,7 +39,7 @@ from ..mlx_thread import MLXThread
 from ..prompting import encode_chat, packaged_prompts_path, read_prompts
 from .clients import load_clients, percentile, streamed
 from .run import Background
-from .serving import build
+from .builder import build
 from .sweep import MIN_BATCH, ROWS, sweep
 
 

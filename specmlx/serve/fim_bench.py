@@ -37,8 +37,8 @@ from ..loading import LoadedModel, load_models
 from ..options import Parser, add_draft_arguments, add_model_arguments, draft_policy
 from ..vocab import vocab_size
 from .fim import FimLayout, find_layout
-from .protocol import CompletionRequest
-from .serving import completion_prompt
+from .openai.protocol import CompletionRequest
+from .prompts import completion_prompt
 
 # Modules whose code the requests are cut from: plain Python of several styles.
 MODULES = ("argparse", "difflib", "json.decoder", "textwrap", "shlex", "heapq", "fnmatch", "statistics",

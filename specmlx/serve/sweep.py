@@ -46,7 +46,7 @@ from ..policy import START_DRAFT, DraftPolicy
 from ..prompting import packaged_prompts_path, read_prompts
 from .clients import percentile, wave
 from .run import Background, bind
-from .serving import build
+from .builder import build
 
 ROWS = ("batched-auto", "batched-none", "one-at-a-time", "mlx-lm")  # the table's rows, in its order
 MIN_BATCH = 16  # the batched server's default max_batch: the sweep's largest N batches whole
