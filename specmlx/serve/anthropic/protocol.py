@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag
 
-from ..openai.protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative, Unserved, kind_of
+from ..fields import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative, Unserved, kind_of
 
 # Anthropic's least `thinking.budget_tokens`.
 MIN_THINKING = 1024

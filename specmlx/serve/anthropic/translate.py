@@ -27,7 +27,8 @@ from typing import Any, Iterator, Union
 
 from ..chat import as_chat, chat_call, chat_tool_of, named_choice
 from ..errors import APIError, not_served
-from ..openai.protocol import ChatRequest, Unserved
+from ..fields import Unserved
+from ..openai.protocol import ChatRequest
 from ..tools import refuse_duplicates
 from .protocol import (MIN_THINKING, AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest, TextBlock,
                        ThinkingBlock, ToolChoice, ToolResultBlock, ToolUseBlock)

@@ -1,43 +1,25 @@
-"""OpenAI's chat completions and completions in: the request bodies, pydantic models with OpenAI's field names
-and ranges. The other dialects' requests become the chat request here (`translate.py`). Fields some clients always send but that
-change nothing here (`user`, `store`, `metadata`...) are ignored, as OpenAI's
-own servers and vLLM do; fields that would change the answer and are not
-supported (`n` > 1, logprobs, penalties, the legacy `functions`) are accepted
-as types and refused as values by `unsupported`, so each refusal names its field.
+"""OpenAI's chat completions and completions in: the request bodies, pydantic models with OpenAI's field
+names and ranges. Anthropic's messages and OpenAI's responses become the `ChatRequest` here (`chat.py`).
+
+Fields some clients always send but that change nothing here (`user`, `store`, `metadata`...) are
+ignored, as OpenAI's own servers and vLLM do; fields that would change the answer and are not
+supported (`n` > 1, logprobs, penalties, the legacy `functions`) are accepted as types and refused
+as values by `unsupported`, so each refusal names its field.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      Tag)
+from pydantic import BaseModel, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag
 
 from ...engine import MAX_SEED, RANDOM_SEED
 from ..errors import not_served
+from ..fields import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative, Unserved, kind_of
 
 # OpenAI allows 4 stop strings; editors send more to other hosts (Continue's FIM templates
 # for Qwen-coder have 9), and llama.cpp and vLLM set no cap. This bounds the work per token.
 MAX_STOP = 64
-# OpenAI's own caps: 128 tools a request, and a function's name of 64 letters, digits, `_` or `-`
-# (which also keeps a name safe to write into a grammar's string).
-MAX_TOOLS = 128
-FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
-MAX_CALL_ID = 256  # ours: ids come back from clients (OpenAI's, Anthropic's `toolu_...`), a few dozen characters
-
-
-class Speculative(BaseModel):
-    """The `speculative` extension object: how this request drafts. Unset
-    fields take the server's defaults (its command line)."""
-
-    model_config = ConfigDict(extra="forbid")  # ours: a misspelt field is an error, not a silent default
-
-    drafter: StrictStr | None = None  # "default", "none", "ngram" or a loaded drafter's name
-    num_draft: StrictInt | None = Field(default=None, ge=0, le=64)
-    auto: StrictBool | None = None
-    max_draft: StrictInt | None = Field(default=None, ge=1, le=64)
-    lookup: StrictInt | None = Field(default=None, ge=0, le=8)
-    sources: StrictBool = False  # each token's source (draft, corrected, bonus, target) in the response
 
 
 class JsonSchema(BaseModel):
@@ -64,22 +46,6 @@ class StreamOptions(BaseModel):
 class TextPart(BaseModel):
     type: Literal["text"]
     text: StrictStr
-
-
-class Unserved(BaseModel):
-    """A content part or block of a kind not served (chat's `image_url`, `input_audio`, `file`; Anthropic's
-    `image`, `document`...): kept to be refused by its place (`errors.not_served`)."""
-
-    model_config = ConfigDict(extra="allow")
-    type: StrictStr
-
-
-def kind_of(served: tuple[str, ...]) -> Callable[[Any], str | None]:
-    """pydantic's discriminator of parts (or blocks): their type where it is among `served`, else "other"."""
-    def kind(part: Any) -> str | None:
-        found = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-        return found if found in served else None if found is None else "other"
-    return kind
 
 
 Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[Unserved, Tag("other")]],

@@ -11,7 +11,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from ..openai.protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative
+from ..fields import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative
 
 # What points at state this server does not keep, and what to send instead.
 STATEFUL = {"previous_response_id": "send the whole conversation in input",
