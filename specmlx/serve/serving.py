@@ -102,6 +102,8 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
              room: int | None, window: int | None, owner: Hashable = None,
              prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
              grammar: Grammar | None = None) -> Job:
+    """The request's job for a prompt that leaves `room` for an answer in a `window` of tokens: the server's
+    `defaults` where it leaves a field unset; refused (400) where it cannot be run as asked."""
     refused = request.unsupported()
     if refused is not None:
         raise APIError(400, refused[1], "unsupported_parameter", refused[0])

@@ -19,7 +19,7 @@ from .conftest import FIM_PREFIX as PREFIX
 from .conftest import FIM_SUFFIX as SUFFIX
 from .conftest import FIM_TOKENS as TOKENS
 from .conftest import MODEL, start
-from .test_serving import Counting
+from .test_prompts import Counting
 
 VOCAB = 151936  # Qwen2.5-Coder's embedding rows: what a token-id prompt is checked against
 
