@@ -38,14 +38,14 @@ def delta(piece: Piece) -> list[dict]:
 
 @dataclass(frozen=True)
 class CompletionReply:
-    """One completion: a chat's (`chat.completion`) or a text's (`text_completion`); `usage`: a stream ends
-    with a usage chunk (`stream_options.include_usage`)."""
+    """One completion: a chat's (`chat.completion`) or a text's (`text_completion`); `include_usage`: a stream
+    ends with a usage chunk (`stream_options.include_usage`)."""
 
     chat: bool
     model: str
     prompt_tokens: int
     sources: bool  # report each token's source
-    usage: bool = False
+    include_usage: bool = False
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -75,10 +75,10 @@ class CompletionReply:
             choice = self._choice(content or None, finish_reason(said, done), chunk=False)
             if made:
                 choice["message"]["tool_calls"] = made
-        out = self._object(chunk=False) | {"choices": [choice], "usage": self.usage_of(done)}
+        out = self._object(chunk=False) | {"choices": [choice], "usage": self.usage(done)}
         return out | extras(done, self.sources, said.tokens)
 
-    def usage_of(self, done: Done) -> dict:
+    def usage(self, done: Done) -> dict:
         generated = done.stats.generation_tokens
         # As OpenAI counts a prediction: its tokens that appear in the answer, and the rest of them.
         s = done.stats
@@ -108,7 +108,7 @@ class CompletionReply:
         return "".join(sse(out) for out in chunks)
 
     def _chunk(self, choice: dict) -> dict:
-        return self._object(chunk=True) | {"choices": [choice]} | ({"usage": None} if self.usage else {})
+        return self._object(chunk=True) | {"choices": [choice]} | ({"usage": None} if self.include_usage else {})
 
     @staticmethod
     def _delta(delta: dict) -> dict:
@@ -124,9 +124,10 @@ class CompletionReply:
             before, text = "".join(sse(self._chunk(self._delta(d))) for d in deltas), None
         out = self._object(chunk=True) | {
             "choices": [self._choice(text, finish_reason(said, done), True)]} | extras(done, self.sources)
-        if self.usage:
+        tail = ""
+        if self.include_usage:
             out["usage"] = None
-        tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage_of(done)}) if self.usage else ""
+            tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage(done)})
         return before + sse(out) + tail + DONE
 
     @staticmethod
