@@ -103,7 +103,7 @@ def test_bad_tools_are_one_line_naming_the_prompt(tmp_path, tools):
 
 
 def test_the_tools_set_asks_for_calls_with_tools_and_for_prose_without():
-    from specmlx.serve.protocol import Tool
+    from specmlx.serve.openai.protocol import Tool
     from specmlx.serve.tools import check_parameters
 
     rows = read_prompts(packaged_prompts_path().with_name("tools.jsonl"))
@@ -222,8 +222,8 @@ def rewriting(tokenizer) -> TokenizerWrapper:
 def test_every_front_end_gives_the_same_ids_for_the_same_messages(rewriting):
     from app.session import ChatMessage, Session
     from specmlx.generate import encode
-    from specmlx.serve.serving import chat_prompt
-    from specmlx.serve.protocol import ChatRequest
+    from specmlx.serve.prompts import chat_prompt
+    from specmlx.serve.openai.protocol import ChatRequest
     from specmlx.train.answers import prompt_tokens
 
     from .app.fakes import FakeEngine
@@ -255,8 +255,8 @@ def test_every_front_end_gives_the_same_ids_for_the_same_messages(rewriting):
 def test_every_front_end_encodes_plain_text_alike(templateless, vocab):
     from app.session import ChatMessage, Session, plain_transcript
     from specmlx.generate import encode
-    from specmlx.serve.serving import completion_prompt
-    from specmlx.serve.protocol import CompletionRequest
+    from specmlx.serve.prompts import completion_prompt
+    from specmlx.serve.openai.protocol import CompletionRequest
 
     from .app.fakes import FakeEngine
 

@@ -26,7 +26,7 @@ from ..batch.round import RowFailure
 from ..cache import make_cache
 from ..mlx_thread import MLXThread
 from .ledger import Ledger, Ticket
-from .protocol import Done
+from .jobs import Done
 from .slots import Slot, Slots
 
 

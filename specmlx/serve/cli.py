@@ -38,7 +38,7 @@ from ..sampling import SamplingParams
 from .limits import Access
 from .run import Server, bind
 from .mirror import NO_MIRROR
-from .serving import MAX_BATCH, build
+from .builder import MAX_BATCH, build
 from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
 API_KEY_ENV = "SPECMLX_API_KEY"

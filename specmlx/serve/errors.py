@@ -1,5 +1,5 @@
-"""Errors on the wire, in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, and in
-Anthropic's on its Messages routes (`/v1/messages...`): `{"type": "error", "error": {"type", "message"}}`.
+"""Errors on the wire: a refusal (`APIError`), in the shape of the API its route speaks: Anthropic's on its
+Messages routes (`anthropic/errors.py`), OpenAI's on every other (`openai/errors.py`).
 
 Every way a request can fail ends here, so a client always gets one sentence
 and a status, never a traceback, and no bad request stops the server. The shape
@@ -9,8 +9,6 @@ key, the body cap) answer each client in its own.
 
 from __future__ import annotations
 
-import json
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,15 +16,9 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..log import user_error
-
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-         405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-         503: "server_error", 500: "server_error"}
-# Anthropic's error types by status (its overloaded_error is a 529; ours is a 503, as the other routes send).
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
-                   503: "overloaded_error"}
-MESSAGES_PATH = "/v1/messages"
+from .anthropic.errors import error_body as anthropic_body
+from .anthropic.errors import is_messages
+from .openai.errors import error_body
 
 
 class APIError(Exception):
@@ -41,8 +33,7 @@ class APIError(Exception):
     def body(self, path: str = "") -> dict:
         """The error as the route at `path` answers it (Anthropic's shape on its Messages routes)."""
         if is_messages(path):
-            return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(self.status, "invalid_request_error"),
-                                               "message": self.message}}
+            return anthropic_body(self.status, self.message)
         return error_body(self.status, self.message, self.code, self.param)
 
     def response(self, path: str = "") -> JSONResponse:
@@ -53,16 +44,6 @@ def not_served(where: str, kind: object, served: str) -> APIError:
     """The refusal of a part, block, item or tool of a type this server does not serve, by its place (every
     route says it so): `where` is its place (`messages.1.content.0`), `served` what is served there."""
     return APIError(400, f"{where}: {kind!r} is not served here: only {served}", "invalid_value", f"{where}.type")
-
-
-def is_messages(path: str) -> bool:
-    """Whether `path` is one of Anthropic's Messages routes."""
-    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
-
-
-def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"),
-                      "param": param, "code": code}}
 
 
 def validation_error(err: RequestValidationError | ValidationError, where: str = "") -> APIError:
@@ -125,12 +106,3 @@ def is_json(content_type: str) -> bool:
     kind = content_type.split(";")[0].strip().lower()
     return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
-
-def sse_error(err: APIError) -> str:
-    """A stream's last event when it cannot finish (an error after the first byte)."""
-    return f"data: {json.dumps(err.body())}\n\n"
-
-
-def messages_sse_error(err: APIError) -> str:
-    """A Messages stream's last event when it cannot finish: Anthropic's `error` event."""
-    return f"event: error\ndata: {json.dumps(err.body(MESSAGES_PATH))}\n\n"

@@ -18,7 +18,7 @@ from time import perf_counter
 from ..errors import SpecmlxError
 from ..log import user_error
 from .errors import APIError
-from .protocol import Done, Failed, Job, Sink
+from .jobs import Done, Failed, Job, Sink
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
 """The HTTP routes: OpenAI's chat, completions, responses and models, Anthropic's messages, and a health check.
 
-Routes only speak HTTP: the body is parsed (`protocol.py`, `anthropic.py`, `responses.py`), the API key
-checked, the request handed to serving (`serving.py`), which queues its job;
-the worker runs it on the MLX thread, and its tokens come back through an
-asyncio queue to be rendered (`render.py`, `anthropic_render.py`, `responses_render.py`), streamed
-as Server-Sent Events or whole. A Messages or Responses request is a chat request in another shape:
-it takes the chat path from its prompt to its answer's calls.
+Routes only speak HTTP: FastAPI parses the body into its API's request (`openai/`, `anthropic/`,
+`responses/`), the API key is checked, and serving (`serving.py`) makes the request's answer: a job
+and the reply that renders it. The route queues the job; the worker runs it on the MLX thread,
+and its rounds come back through an asyncio queue, are read once (`reply.Feed`) and rendered by
+the reply, streamed as Server-Sent Events or answered whole.
 """
 
 from __future__ import annotations
@@ -13,28 +12,20 @@ from __future__ import annotations
 import asyncio
 import hmac
 import threading
-from typing import TYPE_CHECKING, Union
+from typing import Any, Callable
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..events import RoundEvent, TokenEvent
-from .anthropic import CountTokensRequest, MessagesRequest, to_chat
-from .anthropic_render import TOOL_USE_ID, MessageReply
+from .anthropic.protocol import CountTokensRequest, MessagesRequest
 from .errors import APIError
-from .protocol import ChatRequest, CompletionRequest, Done, Failed, Sampling, within_window
-from .render import Reply
-from .responses import ResponsesRequest, echoed, in_responses_terms
-from .responses import to_chat as responses_chat
-from .responses_render import ResponseReply
-
-if TYPE_CHECKING:
-    from .serving import Serving
-    from .worker import Ticket
-
-# The answer's shape: OpenAI's chat or text completion, Anthropic's message, OpenAI's response.
-AnyReply = Union[Reply, MessageReply, ResponseReply]
+from .jobs import Done, Failed
+from .openai.protocol import ChatRequest, CompletionRequest
+from .responses.protocol import ResponsesRequest
+from .serving import Answer, Serving
+from .worker import Ticket
 
 # How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5
@@ -69,6 +60,7 @@ class Mailbox:
 
 
 def serving(request: Request) -> Serving:
+    """The server's `Serving`, which the builder put on the app's state."""
     return request.app.state.serving
 
 
@@ -107,92 +99,59 @@ def include(app: FastAPI) -> None:
 
 @open_routes.get("/health")
 async def health(request: Request) -> dict:
-    s = serving(request)
-    return {"status": "ok", "model": s.defaults.model, "waiting": s.worker.waiting}
+    return serving(request).health()
 
 
 @api.get("/models")
 async def models(request: Request) -> dict:
-    return {"object": "list", "data": [serving(request).model_card()]}
+    return serving(request).models()
 
 
 @api.get("/models/{model:path}")
 async def model(model: str, request: Request) -> dict:
-    s = serving(request)
-    s.aliases.answering(model)
-    return s.model_card()
+    return serving(request).model(model)
 
 
 # Prompts are encoded on a worker thread: a long one takes seconds, and every stream and /health
 # would wait for it on the event loop.
 @api.post("/chat/completions")
 async def chat(body: ChatRequest, request: Request):
-    prompt = await run_in_threadpool(serving(request).chat_prompt, body)
-    return await answer(body, prompt, request, chat=True)
+    return await respond(request, serving(request).chat, body)
 
 
 @api.post("/completions")
 async def completions(body: CompletionRequest, request: Request):
-    prompt = await run_in_threadpool(serving(request).completion_prompt, body)
-    return await answer(body, prompt, request, chat=False)
+    return await respond(request, serving(request).completions, body)
 
 
-# Anthropic's messages: translated to the chat request of the same conversation (`anthropic.py`).
+# Anthropic's messages: answered as the chat of the same conversation.
 @api.post("/messages")
 async def messages(body: MessagesRequest, request: Request):
-    s = serving(request)
     interleaved = "interleaved-thinking" in request.headers.get("anthropic-beta", "")
-    chat = await run_in_threadpool(to_chat, body, interleaved)
-    prompt = await run_in_threadpool(s.chat_prompt, chat)
-    chat, window_bound = within_window(chat, s.worker.slots.room(len(prompt)))
-    reply = MessageReply(s.aliases.answering(body.model), len(prompt), chat.speculative.sources,
-                         s.call_reader(chat, TOOL_USE_ID), window_bound)
-    return await respond(chat, prompt, request, reply)
+    return await respond(request, serving(request).messages, body, interleaved)
 
 
-# OpenAI's Responses API: translated to the chat request of the same conversation (`responses.py`).
+# OpenAI's Responses API: answered as the chat of the same conversation.
 @api.post("/responses")
 async def responses(body: ResponsesRequest, request: Request):
-    s = serving(request)
-    chat = await run_in_threadpool(responses_chat, body)
-    try:  # the chat path's refusals name chat's fields
-        prompt = await run_in_threadpool(s.chat_prompt, chat)
-        reply = ResponseReply(s.aliases.answering(body.model), len(prompt), chat.speculative.sources, echoed(body),
-                              s.call_reader(chat))
-        return await respond(chat, prompt, request, reply)
-    except APIError as err:
-        raise in_responses_terms(err) from None
+    return await respond(request, serving(request).responses, body)
 
 
 @api.post("/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
-    s = serving(request)
-    s.aliases.answering(body.model)
-    chat = await run_in_threadpool(to_chat, body)
-    return {"input_tokens": len(await run_in_threadpool(s.chat_prompt, chat))}
+    return await run_in_threadpool(serving(request).count_tokens, body)
 
 
-async def answer(body: Sampling, prompt: list[int], request: Request, chat: bool):
-    s = serving(request)
-    reply = Reply(chat, s.aliases.answering(body.model), len(prompt), body.speculative.sources,
-                  s.call_reader(body) if isinstance(body, ChatRequest) else None)
-    usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await respond(body, prompt, request, reply, usage)
-
-
-async def respond(body: Sampling, prompt: list[int], request: Request, reply: AnyReply,
-                  usage: bool = False):
-    """Queue the request and answer it through `reply`: streamed (with a usage chunk if `usage`) or whole."""
-    s = serving(request)
+async def respond(request: Request, answer_of: Callable[..., Answer], body: Any, *args: Any):
+    """Make the request's answer off the event loop, queue its job and answer it: streamed or whole."""
+    answer = await run_in_threadpool(answer_of, body, request.state.owner, *args)
     queue: asyncio.Queue = asyncio.Queue()
-    prediction, grammar = await run_in_threadpool(s.guides, body)
-    # A wrong request (400, 404) or a full queue (429) raises here, before any byte is sent.
-    ticket = s.submit(body, prompt, request.state.owner, Mailbox(queue, asyncio.get_running_loop()).post,
-                      prediction, grammar)
-    if body.stream:
-        return StreamingResponse(stream(reply, queue, ticket, usage), media_type="text/event-stream",
+    # A wrong request (400, 404) raised above; a full queue (429) raises here, before any byte is sent.
+    ticket = serving(request).worker.submit(answer.job, Mailbox(queue, asyncio.get_running_loop()).post)
+    if answer.stream:
+        return StreamingResponse(stream(answer, queue, ticket), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    return await whole(reply, queue, ticket, request)
+    return await whole(answer, queue, ticket, request)
 
 
 def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
@@ -201,8 +160,8 @@ def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
             next((i for i in items if not isinstance(i, RoundEvent)), None))
 
 
-async def stream(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, usage: bool):
-    loop = asyncio.get_running_loop()
+async def stream(answer: Answer, queue: asyncio.Queue, ticket: Ticket):
+    loop, reply, feed = asyncio.get_running_loop(), answer.reply, answer.feed
     try:
         yield reply.first()
         sent = loop.time()
@@ -214,12 +173,12 @@ async def stream(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, usage: b
             while not queue.empty():
                 items += queue.get_nowait()
             events, end = split(items)
-            piece = reply.piece(events, usage) if events else ""  # nothing while a tool call is being written
+            piece = reply.piece(feed.piece(events)) if events else ""  # nothing while a tool call is being written
             if piece or loop.time() - sent >= KEEPALIVE_S:
                 yield piece or reply.keepalive
                 sent = loop.time()
             if isinstance(end, Done):
-                yield reply.last(end, usage)
+                yield reply.last(feed.last(end), end)
                 return
             if isinstance(end, Failed):
                 yield reply.failed(end.error)
@@ -228,7 +187,7 @@ async def stream(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, usage: b
         ticket.cancel()
 
 
-async def whole(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
+async def whole(answer: Answer, queue: asyncio.Queue, ticket: Ticket, request: Request) -> JSONResponse:
     events: list[TokenEvent] = []
     loop = asyncio.get_running_loop()
     check_at = loop.time() + DISCONNECT_POLL_S
@@ -245,7 +204,7 @@ async def whole(reply: AnyReply, queue: asyncio.Queue, ticket: Ticket, request: 
             got, end = split(items)
             events += got
             if isinstance(end, Done):
-                return JSONResponse(reply.whole(events, end))
+                return JSONResponse(answer.reply.whole(answer.feed.whole(events, end), end))
             if isinstance(end, Failed):
                 raise end.error
     finally:  # whatever ended the wait, the generation stops within one round

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 
 from ..mlx_thread import MLXThread
 from .ledger import Ledger, Ticket
-from .protocol import Done
+from .jobs import Done
 from .slots import Slots
 
 

@@ -1,48 +1,48 @@
-"""Serving: a validated request into a job for the worker, and the one place that builds a server.
+"""Serving: each route's request into its answer, one method a route: a job for the worker, and the reply
+that renders it (`routes.py` queues the job and streams or awaits the reply).
 
 Everything a request can get wrong is refused here, before it waits in the
 queue: an unknown drafter, a value the engine cannot honour, a prompt that
 leaves no room in the context window (a `max_tokens` past the room is cut to
-it), a `suffix` for a model without fill-in-the-middle tokens (`fim.py`). Any
-model name is answered by the served target (`aliases.py`). `build` makes a
-server of loaded models (its slots, worker and FastAPI app): the command line,
-the bench and the tests all serve what it makes.
+it: `make_job`, the window's one check), a `suffix` for a model without
+fill-in-the-middle tokens (`fim.py`). Anthropic's messages and OpenAI's
+responses are translated into the chat request of the same conversation
+(`chat.py`) and take the chat path from the prompt to the answer's calls. Each
+request's model name is answered once, by the served target (`aliases.py`).
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, TypeVar
 
-from fastapi import FastAPI
-
-from ..drafters import Drafter
 from ..engine import GenerationConfig
 from ..errors import SpecmlxError
-from ..grammar import Grammar, grammar_tokenizer
-from ..loading import LoadedModel
-from ..mlx_thread import MLXThread
+from ..grammar import Grammar
 from ..policy import AUTO, DraftPolicy, part
-from ..prompting import encode_chat, encode_text, has_chat_template, plain_encoder
 from ..sampling import SamplingParams
-from ..vocab import vocab_size
-from . import routes
 from .aliases import Aliases
+from .anthropic.protocol import CountTokensRequest, MessagesRequest
+from .anthropic.render import TOOL_USE_ID, MessageReply
+from .anthropic.translate import to_chat as messages_chat
 from .calls import CALL_ID, CallReader, call_reader
-from .errors import APIError, install
-from .fim import FimLayout, find_layout, stop_tokens
-from .limits import Access, guard
-from .mirror import NO_MIRROR, Mirror
-from .protocol import ChatRequest, CompletionRequest, Job, Sampling, Sink, within_window
-from .slots import Slots, slots_for
-from .tools import forced_calls, has_tools, parses_calls, template_messages, template_tools
-from .worker import Ticket, Worker
+from .errors import APIError
+from .fim import FimLayout, stop_tokens
+from .jobs import Job
+from .limits import Access
+from .openai.protocol import ChatRequest, CompletionRequest, Sampling
+from .openai.render import CompletionReply
+from .prompts import chat_prompt, completion_prompt, refuse_past_window
+from .reply import Feed, Reply
+from .responses.errors import in_responses_terms
+from .responses.protocol import ResponsesRequest
+from .responses.render import ResponseReply
+from .responses.translate import echoed
+from .responses.translate import to_chat as responses_chat
+from .tools import forced_calls, has_tools, parses_calls
+from .worker import Worker
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
-MAX_BATCH = 8  # requests decoded at once by default: an editor's autocomplete, chat and an agent's calls
 
 
 @dataclass(frozen=True)
@@ -54,68 +54,6 @@ class Defaults:
     policy: DraftPolicy = DraftPolicy()
     sampling: SamplingParams = SamplingParams()
     max_tokens: int = 512
-
-
-# Text longer than this many characters per token of the window is encoded by a head of that length
-# first; when the head alone is past the window, the rest is never encoded (a 4 MB prompt takes seconds).
-HEAD_CHARS_PER_TOKEN = 8
-# Tokens a cut through a word can add to the head beyond what the whole text has at that point.
-HEAD_CUT_SLACK = 64
-
-
-def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str, what: str = "prompt") -> None:
-    """Refuse text (the request's `what`) that cannot fit the context window, from a bounded head of it."""
-    if window is None or len(text) <= HEAD_CHARS_PER_TOKEN * window:
-        return
-    head = HEAD_CHARS_PER_TOKEN * window
-    tokens = len(tokenizer.encode(text[:head]))
-    if tokens > window + HEAD_CUT_SLACK:
-        raise APIError(400, f"this model's context window is {window} tokens, but the {what} is longer (its first "
-                       f"{head} characters alone are {tokens} tokens)", "context_length_exceeded", param)
-
-
-def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
-    if not has_chat_template(tokenizer):
-        raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
-    tools = template_tools(request, tokenizer)
-    messages = template_messages(request, tokenizer)
-    text = "".join(m.text() for m in request.messages) + (json.dumps(tools) if tools else "")
-    refuse_past_window(tokenizer, text, window, "messages")
-    try:
-        return encode_chat(tokenizer, messages, tools=tools)
-    except Exception as err:  # noqa: BLE001 - templates raise their own errors (e.g. roles out of order)
-        raise APIError(400, f"the chat template refused these messages: {err}", "invalid_messages",
-                       "messages") from None
-
-
-def completion_prompt(tokenizer: Any, request: CompletionRequest, vocab: int, window: int | None = None,
-                      fim: FimLayout | None = None) -> list[int]:
-    if request.suffix is not None:
-        return infill_prompt(tokenizer, request, window, fim)
-    prompt = request.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-        bad = [t for t in prompt if not 0 <= t < vocab]
-        if bad:
-            raise APIError(400, f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})", "invalid_value",
-                           "prompt")
-        return list(prompt)
-    text = prompt if isinstance(prompt, str) else "".join(prompt)
-    refuse_past_window(tokenizer, text, window, "prompt")
-    return encode_text(tokenizer, text)
-
-
-def infill_prompt(tokenizer: Any, request: CompletionRequest, window: int | None, fim: FimLayout | None) -> list[int]:
-    """Fill in the middle: `prompt` before the gap and `suffix` after it, in the model's FIM layout."""
-    if fim is None:
-        raise APIError(400, "this model has no fill-in-the-middle tokens, so it cannot complete between a prompt "
-                       "and a suffix", "unsupported_parameter", "suffix")
-    prompt = request.prompt
-    if prompt and isinstance(prompt, list) and isinstance(prompt[0], int):
-        raise APIError(400, "with a suffix the prompt must be text, not token ids", "invalid_value", "prompt")
-    text = prompt if isinstance(prompt, str) else "".join(prompt)
-    refuse_past_window(tokenizer, request.suffix, window, "suffix", "suffix")
-    refuse_past_window(tokenizer, text + request.suffix, window, "prompt")
-    return fim.prompt(text, request.suffix)
 
 
 def grammar_of(request: Sampling, tokenizer: Any) -> Grammar | None:
@@ -164,6 +102,8 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
              room: int | None, window: int | None, owner: Hashable = None,
              prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
              grammar: Grammar | None = None) -> Job:
+    """The request's job for a prompt that leaves `room` for an answer in a `window` of tokens: the server's
+    `defaults` where it leaves a field unset; refused (400) where it cannot be run as asked."""
     refused = request.unsupported()
     if refused is not None:
         raise APIError(400, refused[1], "unsupported_parameter", refused[0])
@@ -178,7 +118,7 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
         raise APIError(400, f"this model's context window is {window} tokens, and the prompt ({len(prompt)} "
                        "tokens) leaves no room for an answer", "context_length_exceeded",
                        "messages" if hasattr(request, "messages") else "prompt")
-    limit = within_window(request, room)[0].token_limit()
+    limit = within_window(request, room)[0].token_limit()  # the window's one check: refused above, cut here
     if limit is None:
         limit = defaults.max_tokens if room is None else min(defaults.max_tokens, room)
     base = defaults.sampling
@@ -197,11 +137,43 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     return Job(tuple(prompt), config, drafter, owner)
 
 
+RequestT = TypeVar("RequestT", ChatRequest, CompletionRequest)
+
+
+def within_window(request: RequestT, room: int | None) -> tuple[RequestT, bool]:
+    """The request with its token limit cut to the room the window leaves after the prompt, and whether it
+    was cut. Clients ask for more than any window holds (Claude Code tens of thousands of tokens, OpenCode
+    32,000): llama.cpp and Ollama answer until the window is full, and so does this server."""
+    limit = request.token_limit()
+    if room is None or room < 1 or limit is None or limit <= room:
+        return request, False  # a prompt that leaves no room at all is refused (`make_job`)
+    return request.with_token_limit(room), True
+
+
+def window_bound(request: Sampling, job: Job) -> bool:
+    """Whether the job's token limit is the window's room, not the request's (cut by `make_job`)."""
+    limit = request.token_limit()
+    return limit is not None and job.config.max_tokens < limit
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A request ready to queue: its job, the reply that renders its answer in the request's API, the feed
+    that reads the answer once for the reply, and whether it streams."""
+
+    job: Job
+    reply: Reply
+    feed: Feed
+    stream: bool
+
+
 @dataclass(frozen=True)
 class Serving:
-    """What the routes hand requests to. It lives on `app.state` and routes read it from each
-    request: FastAPI caches facts about endpoint functions in process-wide caches, so an endpoint
-    that closed over the worker would keep the models in memory after the server is gone."""
+    """What the routes hand requests to, one method a route. It lives on `app.state` and routes read it
+    from each request: FastAPI caches facts about endpoint functions in process-wide caches, so an
+    endpoint that closed over the worker would keep the models in memory after the server is gone.
+    The methods that read a request encode its prompt (seconds for a long one): the routes call them
+    off the event loop."""
 
     worker: Worker
     defaults: Defaults
@@ -218,33 +190,85 @@ class Serving:
     def context_window(self) -> int | None:
         return self.worker.slots.context_window
 
-    def model_card(self) -> dict:
+    # -- the routes ------------------------------------------------------------
+
+    def health(self) -> dict:
+        return {"status": "ok", "model": self.defaults.model, "waiting": self.worker.waiting}
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [self._model_card()]}
+
+    def model(self, name: str) -> dict:
+        self.aliases.answering(name)
+        return self._model_card()
+
+    def chat(self, body: ChatRequest, owner: Hashable) -> Answer:
+        prompt = self._chat_prompt(body)
+        model = self.aliases.answering(body.model)
+        reply = CompletionReply(True, model, len(prompt), body.speculative.sources, include_usage(body))
+        return Answer(self._job(body, prompt, owner), reply, Feed(self._call_reader(body)), body.stream)
+
+    def completions(self, body: CompletionRequest, owner: Hashable) -> Answer:
+        prompt = completion_prompt(self.tokenizer, body, self.vocab, self.context_window, self.fim)
+        model = self.aliases.answering(body.model)
+        reply = CompletionReply(False, model, len(prompt), body.speculative.sources, include_usage(body))
+        return Answer(self._job(body, prompt, owner), reply, Feed(), body.stream)
+
+    def messages(self, body: MessagesRequest, owner: Hashable, interleaved: bool = False) -> Answer:
+        """Anthropic's messages, as the chat of the same conversation (`anthropic/translate.py`);
+        `interleaved`: the client asked for interleaved thinking."""
+        chat = messages_chat(body, interleaved)
+        prompt = self._chat_prompt(chat)
+        model = self.aliases.answering(body.model)
+        job = self._job(chat, prompt, owner)
+        reply = MessageReply(model, len(prompt), chat.speculative.sources, window_bound(chat, job))
+        return Answer(job, reply, Feed(self._call_reader(chat, TOOL_USE_ID)), chat.stream)
+
+    def responses(self, body: ResponsesRequest, owner: Hashable) -> Answer:
+        """OpenAI's responses, as the chat of the same conversation (`responses/translate.py`)."""
+        chat = responses_chat(body)
+        try:  # the chat path's refusals name chat's fields
+            prompt = self._chat_prompt(chat)
+            model = self.aliases.answering(body.model)
+            job = self._job(chat, prompt, owner)
+        except APIError as err:
+            raise in_responses_terms(err) from None
+        reply = ResponseReply(model, len(prompt), chat.speculative.sources, echoed(body))
+        return Answer(job, reply, Feed(self._call_reader(chat)), chat.stream)
+
+    def count_tokens(self, body: CountTokensRequest) -> dict:
+        self.aliases.answering(body.model)
+        return {"input_tokens": len(self._chat_prompt(messages_chat(body)))}
+
+    # -- what the routes share -------------------------------------------------
+
+    def _model_card(self) -> dict:
         # What the model can do under Zed's names (its settings' `available_models[].capabilities`, an
         # object of booleans that can grow); Ollama's /api/show names tool calling `tools` too.
         return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
                 "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
                 "context_window": self.context_window, "capabilities": {"tools": has_tools(self.tokenizer)}}
 
-    # Encoding a long prompt takes seconds: the routes call these off the event loop.
-    def chat_prompt(self, request: ChatRequest) -> list[int]:
+    def _chat_prompt(self, request: ChatRequest) -> list[int]:
         return chat_prompt(self.tokenizer, request, self.context_window)
 
-    def completion_prompt(self, request: CompletionRequest) -> list[int]:
-        return completion_prompt(self.tokenizer, request, self.vocab, self.context_window, self.fim)
-
-    def call_reader(self, request: ChatRequest, id_prefix: str = CALL_ID) -> CallReader | None:
+    def _call_reader(self, request: ChatRequest, id_prefix: str = CALL_ID) -> CallReader | None:
         """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`); new
         calls' ids begin with `id_prefix`."""
         if not parses_calls(request, self.tokenizer):
             return None
         return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools], id_prefix)
 
-    def guides(self, request: Sampling) -> tuple[tuple[int, ...], Grammar | None]:
-        """The request's prediction as tokens and its grammar, refused in one line if either is wrong.
-        A schema compiles in a millisecond, a large one in more."""
-        return self.prediction_tokens(request), grammar_of(request, self.tokenizer)
+    def _job(self, request: Sampling, prompt: list[int], owner: Hashable) -> Job:
+        """The request's job, refused in one line if it is wrong: its prediction as tokens and its grammar
+        (a schema compiles in a millisecond, a large one in more), then the rest (`make_job`)."""
+        prediction, grammar = self._prediction_tokens(request), grammar_of(request, self.tokenizer)
+        slots = self.worker.slots
+        return make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
+                        slots.context_window, owner, prediction,
+                        stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
 
-    def prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
+    def _prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
         """The request's prediction as the tokens the model would write (none without one)."""
         if not request.prediction:
             return ()
@@ -256,52 +280,7 @@ class Serving:
                            f"of {window}", "context_length_exceeded", "prediction")
         return tokens
 
-    def submit(self, request: Sampling, prompt: list[int], owner: Hashable, sink: Sink,
-               prediction: tuple[int, ...] = (), grammar: Grammar | None = None) -> Ticket:
-        """Queue the request's job, its items to `sink`; refused (`APIError`) before it waits if it is
-        wrong or the queue is full. `prediction` and `grammar`: the request's, from `guides`."""
-        slots = self.worker.slots
-        job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
-                       slots.context_window, owner, prediction,
-                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
-        return self.worker.submit(job, sink)
 
-
-@dataclass(frozen=True)
-class Built:
-    """A server ready to run: its FastAPI app, and the worker behind it (to stop, close and watch)."""
-
-    app: FastAPI
-    worker: Worker
-
-
-def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
-          policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
-          access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
-          mirror: Mirror = NO_MIRROR, max_batch: int = MAX_BATCH) -> Built:
-    """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
-    holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
-    default; `policy`, `sampling` and `max_tokens` are what a request leaves unset. `mirror`: who
-    else keeps the slots and runs each job (a sharded target's other ranks; none by default).
-    `max_batch`: requests decoded at once (one at a time with a mirror); each needs a slot, so
-    the default slot count is at least that."""
-    named = {d.name: d for d in drafters}
-    if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
-        slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes), max_batch)
-    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror)
-    worker = Worker(pool, max_queue, mlx, max_batch=max_batch)
-    defaults = Defaults(target.name, drafters[0].name, policy, sampling, max_tokens)
-    app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)
-    install(app)
-    guard(app, access)
-    app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
-                                tuple(named), int(time.time()), find_layout(target.tokenizer),
-                                plain_encoder(target.tokenizer), Aliases(target.name))
-    routes.include(app)
-    if getattr(target.tokenizer, "backend_tokenizer", None) is not None:
-        # The grammar engine's view of the vocabulary takes a second or two: made now, beside loading,
-        # so that the first request with a response_format does not wait for it.
-        eos = frozenset(target.tokenizer.eos_token_ids)  # the slots' engines end answers at these
-        threading.Thread(target=grammar_tokenizer, args=(target.tokenizer, vocab_size(target.model), eos),
-                         name="grammar-vocabulary", daemon=True).start()
-    return Built(app, worker)
+def include_usage(body: Sampling) -> bool:
+    """Whether a stream ends with a usage chunk (OpenAI's `stream_options.include_usage`)."""
+    return bool(body.stream_options and body.stream_options.include_usage)

@@ -32,7 +32,7 @@ from ..errors import SpecmlxError
 from ..grammar import LAID_OUT, Grammar
 from ..schema_bounds import bounded
 from .errors import APIError
-from .protocol import ChatRequest, NamedToolChoice, Tool
+from .openai.protocol import ChatRequest, NamedToolChoice, Tool
 
 
 def has_tools(tokenizer: Any) -> bool:

@@ -26,7 +26,7 @@ from .batching import Batched
 from .errors import APIError
 from .ledger import Ledger, Record, Ticket
 from .mirror import Mirror
-from .protocol import Failed, Job, Sink
+from .jobs import Failed, Job, Sink
 from .runner import OneAtATime, Runner
 from .slots import Slots
 

@@ -23,7 +23,7 @@ from specmlx.serve.limits import Access
 from specmlx.serve.mirror import NO_MIRROR, Mirror
 from specmlx.serve.run import Background
 from specmlx.serve.fim import find_layout
-from specmlx.serve.serving import build
+from specmlx.serve.builder import build
 
 from .. import tiny
 

@@ -12,14 +12,14 @@ from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
 from specmlx.serve.errors import APIError
 from specmlx.serve.fim import find_layout
-from specmlx.serve.protocol import CompletionRequest
-from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, completion_prompt, infill_prompt
+from specmlx.serve.openai.protocol import CompletionRequest
+from specmlx.serve.prompts import HEAD_CHARS_PER_TOKEN, completion_prompt, infill_prompt
 
 from .conftest import FIM_PREFIX as PREFIX
 from .conftest import FIM_SUFFIX as SUFFIX
 from .conftest import FIM_TOKENS as TOKENS
 from .conftest import MODEL, start
-from .test_serving import Counting
+from .test_prompts import Counting
 
 VOCAB = 151936  # Qwen2.5-Coder's embedding rows: what a token-id prompt is checked against
 

@@ -9,7 +9,7 @@ import pytest
 from specmlx.errors import SpecmlxError
 from specmlx.serve.errors import APIError
 from specmlx.serve.ledger import Ledger, failure
-from specmlx.serve.protocol import Done, Failed
+from specmlx.serve.jobs import Done, Failed
 
 STOPPING = APIError(503, "stopping", "server_shutdown")
 

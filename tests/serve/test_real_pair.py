@@ -131,7 +131,7 @@ def test_a_tool_round_trip_with_the_real_target_parses_its_call_and_accepts_draf
     from openai import OpenAI
 
     from specmlx.prompting import encode_chat
-    from specmlx.serve.protocol import ChatRequest
+    from specmlx.serve.openai.protocol import ChatRequest
     from specmlx.serve.tools import forced_calls, template_messages, template_tools
 
     mlx, target, drafters = real

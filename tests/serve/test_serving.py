@@ -1,4 +1,4 @@
-"""From a request to a job (the draft policy and defaults a request does not set), and the server builder."""
+"""From a request to a job: the draft policy and defaults a request does not set, and the window's room."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import pytest
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.serve.errors import APIError
-from specmlx.serve.limits import Access
-from specmlx.serve.serving import HEAD_CHARS_PER_TOKEN, MAX_BATCH, Defaults, build, make_job, refuse_past_window
-from specmlx.serve.slots import MAX_SLOTS, MIN_SLOTS
-from specmlx.serve.protocol import ChatRequest
+from specmlx.serve.openai.protocol import ChatRequest
+from specmlx.serve.serving import Defaults, make_job
 
 DEFAULTS = Defaults("m", "small", DraftPolicy(num_draft=5), SamplingParams(0.3, 0.9), max_tokens=100)
 LOADED = ["small", "mtp", "ngram", "none"]
@@ -53,36 +51,6 @@ def test_a_limit_past_the_window_is_cut_to_the_room_and_no_room_is_refused_befor
     assert "1003" in err.value.message
 
 
-class Counting:
-    """A tokenizer stand-in: one token per character, recording what it was asked to encode."""
-
-    def __init__(self) -> None:
-        self.encoded: list[int] = []
-
-    def encode(self, text: str) -> list[int]:
-        self.encoded.append(len(text))
-        return [1] * len(text)
-
-
-def test_text_past_the_window_is_refused_from_a_head_of_it():
-    tokenizer = Counting()
-    with pytest.raises(APIError) as refused:
-        refuse_past_window(tokenizer, "x" * 10_000_000, 1000, "prompt")
-    assert refused.value.code == "context_length_exceeded" and refused.value.param == "prompt"
-    assert tokenizer.encoded == [HEAD_CHARS_PER_TOKEN * 1000]  # not ten million characters
-
-
-def test_long_text_that_may_fit_is_not_refused():
-    tokenizer = Counting()
-    refuse_past_window(tokenizer, "x" * 999, 1000, "prompt")  # short: not even looked at
-    assert tokenizer.encoded == []
-    # Long in characters, few tokens: a head of it is within the window (and the slack a cut adds).
-    few = Counting()
-    few.encode = lambda text: few.encoded.append(len(text)) or [1] * (len(text) // HEAD_CHARS_PER_TOKEN)
-    refuse_past_window(few, "x" * 50_000, 1000, "prompt")
-    assert few.encoded == [HEAD_CHARS_PER_TOKEN * 1000]
-
-
 def test_a_requests_length_says_how_the_length_is_chosen_on_an_adaptive_server():
     adaptive = Defaults("m", "small", DraftPolicy.parse("5+adaptive+pmin=0.5"), max_tokens=100)
     request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], speculative={"num_draft": 2})
@@ -92,18 +60,3 @@ def test_a_requests_length_says_how_the_length_is_chosen_on_an_adaptive_server()
     request = ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], speculative={"lookup": 2})
     assert make_job(request, [1], adaptive, LOADED, None, None).config.policy == DraftPolicy.parse(
         "5+adaptive+pmin=0.5+lookup=2")
-
-
-def test_the_builder_serves_the_loaded_models_the_first_drafter_by_default(loaded):
-    mlx, target, drafters = loaded
-    built = build(mlx, target, list(drafters.values()), policy=DraftPolicy(num_draft=2), max_tokens=9,
-                  access=Access(("k",)), cache_bytes=1 << 40)
-    serving = built.app.state.serving
-    assert serving.worker is built.worker and serving.access.api_keys == ("k",)
-    assert serving.defaults == Defaults(target.name, "drafter", DraftPolicy(num_draft=2), max_tokens=9)
-    assert serving.loaded == ("drafter", "mtp", "ngram", "none") == tuple(built.worker.slots.drafters)
-    assert built.worker.slots.count == MAX_SLOTS  # no count given: as many as the cache bytes hold
-    # Each request of a batch needs a slot: the default count is at least the batch size.
-    assert build(mlx, target, list(drafters.values()), cache_bytes=1).worker.slots.count == MAX_BATCH
-    assert build(mlx, target, list(drafters.values()), cache_bytes=1, max_batch=1).worker.slots.count == MIN_SLOTS
-    assert build(mlx, target, list(drafters.values()), slots=3, cache_bytes=1).worker.slots.count == 3

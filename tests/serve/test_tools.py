@@ -19,7 +19,8 @@ from specmlx.mlx_thread import MLXThread
 from specmlx.prompting import encode_chat
 from specmlx.serve.calls import Call, CallReader
 from specmlx.serve.errors import APIError
-from specmlx.serve.protocol import ChatRequest, Done
+from specmlx.serve.jobs import Done
+from specmlx.serve.openai.protocol import ChatRequest
 from specmlx.serve.tools import forced_calls, template_messages, template_tools
 from specmlx.stats import GenerationStats
 
@@ -230,7 +231,7 @@ def test_arguments_are_an_object_where_the_schema_leaves_the_type_out(tiny_tools
 def test_a_bench_prompt_with_tools_encodes_as_the_chat_route_renders_its_request(tiny_tools):
     """`specmlx bench` measures the ids a chat request with those tools gets: its tools.jsonl's rows, and ours."""
     from specmlx.prompting import PromptRow, encode_prompts, packaged_prompts_path, read_prompts
-    from specmlx.serve.serving import chat_prompt
+    from specmlx.serve.prompts import chat_prompt
 
     rows = read_prompts(packaged_prompts_path().with_name("tools.jsonl"))
     rows += [PromptRow("ours", "tool-call", ASK[0]["content"], tools=tuple(TOOLS)), PromptRow("bare", "", "Hi.")]

@@ -38,7 +38,7 @@ from ...loading import load_models
 from ...mlx_thread import MLXThread
 from ...prompting import encode_chat, packaged_prompts_path, read_prompts
 from ...serve.run import Background
-from ...serve.serving import build
+from ...serve.builder import build
 from .clients import load_clients, percentile, streamed
 from .sweep import MIN_BATCH, ROWS, sweep
 

@@ -36,8 +36,8 @@ from ...errors import SpecmlxError
 from ...loading import LoadedModel, load_models
 from ...options import Parser, add_draft_arguments, add_model_arguments, draft_policy
 from ...serve.fim import FimLayout, find_layout
-from ...serve.protocol import CompletionRequest
-from ...serve.serving import completion_prompt
+from ...serve.openai.protocol import CompletionRequest
+from ...serve.prompts import completion_prompt
 from ...vocab import vocab_size
 
 # Modules whose code the requests are cut from: plain Python of several styles.

@@ -45,7 +45,7 @@ from ...mlx_thread import MLXThread
 from ...policy import START_DRAFT, DraftPolicy
 from ...prompting import packaged_prompts_path, read_prompts
 from ...serve.run import Background, bind
-from ...serve.serving import build
+from ...serve.builder import build
 from .clients import percentile, wave
 
 ROWS = ("batched-auto", "batched-none", "one-at-a-time", "mlx-lm")  # the table's rows, in its order

@@ -12,14 +12,16 @@ import httpx
 import pytest
 
 from specmlx.prompting import encode_chat
-from specmlx.serve.anthropic import MessagesRequest, to_chat
-from specmlx.serve.anthropic_render import MessageReply
+from specmlx.serve.anthropic.protocol import MessagesRequest
+from specmlx.serve.anthropic.translate import to_chat
+from specmlx.serve.anthropic.render import MessageReply
 from specmlx.serve.calls import CallReader
 from specmlx.serve.errors import APIError
-from specmlx.serve.protocol import within_window
+from specmlx.serve.reply import Feed
+from specmlx.serve.serving import within_window
 
-from .conftest import KEY, MODEL, healthy, sse_events, start
-from .test_tools import (CITY, TOKENS, answer_around_calls, engine_tokens, json_parse, nested, tool_loaded,  # noqa: F401
+from ..conftest import KEY, MODEL, healthy, sse_events, start
+from ..test_tools import (CITY, TOKENS, answer_around_calls, engine_tokens, json_parse, nested, tool_loaded,  # noqa: F401
                          tool_server)
 
 anthropic = pytest.importorskip("anthropic")
@@ -226,14 +228,15 @@ def reader() -> CallReader:
 
 def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_blocks():
     tokens, done = answer_around_calls()
-    whole = MessageReply(MODEL, 9, False, reader()).whole(tokens, done)
+    whole = MessageReply(MODEL, 9, False).whole(Feed(reader()).whole(tokens, done), done)
     assert [(b["type"], b.get("text"), b.get("input")) for b in whole["content"]] == [
         ("text", "Let me look.", None), ("tool_use", None, {"city": "Paris", "days": 2}),
         ("tool_use", None, {"city": "Oslo", "days": 2}), ("text", " Done.", None)]
     assert whole["stop_reason"] == "tool_use" and whole["usage"] == {
         "input_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": len(tokens)}
-    reply = MessageReply(MODEL, 9, False, reader())
-    events = sse_events(reply.first() + "".join(reply.piece([t]) for t in tokens) + reply.last(done))
+    reply, feed = MessageReply(MODEL, 9, False), Feed(reader())
+    events = sse_events(reply.first() + "".join(reply.piece(feed.piece([t])) for t in tokens)
+                        + reply.last(feed.last(done), done))
     events = [e for e in events if e["type"] != "ping"]
     blocks: dict[int, dict] = {}
     for e in events[1:-2]:  # each block from its start to its stop, before the next one starts
@@ -251,8 +254,8 @@ def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_bloc
     assert [b["id"][:6] for b in blocks.values() if b["type"] == "tool_use"] == ["toolu_", "toolu_"]
     assert events[-2]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     # Each piece's sources ride on its last event, or on a ping while a call is still being written.
-    sourced = MessageReply(MODEL, 9, True, reader())
-    pieces = [sse_events(sourced.piece(tokens[k:k + 1])) for k in range(3)]
+    sourced, feed = MessageReply(MODEL, 9, True), Feed(reader())
+    pieces = [sse_events(sourced.piece(feed.piece(tokens[k:k + 1]))) for k in range(3)]
     assert [p[-1]["type"] for p in pieces] == ["content_block_delta", "content_block_delta", "ping"]
     assert [p[-1]["speculative"] for p in pieces] == [{"tokens": [k], "sources": ["target"]} for k in (0, 7, 14)]
 
@@ -269,7 +272,7 @@ def test_max_tokens_past_the_window_answers_until_the_window_is_full(claude, too
     assert within_window(to_chat(request), None)[1] is False
     tokens, done = answer_around_calls()
     cut = replace(done, stats=replace(done.stats, finish_reason="length"))
-    reasons = [MessageReply(MODEL, 9, False, window_bound=bound).whole(tokens, cut)["stop_reason"]
+    reasons = [MessageReply(MODEL, 9, False, window_bound=bound).whole(Feed().whole(tokens, cut), cut)["stop_reason"]
                for bound in (True, False)]
     assert reasons == ["model_context_window_exceeded", "max_tokens"]
 

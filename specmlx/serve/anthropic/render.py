@@ -7,7 +7,7 @@ once it parses) and `content_block_stop`, then `message_delta` (the stop reason 
 the prompt's cached part now known) and `message_stop`; `ping` keeps a quiet stream alive. Each
 event is an SSE `event: <type>` line and its `data:`.
 
-`speculative` and `timings` ride along as on the chat route (`render.extras`): on the whole
+`speculative` and `timings` ride along as on every route (`reply.extras`): on the whole
 message, and on the stream's `message_delta`.
 """
 
@@ -16,26 +16,26 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
-from ..events import TokenEvent
-from .calls import Call, CallReader, Piece, merged
-from .errors import APIError, messages_sse_error
-from .protocol import Done
-from .render import cut_short, extras, token_sources
+from ..calls import Call, Piece
+from ..errors import APIError
+from ..jobs import Done
+from ..reply import Said, extras, made_calls, token_sources, typed_event
+from .errors import error_body
 
 TOOL_USE_ID = "toolu_"  # Anthropic's calls' ids begin so
 STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_tokens"}
 
 
-def stop_reason(done: Done, calls: CallReader | None, window_bound: bool = False) -> str | None:
+def stop_reason(said: Said, done: Done, window_bound: bool = False) -> str | None:
     """Anthropic's stop reason; `tool_use` for an answer that made calls and ended of its own accord
     (its end token or a stop sequence), not one max_tokens cut; `model_context_window_exceeded` for one
-    the window cut before the max_tokens asked (`protocol.within_window`)."""
+    the window cut before the max_tokens asked (`serving.within_window`)."""
     reason = done.stats.finish_reason
     if reason == "length" and window_bound:
         return "model_context_window_exceeded"
-    return "tool_use" if calls is not None and calls.made and reason in ("eos", "stop") else STOP_REASONS.get(reason)
+    return "tool_use" if made_calls(said, done) else STOP_REASONS.get(reason)
 
 
 def block(piece: Piece) -> dict:
@@ -45,11 +45,7 @@ def block(piece: Piece) -> dict:
     return {"type": "text", "text": piece}
 
 
-def event(data: dict) -> str:
-    return f"event: {data['type']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-PING = event({"type": "ping"})
+PING = typed_event({"type": "ping"})
 
 
 class Blocks:
@@ -95,18 +91,11 @@ class MessageReply:
     model: str
     input_tokens: int
     sources: bool  # report each token's source
-    calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
     window_bound: bool = False  # max_tokens was cut to the window's room
     blocks: Blocks = field(default_factory=Blocks)  # a stream's, as it goes
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
 
     keepalive: ClassVar[str] = PING
-
-    def _pieces(self, text: str, end: Done | None) -> list[Piece]:
-        """The pieces `text` completes (all that is left, at the answer's `end`)."""
-        if self.calls is None:
-            return merged([text])
-        return self.calls.feed(text) + (self.calls.finish(cut_short(end)) if end is not None else [])
 
     def _message(self, content: list[dict], stop: str | None, stop_sequence: str | None, usage: dict) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
@@ -118,38 +107,38 @@ class MessageReply:
         return {"input_tokens": self.input_tokens - cached, "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": cached, "output_tokens": output}
 
-    def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
-        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=done)
-        stop = stop_reason(done, self.calls, self.window_bound)
-        message = self._message([block(p) for p in pieces], stop, done.stats.stop or None,
+    def whole(self, said: Said, done: Done) -> dict:
+        stop = stop_reason(said, done, self.window_bound)
+        message = self._message([block(p) for p in said.pieces], stop, done.stats.stop or None,
                                 self._usage(done.cached_tokens, done.stats.generation_tokens))
-        return message | extras(done, self.sources, events)
+        return message | extras(done, self.sources, said.tokens)
 
     def first(self) -> str:
         """`message_start`: the message with no content yet, and a ping, as Anthropic opens a stream. The kept
         cache the prompt reuses is found when it starts: until `message_delta`, the whole prompt is input."""
-        return event({"type": "message_start", "message": self._message([], None, None, self._usage(0, 0))}) + PING
+        return typed_event({"type": "message_start", "message": self._message([], None, None, self._usage(0, 0))}) \
+            + PING
 
-    def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
+    def piece(self, said: Said) -> str:
         """Events for tokens of one or more rounds: the blocks and deltas they complete (maybe none yet),
         and their sources when asked, on the last event (a ping if there is none)."""
-        out = [e for p in self._pieces("".join(e.text for e in events), end=None) for e in self.blocks.events(p)]
+        out = [e for p in said.pieces for e in self.blocks.events(p)]
         if self.sources:
             out = out or [{"type": "ping"}]
-            out[-1]["speculative"] = token_sources(events)
-        return "".join(event(e) for e in out)
+            out[-1]["speculative"] = token_sources(said.tokens)
+        return "".join(typed_event(e) for e in out)
 
-    def last(self, done: Done, include_usage: bool = False) -> str:
+    def last(self, said: Said, done: Done) -> str:
         """The tail's blocks, the open block's end, `message_delta` (why it stopped, the usage, cumulative as
         Anthropic's, what drafting did) and `message_stop`."""
-        out = [e for p in self._pieces(done.tail, end=done) for e in self.blocks.events(p)] + self.blocks.close()
-        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(done, self.calls, self.window_bound),
+        out = [e for p in said.pieces for e in self.blocks.events(p)] + self.blocks.close()
+        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(said, done, self.window_bound),
                                                     "stop_sequence": done.stats.stop or None},
                  "usage": self._usage(done.cached_tokens, done.stats.generation_tokens)}
-        return "".join(event(e) for e in out) + event(delta | extras(done, self.sources)) + \
-            event({"type": "message_stop"})
+        return "".join(typed_event(e) for e in out) + typed_event(delta | extras(done, self.sources)) + \
+            typed_event({"type": "message_stop"})
 
     @staticmethod
     def failed(error: APIError) -> str:
         """The stream's end when the answer cannot finish: Anthropic's `error` event."""
-        return messages_sse_error(error)
+        return f"event: error\ndata: {json.dumps(error_body(error.status, error.message))}\n\n"

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from specmlx.engine import GenerationConfig
-from specmlx.serve.protocol import MAX_STOP, ChatRequest, CompletionRequest, Job, Message
+from specmlx.serve.jobs import Job
+from specmlx.serve.openai.protocol import MAX_STOP, ChatRequest, CompletionRequest, Message
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -1,9 +1,9 @@
-"""Anthropic's Messages API in: its request bodies, and their translation into a chat request.
+"""Anthropic's Messages API in the chat the engine answers: a Messages request as a chat request.
 
 A Messages request becomes the `ChatRequest` the OpenAI chat route would get for the same
 conversation, so it is rendered by the model's own chat template, queued, decoded and its calls
 read back (`calls.py`) by the one chat path (`serving.py`, `tools.py`); only the answer's shape
-differs (`anthropic_render.py`). The translation:
+differs (`render.py`). The translation:
 
 - `system` (a string or text blocks) is the system message.
 - A `tool_use` block is an assistant's tool call (its `input` as the call's arguments); a
@@ -18,122 +18,23 @@ differs (`anthropic_render.py`). The translation:
 - Sampling fields keep their meaning, and what a request leaves unset is the server's default
   (`--temp`), as on chat, not Anthropic's 1.0. `metadata` is accepted and changes nothing; the
   `speculative` object is the chat route's.
-
-Fields Anthropic's clients send that change nothing here (`cache_control` on a block: the slots
-reuse any shared prefix anyway) are ignored, as on the OpenAI routes.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Any, Iterator, Union
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag,
-                      ValidationError)
+from ..chat import as_chat, chat_call, chat_tool_of, named_choice
+from ..errors import APIError, not_served
+from ..fields import Unserved
+from ..openai.protocol import ChatRequest
+from ..tools import refuse_duplicates
+from .protocol import (MIN_THINKING, AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest, TextBlock,
+                       ThinkingBlock, ToolChoice, ToolResultBlock, ToolUseBlock)
 
-from .errors import APIError, not_served
-from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative, Unserved, kind_of
-from .tools import refuse_duplicates
-
-# Anthropic's least `thinking.budget_tokens`.
-MIN_THINKING = 1024
 # The separator of a turn's text blocks: blocks are paragraphs, and a turn's text is one.
 BLOCKS_JOINED = "\n\n"
-
-
-class TextBlock(BaseModel):
-    type: Literal["text"]
-    text: StrictStr
-
-
-class ToolUseBlock(BaseModel):
-    """A call an assistant made: its id, function and arguments (an object, not JSON text as OpenAI's)."""
-
-    type: Literal["tool_use"]
-    id: StrictStr = Field(min_length=1, max_length=MAX_CALL_ID)
-    name: StrictStr = Field(pattern=FUNCTION_NAME)
-    input: dict[str, Any]
-
-
-class ThinkingBlock(BaseModel):
-    """An earlier answer's thinking: dropped from the history, as Anthropic's API lets a client do."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["thinking", "redacted_thinking"]
-
-
-ResultBlock = Annotated[Union[Annotated[TextBlock, Tag("text")], Annotated[Unserved, Tag("other")]],
-                        Discriminator(kind_of(("text",)))]
-
-
-class ToolResultBlock(BaseModel):
-    """A tool's answer to the call `tool_use_id`; `is_error`: the tool failed."""
-
-    type: Literal["tool_result"]
-    tool_use_id: StrictStr = Field(min_length=1, max_length=MAX_CALL_ID)
-    content: Union[StrictStr, list[ResultBlock], None] = None
-    is_error: StrictBool = False
-
-
-BLOCKS = {"text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
-          "redacted_thinking": ThinkingBlock}
-Block = Annotated[Union[tuple(Annotated[model, Tag(kind)] for kind, model in BLOCKS.items())
-                        + (Annotated[Unserved, Tag("other")],)], Discriminator(kind_of(tuple(BLOCKS)))]
-
-
-class AnthropicMessage(BaseModel):
-    role: Literal["user", "assistant"]
-    content: Union[StrictStr, list[Block]]  # at least one block (`turns`)
-
-    def blocks(self) -> list:
-        return [TextBlock(type="text", text=self.content)] if isinstance(self.content, str) else self.content
-
-
-class AnthropicTool(BaseModel):
-    """A function the model may call; `input_schema` a JSON schema of its arguments (an object). A `type` other
-    than `custom` is one of Anthropic's own tools (`web_search_20250305`, `bash_20250124`...), refused by its
-    place (`chat_tool`): an answer without the tool asked for is not the answer asked for."""
-
-    name: StrictStr = Field(pattern=FUNCTION_NAME)
-    description: StrictStr | None = None
-    input_schema: dict[str, Any] | None = None  # required of a custom tool (`chat_tool`)
-    type: StrictStr | None = None
-
-
-class ToolChoice(BaseModel):
-    type: Literal["auto", "any", "tool", "none"]
-    name: StrictStr | None = Field(default=None, pattern=FUNCTION_NAME)  # `tool`'s function
-    disable_parallel_tool_use: StrictBool = False
-
-
-class CountTokensRequest(BaseModel):
-    """What `/v1/messages/count_tokens` reads: the fields that make the prompt."""
-
-    model: StrictStr
-    messages: list[AnthropicMessage] = Field(min_length=1)
-    system: Union[StrictStr, list[TextBlock], None] = None
-    tools: list[AnthropicTool] | None = Field(default=None, max_length=MAX_TOOLS)
-    tool_choice: ToolChoice | None = None
-
-
-class Thinking(BaseModel):
-    """Extended thinking: checked as Anthropic checks it, and otherwise ignored (the model's answer is its own)."""
-
-    type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: StrictInt | None = None  # required when enabled: at least `MIN_THINKING`, under max_tokens
-
-
-class MessagesRequest(CountTokensRequest):
-    max_tokens: StrictInt = Field(ge=1)  # required, as Anthropic has it
-    # Anthropic's ranges; strict numbers, as on the OpenAI routes.
-    temperature: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
-    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: StrictInt | None = Field(default=None, ge=0)
-    stop_sequences: list[StrictStr] | None = None  # at most `protocol.MAX_STOP`, as chat's `stop`
-    stream: StrictBool = False
-    metadata: dict[str, Any] | None = None  # accepted, ignored
-    thinking: Thinking | None = None
-    speculative: Speculative = Field(default_factory=Speculative)
 
 
 def text_of(blocks: Union[str, list[TextBlock], None]) -> str:
@@ -158,11 +59,7 @@ def to_chat(request: CountTokensRequest, interleaved: bool = False) -> ChatReque
         fields |= {"max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": request.top_p,
                    "top_k": request.top_k, "stop": request.stop_sequences, "stream": request.stream,
                    "speculative": request.speculative}
-    try:
-        return ChatRequest.model_validate(fields)
-    except ValidationError as err:  # the fields above carry the same caps: a miss here is ours to name
-        raise APIError(400, f"the request cannot be read as a conversation: {err.errors()[0]['msg']}",
-                       "invalid_value") from None
+    return as_chat(fields)
 
 
 def check_thinking(request: MessagesRequest, interleaved: bool = False) -> None:
@@ -194,7 +91,7 @@ def chat_tool(tool: AnthropicTool, index: int) -> dict:
     function = {"name": tool.name, "parameters": tool.input_schema}
     if tool.description is not None:
         function["description"] = tool.description
-    return {"type": "function", "function": function}
+    return chat_tool_of(function)
 
 
 def chat_tool_choice(choice: ToolChoice) -> dict:
@@ -202,7 +99,7 @@ def chat_tool_choice(choice: ToolChoice) -> dict:
         if choice.name is None:
             raise APIError(400, "tool_choice of type tool needs the tool's name", "missing_required_parameter",
                            "tool_choice.name")
-        named: Any = {"type": "function", "function": {"name": choice.name}}
+        named: Any = named_choice(choice.name)
     else:
         named = {"any": "required"}.get(choice.type, choice.type)
     return {"tool_choice": named} | ({"parallel_tool_calls": False} if choice.disable_parallel_tool_use else {})
@@ -245,8 +142,7 @@ def assistant_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict
         if isinstance(block, ThinkingBlock):
             continue
         if isinstance(block, ToolUseBlock):
-            calls.append({"id": block.id, "type": "function",
-                          "function": {"name": block.name, "arguments": json_text(block.input)}})
+            calls.append(chat_call(block.id, block.name, json_text(block.input)))
             called.add(block.id)
         else:
             texts.append(block.text)

@@ -13,11 +13,13 @@ import httpx
 import pytest
 
 from specmlx.serve.errors import APIError
-from specmlx.serve.responses import ResponsesRequest, echoed, to_chat
-from specmlx.serve.responses_render import ResponseReply
+from specmlx.serve.reply import Feed
+from specmlx.serve.responses.protocol import ResponsesRequest
+from specmlx.serve.responses.translate import echoed, to_chat
+from specmlx.serve.responses.render import ResponseReply
 
-from .conftest import KEY, MODEL, healthy, sse_events, start
-from .test_tools import CITY, TOKENS, answer_around_calls, engine_tokens, nested, reader, tool_loaded, tool_server  # noqa: F401
+from ..conftest import KEY, MODEL, healthy, sse_events, start
+from ..test_tools import CITY, TOKENS, answer_around_calls, engine_tokens, nested, reader, tool_loaded, tool_server  # noqa: F401
 
 openai = pytest.importorskip("openai")
 from openai.types.responses import Response, ResponseStreamEvent  # noqa: E402
@@ -266,14 +268,15 @@ def typed_events(text: str) -> list[dict]:
 
 def test_text_around_calls_streams_as_items_in_order_and_whole_as_the_same_items():
     tokens, done = answer_around_calls()
-    whole = ResponseReply(MODEL, 9, False, ECHO, reader()).whole(tokens, done)
+    whole = ResponseReply(MODEL, 9, False, ECHO).whole(Feed(reader()).whole(tokens, done), done)
     Response.model_validate(whole)
     shown = [(o["type"], o["content"][0]["text"] if o["type"] == "message" else json.loads(o["arguments"]))
              for o in whole["output"]]
     assert shown == [("message", "Let me look."), ("function_call", {"city": "Paris", "days": 2}),
                      ("function_call", {"city": "Oslo", "days": 2}), ("message", " Done.")]
-    reply = ResponseReply(MODEL, 9, True, ECHO, reader())
-    events = typed_events(reply.first() + "".join(reply.piece([t]) for t in tokens) + reply.last(done))
+    reply, feed = ResponseReply(MODEL, 9, True, ECHO), Feed(reader())
+    events = typed_events(reply.first() + "".join(reply.piece(feed.piece([t])) for t in tokens)
+                          + reply.last(feed.last(done), done))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     added = [e for e in events if e["type"] == "response.output_item.added"]
     finished = [e for e in events if e["type"] == "response.output_item.done"]

@@ -14,23 +14,22 @@ with the whole response. Each event is an SSE `event: <type>` line and its `data
 `sequence_number`; an SSE comment keeps a quiet stream alive. A stream that cannot finish ends
 with an `error` event and `response.failed`.
 
-`speculative` and `timings` ride along as on the chat route (`render.extras`): on the whole
+`speculative` and `timings` ride along as on every route (`reply.extras`): on the whole
 response (the stream's last event's too). With `speculative.sources`, each stream piece's
 tokens and their sources ride on its last event, or on the next event while a call is written.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
-from ..events import TokenEvent
-from .calls import Call, CallReader, Piece, merged, new_id
-from .errors import APIError
-from .protocol import Done
-from .render import KEEPALIVE, cut_short, extras, token_sources
+from ...events import TokenEvent
+from ..calls import Call, Piece, new_id
+from ..errors import APIError
+from ..jobs import Done
+from ..reply import KEEPALIVE, Said, extras, token_sources, typed_event
 
 # OpenAI's ids begin so: a response's, a message item's, a function_call item's (its call_id is `call_...`).
 RESPONSE_ID, MESSAGE_ID, FUNCTION_CALL_ID = "resp_", "msg_", "fc_"
@@ -111,7 +110,7 @@ class Output:
         out = []
         for e in events:
             e["sequence_number"], self.sequence = self.sequence, self.sequence + 1
-            out.append(f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False)}\n\n")
+            out.append(typed_event(e))
         return "".join(out)
 
 
@@ -123,19 +122,12 @@ class ResponseReply:
     model: str
     input_tokens: int
     sources: bool  # report each token's source
-    echo: dict  # `responses.echoed`
-    calls: CallReader | None = None  # this answer's calls are parsed: the reader's state is this response's
+    echo: dict  # `translate.echoed`
     output: Output = field(default_factory=Output)  # a stream's, as it goes
     id: str = field(default_factory=lambda: new_id(RESPONSE_ID))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
     keepalive: ClassVar[str] = KEEPALIVE
-
-    def _pieces(self, text: str, end: Done | None) -> list[Piece]:
-        """The pieces `text` completes (all that is left, at the answer's `end`)."""
-        if self.calls is None:
-            return merged([text])
-        return self.calls.feed(text) + (self.calls.finish(cut_short(end)) if end is not None else [])
 
     def _response(self, status: str, output: list[dict], done: Done | None) -> dict:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -150,10 +142,9 @@ class ResponseReply:
                 "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.input_tokens + output}
 
-    def whole(self, events: Sequence[TokenEvent], done: Done) -> dict:
-        pieces = self._pieces("".join(e.text for e in events) + done.tail, end=done)
+    def whole(self, said: Said, done: Done) -> dict:
         status = status_of(done)
-        return self._response(status, output_of(pieces, status), done) | extras(done, self.sources, events)
+        return self._response(status, output_of(said.pieces, status), done) | extras(done, self.sources, said.tokens)
 
     def first(self) -> str:
         """`response.created` and `response.in_progress`: the response with no output yet."""
@@ -161,16 +152,16 @@ class ResponseReply:
         return self.output.send([{"type": "response.created", "response": opening},
                                  {"type": "response.in_progress", "response": opening}])
 
-    def piece(self, events: Sequence[TokenEvent], include_usage: bool = False) -> str:
+    def piece(self, said: Said) -> str:
         """Events for tokens of one or more rounds: the items and deltas they complete (maybe none yet)."""
-        out = [e for p in self._pieces("".join(e.text for e in events), end=None) for e in self.output.events(p)]
-        return self.output.send(self._sourced(out, events))
+        out = [e for p in said.pieces for e in self.output.events(p)]
+        return self.output.send(self._sourced(out, said.tokens))
 
-    def last(self, done: Done, include_usage: bool = False) -> str:
+    def last(self, said: Said, done: Done) -> str:
         """The tail's items, the open message's end, and `response.completed` (or `.incomplete`): the whole
         response, with what drafting did."""
         status = status_of(done)
-        out = [e for p in self._pieces(done.tail, end=done) for e in self.output.events(p)] + self.output.close(status)
+        out = [e for p in said.pieces for e in self.output.events(p)] + self.output.close(status)
         whole = self._response(status, self.output.done, done) | extras(done, self.sources)
         return self.output.send(self._sourced(out + [{"type": f"response.{status}", "response": whole}], ()))
 

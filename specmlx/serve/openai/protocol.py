@@ -1,51 +1,25 @@
-"""What crosses the server's boundaries: the request bodies it accepts, and a job's records.
+"""OpenAI's chat completions and completions in: the request bodies, pydantic models with OpenAI's field
+names and ranges. Anthropic's messages and OpenAI's responses become the `ChatRequest` here (`chat.py`).
 
-The request bodies are pydantic models with OpenAI's field names and ranges. Fields some clients always send but that
-change nothing here (`user`, `store`, `metadata`...) are ignored, as OpenAI's
-own servers and vLLM do; fields that would change the answer and are not
-supported (`n` > 1, logprobs, penalties, the legacy `functions`) are accepted
-as types and refused as values by `unsupported`, so each refusal names its field.
-
-A request becomes a `Job` (`serving.py`); the worker hands what it runs back
-to the request's `Sink` as `Item`s: each round's `RoundEvent`, then `Done`
-or `Failed`.
+Fields some clients always send but that change nothing here (`user`, `store`, `metadata`...) are
+ignored, as OpenAI's own servers and vLLM do; fields that would change the answer and are not
+supported (`n` > 1, logprobs, penalties, the legacy `functions`) are accepted as types and refused
+as values by `unsupported`, so each refusal names its field.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Hashable, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      Tag)
+from pydantic import BaseModel, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag
 
-from ..engine import MAX_SEED, RANDOM_SEED, GenerationConfig
-from ..events import RoundEvent
-from ..stats import GenerationStats
-from .errors import APIError, not_served
+from ...engine import MAX_SEED, RANDOM_SEED
+from ..errors import not_served
+from ..fields import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative, Unserved, kind_of
 
 # OpenAI allows 4 stop strings; editors send more to other hosts (Continue's FIM templates
 # for Qwen-coder have 9), and llama.cpp and vLLM set no cap. This bounds the work per token.
 MAX_STOP = 64
-# OpenAI's own caps: 128 tools a request, and a function's name of 64 letters, digits, `_` or `-`
-# (which also keeps a name safe to write into a grammar's string).
-MAX_TOOLS = 128
-FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
-MAX_CALL_ID = 256  # ours: ids come back from clients (OpenAI's, Anthropic's `toolu_...`), a few dozen characters
-
-
-class Speculative(BaseModel):
-    """The `speculative` extension object: how this request drafts. Unset
-    fields take the server's defaults (its command line)."""
-
-    model_config = ConfigDict(extra="forbid")  # ours: a misspelt field is an error, not a silent default
-
-    drafter: StrictStr | None = None  # "default", "none", "ngram" or a loaded drafter's name
-    num_draft: StrictInt | None = Field(default=None, ge=0, le=64)
-    auto: StrictBool | None = None
-    max_draft: StrictInt | None = Field(default=None, ge=1, le=64)
-    lookup: StrictInt | None = Field(default=None, ge=0, le=8)
-    sources: StrictBool = False  # each token's source (draft, corrected, bonus, target) in the response
 
 
 class JsonSchema(BaseModel):
@@ -72,22 +46,6 @@ class StreamOptions(BaseModel):
 class TextPart(BaseModel):
     type: Literal["text"]
     text: StrictStr
-
-
-class Unserved(BaseModel):
-    """A content part or block of a kind not served (chat's `image_url`, `input_audio`, `file`; Anthropic's
-    `image`, `document`...): kept to be refused by its place (`errors.not_served`)."""
-
-    model_config = ConfigDict(extra="allow")
-    type: StrictStr
-
-
-def kind_of(served: tuple[str, ...]) -> Callable[[Any], str | None]:
-    """pydantic's discriminator of parts (or blocks): their type where it is among `served`, else "other"."""
-    def kind(part: Any) -> str | None:
-        found = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-        return found if found in served else None if found is None else "other"
-    return kind
 
 
 Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[Unserved, Tag("other")]],
@@ -257,50 +215,3 @@ class CompletionRequest(Sampling):
 
     def with_token_limit(self, limit: int) -> CompletionRequest:
         return self.model_copy(update={"max_tokens": limit})
-
-
-RequestT = TypeVar("RequestT", ChatRequest, CompletionRequest)
-
-
-def within_window(request: RequestT, room: int | None) -> tuple[RequestT, bool]:
-    """The request with its token limit cut to the room the window leaves after the prompt, and whether it
-    was cut. Clients ask for more than any window holds (Claude Code tens of thousands of tokens, OpenCode
-    32,000): llama.cpp and Ollama answer until the window is full, and so does this server."""
-    limit = request.token_limit()
-    if room is None or room < 1 or limit is None or limit <= room:
-        return request, False  # a prompt that leaves no room at all is refused (`serving.make_job`)
-    return request.with_token_limit(room), True
-
-
-# -- a job's records ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Job:
-    """What to generate: prompt token ids, how, with which loaded drafter, and for whom
-    (the caller's API key's id: a request reuses only its own owner's caches)."""
-
-    prompt: tuple[int, ...]
-    config: GenerationConfig  # its `prediction` holds the request's, as tokens
-    drafter: str
-    owner: Hashable = None
-
-
-@dataclass(frozen=True)
-class Done:
-    """A finished generation: its stats, the text the detokenizer held to the
-    end, how many prompt tokens a slot already held, and the wait in the queue."""
-
-    stats: GenerationStats
-    tail: str
-    cached_tokens: int
-    queue_s: float
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: APIError
-
-
-Item = Union[RoundEvent, Done, Failed]
-Sink = Callable[[Item], None]  # called on the MLX thread: for each round, then once at the end

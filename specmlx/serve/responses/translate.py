@@ -1,9 +1,9 @@
-"""OpenAI's Responses API in: its request bodies, and their translation into a chat request.
+"""OpenAI's Responses API in the chat the engine answers: a Responses request as a chat request.
 
 A Responses request becomes the `ChatRequest` the chat route would get for the same conversation,
 so it is rendered by the model's own chat template, queued, decoded and its calls read back
 (`calls.py`) by the one chat path (`serving.py`, `tools.py`); only the answer's shape differs
-(`responses_render.py`). The translation:
+(`render.py`). The translation:
 
 - `instructions` is the system message, first; `input` a user's message (a string) or items:
   `message` items of any role (a string, or `input_text` / `output_text` parts, joined),
@@ -28,114 +28,16 @@ nothing here (`store`, `include`, `reasoning`, `prompt_cache_key`, `metadata`, `
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Union
+from typing import Any, Union
 
-from pydantic import BaseModel, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from .errors import APIError, not_served, validation_error
-from .protocol import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, ChatRequest, Speculative
-from .tools import check_parameters, refuse_duplicates
-
-# Chat's fields that a refusal from the chat path may name, as a Responses request names them, the longer
-# paths first. A chat message's index is not an item's: any message is `input`.
-RESPONSES_FIELDS = {"messages": "input", "prompt": "input", "response_format.json_schema.schema": "text.format.schema",
-                    "response_format.json_schema": "text.format", "response_format": "text.format"}
-WHOLE = {"messages", "prompt"}  # renamed with what follows them
-
-# What points at state this server does not keep, and what to send instead.
-STATEFUL = {"previous_response_id": "send the whole conversation in input",
-            "conversation": "send the whole conversation in input",
-            "background": "send the request without background and wait for its answer"}
-
-
-class TextPart(BaseModel):
-    """A message's text: a user's (`input_text`) or an earlier answer's (`output_text`)."""
-
-    type: Literal["input_text", "output_text"]
-    text: StrictStr
-
-
-class MessageItem(BaseModel):
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: Union[StrictStr, list[dict[str, Any]]]  # parts: read one by one (`text_of`)
-
-
-class FunctionCallItem(BaseModel):
-    """A call an earlier answer made: its id, function and arguments (JSON text)."""
-
-    type: Literal["function_call"]
-    call_id: StrictStr = Field(min_length=1, max_length=MAX_CALL_ID)
-    name: StrictStr = Field(pattern=FUNCTION_NAME)
-    arguments: StrictStr
-
-
-class FunctionCallOutputItem(BaseModel):
-    """A tool's answer to the call `call_id`: text, or text parts."""
-
-    type: Literal["function_call_output"]
-    call_id: StrictStr = Field(min_length=1, max_length=MAX_CALL_ID)
-    output: Union[StrictStr, list[dict[str, Any]]]
-
-
-class ReasoningItem(BaseModel):
-    type: Literal["reasoning"]
-
-
-ITEMS = {"message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
-         "reasoning": ReasoningItem}
-PARTS = {"input_text": TextPart, "output_text": TextPart}
-
-
-class FunctionTool(BaseModel):
-    """A function the model may call; `parameters` a JSON schema of its arguments (an object)."""
-
-    type: Literal["function"]
-    name: StrictStr = Field(pattern=FUNCTION_NAME)
-    description: StrictStr | None = None
-    parameters: dict[str, Any] | None = None
-    strict: StrictBool | None = None  # accepted either way, as on chat (`tools.py`)
-
-
-class FunctionChoice(BaseModel):
-    """`tool_choice` naming the one function the answer calls."""
-
-    type: Literal["function"]
-    name: StrictStr = Field(pattern=FUNCTION_NAME)
-
-
-class TextFormat(BaseModel):
-    """`text.format`: plain text, any JSON object, or JSON its `schema` validates (as chat's `response_format`)."""
-
-    type: Literal["text", "json_object", "json_schema"]
-    name: StrictStr = Field(default="response", max_length=64)
-    description: StrictStr | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: StrictBool | None = None
-
-
-class TextConfig(BaseModel):
-    format: TextFormat | None = None  # `verbosity` and the like change nothing here
-
-
-class ResponsesRequest(BaseModel):
-    model: StrictStr
-    input: Union[StrictStr, list[dict[str, Any]]]  # items: read one by one (`chat_messages`), refused by place
-    instructions: StrictStr | None = None
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_TOOLS)  # function tools (`chat_tool`)
-    tool_choice: Union[Literal["none", "auto", "required"], FunctionChoice, None] = None
-    parallel_tool_calls: StrictBool | None = None
-    max_output_tokens: StrictInt | None = Field(default=None, ge=1)
-    temperature: StrictFloat | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
-    top_logprobs: StrictInt | None = None  # accepted so that chat's refusal can name it
-    stream: StrictBool = False
-    text: TextConfig | None = None
-    speculative: Speculative = Field(default_factory=Speculative)
-    # What needs state kept between requests: accepted as types so that a refusal names them (`STATEFUL`).
-    previous_response_id: StrictStr | None = None
-    conversation: Any = None
-    background: StrictBool | None = None
+from ..chat import as_chat, chat_call, named_choice
+from ..errors import APIError, not_served, validation_error
+from ..openai.protocol import ChatRequest
+from ..tools import check_parameters, refuse_duplicates
+from .protocol import (ITEMS, PARTS, STATEFUL, FunctionCallItem, FunctionCallOutputItem, FunctionChoice, FunctionTool,
+                       MessageItem, ResponsesRequest, TextConfig)
 
 
 def to_chat(request: ResponsesRequest) -> ChatRequest:
@@ -151,23 +53,10 @@ def to_chat(request: ResponsesRequest) -> ChatRequest:
         fields["tools"] = [chat_tool(tool, i) for i, tool in enumerate(request.tools)]
         refuse_duplicates([tool["function"]["name"] for tool in fields["tools"]], "tools.{}.name")
     if isinstance(request.tool_choice, FunctionChoice):
-        fields["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice.name}}
+        fields["tool_choice"] = named_choice(request.tool_choice.name)
     else:
         fields["tool_choice"] = request.tool_choice
-    try:
-        return ChatRequest.model_validate(fields)
-    except ValidationError as err:  # the fields above carry the same caps: a miss here is ours to name
-        raise APIError(400, f"the request cannot be read as a conversation: {err.errors()[0]['msg']}",
-                       "invalid_value") from None
-
-
-def in_responses_terms(err: APIError) -> APIError:
-    """A refusal from the chat path (`serving.py`, `tools.py`), naming the Responses API's own field."""
-    for chat, ours in RESPONSES_FIELDS.items():
-        if err.param is not None and (err.param == chat or err.param.startswith(chat + ".")):
-            param = ours if chat in WHOLE else ours + err.param[len(chat):]
-            return APIError(err.status, err.message, err.code, param, err.headers)
-    return err
+    return as_chat(fields)
 
 
 def refuse_stateful(request: ResponsesRequest) -> None:
@@ -250,7 +139,7 @@ def add_call(messages: list[dict], item: FunctionCallItem, where: str) -> None:
     except json.JSONDecodeError as err:
         raise APIError(400, f"{where}.arguments: the arguments of call {item.call_id!r} are not JSON ({err.msg})",
                        "invalid_value", f"{where}.arguments") from None
-    call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+    call = chat_call(item.call_id, item.name, item.arguments)
     if not messages or messages[-1]["role"] != "assistant":
         messages.append({"role": "assistant", "content": None})
     messages[-1].setdefault("tool_calls", []).append(call)

@@ -1,0 +1,47 @@
+"""A job's records: what the worker runs for a request, and what it hands back.
+
+A request becomes a `Job` (`serving.py`); the worker hands what it runs back
+to the request's `Sink` as `Item`s: each round's `RoundEvent`, then `Done`
+or `Failed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable, Union
+
+from ..engine import GenerationConfig
+from ..events import RoundEvent
+from ..stats import GenerationStats
+from .errors import APIError
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to generate: prompt token ids, how, with which loaded drafter, and for whom
+    (the caller's API key's id: a request reuses only its own owner's caches)."""
+
+    prompt: tuple[int, ...]
+    config: GenerationConfig  # its `prediction` holds the request's, as tokens
+    drafter: str
+    owner: Hashable = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished generation: its stats, the text the detokenizer held to the
+    end, how many prompt tokens a slot already held, and the wait in the queue."""
+
+    stats: GenerationStats
+    tail: str
+    cached_tokens: int
+    queue_s: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: APIError
+
+
+Item = Union[RoundEvent, Done, Failed]
+Sink = Callable[[Item], None]  # called on the MLX thread: for each round, then once at the end
