@@ -12,7 +12,8 @@ import pytest
 from .test_imports import graph
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ("specmlx.engine", "specmlx.round", "specmlx.generation")
+CORE = ("specmlx.engine", "specmlx.round", "specmlx.generation", "specmlx.decoding", "specmlx.parts",
+        "specmlx.config")
 ABOVE = ("specmlx.distributed", "specmlx.serve", "specmlx.bench", "specmlx.train", "app")
 LONGEST = 40  # lines a function of the core may take
 
