@@ -146,3 +146,8 @@ def test_a_failed_announcement_is_not_followed_by_a_stop(monkeypatch):
         lockstep.announce(Control(3))
     lockstep.stop()  # as the engine does when a generation ends, however it ends
     assert len(sent) == 1
+
+
+def test_a_lockstep_is_not_one_process():
+    """Its ranks score in step: a generation never runs a round ahead of its sync (`generation.overlaps`)."""
+    assert not Lockstep(Group(None, rank=0, size=2)).one_process
