@@ -22,7 +22,7 @@ import mlx.core as mx
 
 from .config import GenerationConfig
 from .events import RoundEvent, TokenEvent
-from .parts import Host
+from .parts import GenerationParts
 from .plan import Plan, Round
 from .policy import DraftPolicy
 from .schedule import AutoDraft, DraftLength, Schedule
@@ -34,7 +34,7 @@ class Decoding:
     """A generation's state: its committed `tokens`, config, key, guides, schedule, text and stats.
     `stats` and `tail` (text the detokenizer held back until the end) are set once it `close`s."""
 
-    def __init__(self, engine: Host, prompt: Sequence[int], config: GenerationConfig,
+    def __init__(self, engine: GenerationParts, prompt: Sequence[int], config: GenerationConfig,
                  schedule: Schedule | None = None) -> None:
         """`schedule`: how its rounds draft; by default this engine's for the config's policy (`schedule_for`)."""
         self.engine, self.prompt, self.config = engine, list(prompt), config
@@ -102,7 +102,7 @@ class Decoding:
         return self.stats
 
 
-def schedule_for(engine: Host, policy: DraftPolicy) -> Schedule:
+def schedule_for(engine: GenerationParts, policy: DraftPolicy) -> Schedule:
     """A generation's draft lengths: fixed or adaptive anew, or the drafter's automatic one."""
     if not engine.drafter.drafts:  # nothing to draft, but the context can still be looked up
         return DraftLength(policy.start if policy.lookup else 0, policy.start, adaptive=False)

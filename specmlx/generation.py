@@ -4,7 +4,7 @@ The loop asks its state (`decoding.Decoding`) for each round's plan, runs
 the round (`round.py`), commits its tokens through the state's stop rules
 and text stream, and yields one `RoundEvent`. Time the consumer holds an
 event is not the generation's: the decode clock and the schedule's round
-times leave it out. It reads the engine through `parts.Host` alone.
+times leave it out. It reads the engine through `parts.GenerationParts` alone.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Iterator
 from .config import GenerationConfig
 from .decoding import Decoding
 from .events import RoundEvent, TokenEvent
-from .parts import Host
+from .parts import GenerationParts
 from .plan import Plan
 from .round import run_round
 from .stats import GenerationStats
@@ -31,7 +31,7 @@ class Generation:
     end; the full text is the events' text followed by `tail`.
     """
 
-    def __init__(self, engine: Host, prompt: list[int], config: GenerationConfig) -> None:
+    def __init__(self, engine: GenerationParts, prompt: list[int], config: GenerationConfig) -> None:
         self.stats: GenerationStats | None = None
         self.tail = ""
         self._rounds = _decode(engine, prompt, config, self)
@@ -65,7 +65,8 @@ def overlaps(state: Decoding, plan: Plan) -> bool:
             and state.room > 0 and state.schedule.likely_plain(state.room - 1))
 
 
-def _decode(engine: Host, prompt: list[int], config: GenerationConfig, out: Generation) -> Iterator[RoundEvent]:
+def _decode(engine: GenerationParts, prompt: list[int], config: GenerationConfig,
+            out: Generation) -> Iterator[RoundEvent]:
     state = Decoding(engine, prompt, config)
     state.prefill()
     ahead = None  # the next position's forward, started by a plain round (`run_round`)

@@ -3,7 +3,7 @@ name these, never the engine itself, so the engine can start them without a circ
 
 `Parts` is what one round scores with: the target and its caches, the drafter, the
 peers it keeps in step with, and the one host sync and rewind every round goes
-through. `Host` adds what a whole generation needs around its rounds: the
+through. `GenerationParts` adds what a whole generation needs around its rounds: the
 tokenizer and end tokens, the committed context and its prefill, a request's
 grammar and the automatic draft length. `Engine` is both.
 """
@@ -50,7 +50,7 @@ class Parts(Protocol):
         """Evaluate `arrays` and bring them to the host: a round's blocking waits all go through here."""
 
 
-class Host(Parts, Protocol):
+class GenerationParts(Parts, Protocol):
     """Parts, and what a generation needs around its rounds."""
 
     tokenizer: Any

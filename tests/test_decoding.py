@@ -18,7 +18,7 @@ EOS = 2
 PROMPT = [7, 8, 9]
 
 
-class Host:
+class FakeEngine:
     """An engine's parts a state reads, with no model: prefill only takes the prompt as the context."""
 
     def __init__(self, tokenizer=None) -> None:
@@ -33,7 +33,7 @@ class Host:
 
 
 def prefilled(config: GenerationConfig, tokenizer=None, schedule=None) -> Decoding:
-    state = Decoding(Host(tokenizer), PROMPT, config, schedule)
+    state = Decoding(FakeEngine(tokenizer), PROMPT, config, schedule)
     state.prefill()
     return state
 
@@ -95,14 +95,14 @@ def test_close_freezes_the_stats_once():
 
 def test_an_automatic_length_reports_the_policys_start_and_is_its_auto():
     auto = AutoDraft(8, 4)
-    state = Decoding(Host(), PROMPT, GenerationConfig(policy=DraftPolicy(num_draft=None)), auto)
+    state = Decoding(FakeEngine(), PROMPT, GenerationConfig(policy=DraftPolicy(num_draft=None)), auto)
     assert state.auto is auto and state.rec.auto and state.rec.num_draft == START_DRAFT
-    fixed = Decoding(Host(), PROMPT, GenerationConfig(), DraftLength(2, 6))
+    fixed = Decoding(FakeEngine(), PROMPT, GenerationConfig(), DraftLength(2, 6))
     assert fixed.auto is None and not fixed.rec.auto and fixed.rec.num_draft == 2
 
 
 def test_round_keys_are_split_off_the_seeded_key_in_turn():
-    state = Decoding(Host(), PROMPT, GenerationConfig(seed=11))
+    state = Decoding(FakeEngine(), PROMPT, GenerationConfig(seed=11))
     key, want = mx.random.key(11), []
     for _ in range(3):
         key, round_key = mx.random.split(key)

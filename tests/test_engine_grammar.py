@@ -211,7 +211,8 @@ def test_the_batch_check_detects_a_sampled_draft_cut_at_its_first_forbidden_toke
         for m, proposed in zip(members, proposals):
             draft = proposed.draft
             n = m.constraint.allowed(draft.tokens.tolist()) if draft.size else 0
-            cut.append(replace(proposed, draft=Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n])))
+            probs = None if draft.probs is None else draft.probs[:n]
+            cut.append(replace(proposed, draft=Draft(draft.tokens[:n], probs)))
         return honest(members, cut, shared)
 
     monkeypatch.setattr(batch_round, "constrain_all", cutting)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..config import GenerationConfig
 from ..decoding import Decoding
-from ..parts import Host
+from ..parts import GenerationParts
 from .cache import RowRef
 
 
@@ -21,7 +21,7 @@ class Member(Decoding):
     """A request's generation in a batch: where its row sits, and what the load-aware
     choice keeps of it between rounds. `stats` and `tail` are set once it `close`s."""
 
-    def __init__(self, engine: Host, prompt: Sequence[int], config: GenerationConfig) -> None:
+    def __init__(self, engine: GenerationParts, prompt: Sequence[int], config: GenerationConfig) -> None:
         engine.check(prompt, config)
         super().__init__(engine, prompt, config)
         self.row = RowRef(-1)  # where it sits in the batch
