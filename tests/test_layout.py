@@ -36,6 +36,15 @@ def test_the_core_imports_nothing_from_the_layers_above_it(core):
     assert not above, f"{core} reaches {above}"
 
 
+def test_a_generation_reads_the_engine_through_its_parts_and_its_config_is_a_leaf():
+    """The engine starts generations; they name only the protocols it meets (`parts.py`), for
+    their types too, and a request's settings (`config.py`) depend on none of them."""
+    edges = graph()
+    for module in ("specmlx.round", "specmlx.generation", "specmlx.decoding", "specmlx.parts"):
+        assert "specmlx.engine" not in reach(edges, module), module
+    assert not reach(edges, "specmlx.config") & set(CORE)
+
+
 @pytest.mark.parametrize("core", CORE)
 def test_no_function_of_the_core_is_longer_than_a_screen(core):
     path = ROOT / (core.replace(".", "/") + ".py")
