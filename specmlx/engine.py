@@ -18,9 +18,10 @@ from mlx_lm.utils import common_prefix_len
 
 from .cache import PREFILL_STEP, cache_length, copy_prefix, copyable, make_cache, rewind
 from .drafters import Drafter, HiddenDrafter
+from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
 from .errors import SpecmlxError
+from .generation import Generation
 from .grammar import Constraint, Grammar, grammar_tokenizer
-from .generation import MAX_SEED, RANDOM_SEED, Generation, GenerationConfig
 from .hidden import check_exposes_hidden, decoder_taps
 from .peers import ALONE, Peers
 from .policy import DraftPolicy

@@ -15,6 +15,10 @@ import mlx.core as mx
 
 
 class Peers(Protocol):
+    @property
+    def one_process(self) -> bool:
+        """Whether nothing is kept in step: a round may then run ahead of its sync (`round.start_ahead`)."""
+
     def waiting(self) -> ContextManager[None]:
         """Around every blocking wait on the device (with ranks: bounded, since they wait on each other)."""
 
@@ -34,6 +38,10 @@ class Peers(Protocol):
 
 class Alone:
     """One process: nothing to keep in step with."""
+
+    @property
+    def one_process(self) -> bool:
+        return True
 
     def waiting(self) -> ContextManager[None]:
         return nullcontext()

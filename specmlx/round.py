@@ -1,35 +1,34 @@
 """One speculative round: propose, score, verify, one host sync, commit.
 
-Small functions over an engine's target, caches and drafter, each lazy until
-the round's one sync. `run_round` reads on one screen; a rank that follows
-rank 0 (`specmlx.distributed.follower`) reuses `score` and the engine's
-`sync` and `rewind`. Exactness lives in `verify.py`: whatever is proposed,
+Small functions over a generation's state (`decoding.Decoding`) and its
+engine's target, caches and drafter (`parts.Parts`), each lazy until the
+round's one sync. `run_round` reads on one screen; a batch's rows propose
+with `draw` and `constrain`, and a rank that follows rank 0
+(`specmlx.distributed.follower`) reuses `score` and the parts' `sync` and
+`rewind`. Exactness lives in `verify.py`: whatever is proposed,
 and however much, what is committed follows the target's distribution.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import mlx.core as mx
 
+from .decoding import Decoding
 from .drafters import Draft, Drafter
 from .drafters.loop import Allowed
 from .drafters.ngram import lookup
 from .drafters.prediction import Prediction
 from .grammar import Constraint
 from .hidden import decoder_taps, head
+from .parts import Parts
 from .plan import Plan, Round
 from .policy import LOOKUP_NGRAM, DraftPolicy
 from .sampling import SamplingParams, warp
-from .stats import StatsRecorder
 from .verify import acceptance_chance, verify_greedy, verify_sampled
-
-if TYPE_CHECKING:  # the engine calls the round; the round only reads the engine's parts
-    from .engine import Engine
-    from .generation import GenerationConfig
 
 
 @dataclass(frozen=True)
@@ -42,76 +41,96 @@ class Ahead:
 
 
 @dataclass(frozen=True)
-class Guides:
-    """What a request brings to its rounds beyond its config: where its output stands in its
-    prediction (copied first), and in its grammar (every scored row restricted to it)."""
+class Proposal:
+    """What one generation proposes in a round: its draft, whether the draft was copied (from
+    its prediction or its context) rather than drafted, and in a round that drafts nothing, the
+    probe its drafter proposed instead (never verified, only weighed: `probe_chance`)."""
 
-    prediction: Prediction | None = None
-    constraint: Constraint | None = None
+    draft: Draft
+    looked_up: bool
+    probe: Draft | None = None
 
 
-def run_round(engine: "Engine", tokens: list[int], plan: Plan, room: int, config: "GenerationConfig",
-              key: mx.array, rec: StatsRecorder, guides: Guides = Guides(), ahead: Ahead | None = None,
+def run_round(state: Decoding, plan: Plan, ahead: Ahead | None = None,
               overlap: bool = False) -> tuple[Round, Ahead | None]:
-    """One round as `plan` says: drafting at most `plan.num_draft` tokens
-    (`room` if copied), timing drafting apart with one more sync when
-    `plan.timed` or `config.profile`, and in a round that drafts nothing, probing the
+    """One round of `state`'s generation as `plan` says: drafting at most `plan.num_draft`
+    tokens (its `room` if copied), timing drafting apart with one more sync when
+    `plan.timed` or the config's `profile`, and in a round that drafts nothing, probing the
     drafter (`probe_chance`). `ahead`: what the round before scored ahead;
     with `overlap`, a round that proposes nothing returns its own (`start_ahead`)."""
+    parts, config, rec = state.engine, state.config, state.rec
     timed = plan.timed or config.profile
-    draft_key, verify_key = mx.random.split(key)
+    draft_key, verify_key = mx.random.split(state.next_key())
     start = perf_counter()
     # 1. propose: lazy for model drafters (step by step with a p-min), host-side for copies
-    draft, looked_up, probe, masks = proposal(engine, tokens, plan, room, config, draft_key, rec, guides)
+    proposed, masks = proposal(state, plan, draft_key)
+    draft = proposed.draft
     draft_done = perf_counter()
     # 2. score [last, d1..dk] in one target forward (still lazy); under a grammar, only what it allows
-    hidden, logits = score(engine, tokens, draft.tokens, ahead)
+    hidden, logits = score(parts, state.tokens, draft.tokens, ahead)
     logits = logits if masks is None else mx.where(masks, logits, -mx.inf)
     # 3. verify (still lazy)
     p = None if config.sampling.greedy else mx.exp(warp(logits, config.sampling))
     n_accepted, following = verify(logits, p, draft, verify_key)
-    chance = probe_chance(probe, logits, p)
-    n_accepted, following = engine.peers.decide(n_accepted, following, after=hidden)
+    chance = probe_chance(proposed.probe, logits, p)
+    n_accepted, following = parts.peers.decide(n_accepted, following, after=hidden)
     read = [draft.tokens, n_accepted, following, *([chance] if chance is not None else [])]
-    keep = (hidden,) if engine.reads_hidden and hidden is not None else ()
-    nxt = start_ahead(engine, [*read, *keep], following) if overlap and not draft.size else None
+    keep = (hidden,) if parts.reads_hidden and hidden is not None else ()
+    nxt = start_ahead(parts, [*read, *keep], following) if overlap and not draft.size else None
     # 4. the round's one blocking host sync (a second one under a grammar or when timed: see `proposal`)
-    proposal_, accepted, following, *probed = engine.sync(rec, *read, keep=keep)
-    engine.peers.end_round()
+    proposal_, accepted, following, *probed = parts.sync(rec, *read, keep=keep)
+    parts.peers.end_round()
     # 5. commit: both caches drop the rejected tail, an O(1) offset move (a look-ahead keeps its token)
-    engine.rewind(len(tokens) + accepted + (nxt is not None))
-    done = Round(tuple(proposal_[:accepted]) + (following,), draft.size, looked_up,
+    parts.rewind(len(state.tokens) + accepted + (nxt is not None))
+    done = Round(tuple(proposal_[:accepted]) + (following,), draft.size, proposed.looked_up,
                  draft_done - start if timed else None, probed[0] if probed else None, draft.predicted)
-    if guides.constraint is not None:
-        guides.constraint.advance(done.tokens)
+    if state.constraint is not None:
+        state.constraint.advance(done.tokens)
     rec.draft_s += draft_done - start
     rec.verify_s += perf_counter() - draft_done
     return done, nxt
 
 
-def proposal(engine: "Engine", tokens: list[int], plan: Plan, room: int, config: "GenerationConfig",
-             key: mx.array, rec: StatsRecorder, guides: Guides) -> tuple[Draft, bool, Draft | None, mx.array | None]:
-    """The round's draft, whether it was copied, its probe, and under a grammar the rows it allows.
+def proposal(state: Decoding, plan: Plan, key: mx.array) -> tuple[Proposal, mx.array | None]:
+    """The round's proposal as every process scores it, and under a grammar the rows it allows.
 
     A grammar needs the draft's tokens on the host to know what it allows after each: one more
     sync for a drafter's (a copy is there already). A copy is cut at its first token the grammar
     forbids: it depends on the committed tokens alone. A sampled draft is not: its length would
     then depend on a draw nobody verifies, and the output would be biased (`grammar.py`)."""
-    policy, sampling = config.policy, config.sampling
-    constraint = guides.constraint
-    draft, looked_up = propose(engine.drafter, tokens, plan.num_draft, room, policy, sampling, key,
-                               guides.prediction, None if constraint is None else constraint.after)
-    probe = engine.drafter.draft(tokens, 1, sampling, key) if plan.probe and not draft.size else None
-    if plan.timed or config.profile or (guides.constraint is not None and not looked_up and draft.size):
-        engine.sync(rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
-        rec.timed_rounds += plan.timed or config.profile
+    parts, config, constraint = state.engine, state.config, state.constraint
+    proposed = draw(state, plan, key)
+    draft = proposed.draft
+    if plan.timed or config.profile or (constraint is not None and not proposed.looked_up and draft.size):
+        parts.sync(state.rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
+        state.rec.timed_rounds += plan.timed or config.profile
     masks = None
-    if guides.constraint is not None:
-        proposed = draft.tokens.tolist()
-        if looked_up:
-            draft = Draft(draft.tokens[: guides.constraint.allowed(proposed)], None, draft.predicted)
-        masks = guides.constraint.masks(proposed[: draft.size])
-    return Draft(engine.peers.propose(draft.tokens, looked_up), draft.probs, draft.predicted), looked_up, probe, masks
+    if constraint is not None:
+        proposed, masks = constrain(proposed, constraint)
+    draft = proposed.draft
+    shared = Draft(parts.peers.propose(draft.tokens, proposed.looked_up), draft.probs, draft.predicted)
+    return replace(proposed, draft=shared), masks
+
+
+def draw(state: Decoding, plan: Plan, key: mx.array) -> Proposal:
+    """A generation's draft (copied or drafted, under its grammar) and, in a round that drafts
+    nothing, its probe: lazy for a drafter's, on the host for a copy. A batch's rows draw so too."""
+    drafter, sampling, constraint = state.engine.drafter, state.config.sampling, state.constraint
+    draft, looked_up = propose(drafter, state.tokens, plan.num_draft, state.room, state.config.policy, sampling,
+                               key, state.prediction, None if constraint is None else constraint.after)
+    probe = drafter.draft(state.tokens, 1, sampling, key) if plan.probe and not draft.size else None
+    return Proposal(draft, looked_up, probe)
+
+
+def constrain(proposed: Proposal, constraint: Constraint) -> tuple[Proposal, mx.array]:
+    """Under a grammar, the draft's tokens already on the host: a copy cut at its first token
+    the grammar forbids (a sampled draft is not: see `proposal`), and the rows the grammar allows
+    at [last, d1..dk]."""
+    draft = proposed.draft
+    tokens = draft.tokens.tolist()
+    if proposed.looked_up:
+        draft = Draft(draft.tokens[: constraint.allowed(tokens)], None, draft.predicted)
+    return replace(proposed, draft=draft), constraint.masks(tokens[: draft.size])
 
 
 def propose(drafter: Drafter, tokens: Sequence[int], num_draft: int, room: int, policy: DraftPolicy,
@@ -149,7 +168,7 @@ def copied_draft(tokens: Sequence[int], num_draft: int, room: int, policy: Draft
     return None
 
 
-def score(engine: "Engine", tokens: list[int], draft: mx.array,
+def score(engine: Parts, tokens: list[int], draft: mx.array,
           ahead: Ahead | None = None) -> tuple[mx.array | None, mx.array]:
     """The target's forward over the tokens it has not seen and the draft (lazy):
     hidden states of every scored position, and logits of the rows verification
@@ -170,7 +189,7 @@ def score(engine: "Engine", tokens: list[int], draft: mx.array,
     return hidden, logits
 
 
-def start_ahead(engine: "Engine", outputs: list[mx.array], following: mx.array) -> Ahead:
+def start_ahead(engine: Parts, outputs: list[mx.array], following: mx.array) -> Ahead:
     """Start the next position's forward on this round's token before the sync: the target
     computes it while the host commits, streams and plans, as mlx-lm's loop builds its next
     step while the current one computes. This round's outputs are queued first and alone, so
@@ -181,7 +200,7 @@ def start_ahead(engine: "Engine", outputs: list[mx.array], following: mx.array) 
     return ahead
 
 
-def look_ahead(engine: "Engine", following: mx.array) -> Ahead:
+def look_ahead(engine: Parts, following: mx.array) -> Ahead:
     """Feed the round's own next token (lazy) to the target: the next position's logits."""
     scored = engine.cache_length()
     hidden, taps = decoder_taps(engine.target, following.reshape(1, 1).astype(mx.uint32), engine.cache,

@@ -25,3 +25,6 @@ class Alternating:
 
     def estimate(self) -> None:
         return None
+
+    planned = None  # it chooses each round's length: the stats report the policy's start
+    auto = None

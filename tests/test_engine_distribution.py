@@ -263,7 +263,7 @@ def alternating(monkeypatch, k: int) -> None:
     next is plain too: every drafting round scores after a looked-ahead row."""
     from .schedules import Alternating
 
-    monkeypatch.setattr("specmlx.generation.schedule_for", lambda engine, policy: Alternating(k))
+    monkeypatch.setattr("specmlx.decoding.schedule_for", lambda engine, policy: Alternating(k))
 
 
 @pytest.mark.parametrize("name", ["temperature 1", "top-p 0.7"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import llguidance
 import mlx.core as mx
@@ -207,9 +208,11 @@ def test_the_batch_check_detects_a_sampled_draft_cut_at_its_first_forbidden_toke
 
     def cutting(members, proposals, shared=()):
         cut = []
-        for m, (draft, looked_up, probe) in zip(members, proposals):
+        for m, proposed in zip(members, proposals):
+            draft = proposed.draft
             n = m.constraint.allowed(draft.tokens.tolist()) if draft.size else 0
-            cut.append((Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n]), looked_up, probe))
+            probs = None if draft.probs is None else draft.probs[:n]
+            cut.append(replace(proposed, draft=Draft(draft.tokens[:n], probs)))
         return honest(members, cut, shared)
 
     monkeypatch.setattr(batch_round, "constrain_all", cutting)
@@ -244,13 +247,14 @@ def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monk
     honest = round_module.proposal
     monkeypatch.setattr(Constraint, "after", lambda self, drafted: mx.ones((self.width,), dtype=mx.bool_))
 
-    def cutting(engine, tokens, plan, room, config, key, rec, guides):
-        draft, looked_up, probe, masks = honest(engine, tokens, plan, room, config, key, rec, guides)
-        if looked_up or guides.constraint is None or not draft.size:
-            return draft, looked_up, probe, masks
-        n = guides.constraint.allowed(draft.tokens.tolist())
+    def cutting(state, plan, key):
+        proposed, masks = honest(state, plan, key)
+        draft = proposed.draft
+        if proposed.looked_up or state.constraint is None or not draft.size:
+            return proposed, masks
+        n = state.constraint.allowed(draft.tokens.tolist())
         cut = Draft(draft.tokens[:n], None if draft.probs is None else draft.probs[:n])
-        return cut, looked_up, probe, masks[: n + 1]
+        return replace(proposed, draft=cut), masks[: n + 1]
 
     monkeypatch.setattr(round_module, "proposal", cutting)
     samples = sampled(monkeypatch, target, ModelDrafter(drafter, len(TOKENS)), lltok)

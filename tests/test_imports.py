@@ -3,9 +3,10 @@
 A cycle makes import order matter, and hides which module is the leaf that
 others may build on (errors.py, paths.py, prompting.py). The graph is read
 from the source with `ast`: absolute and relative imports, at any depth
-(inside functions too, since they run as soon as the function does), but not
-those under `if TYPE_CHECKING:`, which only type checkers read: they never
-run, so they cannot make import order matter.
+(inside functions too, since they run as soon as the function does), and
+those under `if TYPE_CHECKING:` too: they never run, but a module that names
+another for its types depends on it as much, and a circle there is a circle
+in the design (a protocol, or a leaf module, breaks it).
 """
 
 from __future__ import annotations
@@ -30,12 +31,8 @@ def module_names(root: Path = PACKAGE) -> dict[str, Path]:
 def imported(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set[str]:
     """The modules of `known` that the module `name` names in its imports."""
     package = name if is_package else name.rpartition(".")[0]
-    checking = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                and ast.unparse(block.test).endswith("TYPE_CHECKING") for n in ast.walk(block)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in checking:
-            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -135,7 +132,7 @@ def test_a_cycle_is_found_through_relative_imports_and_function_bodies(tmp_path)
     (root / "c.py").write_text("from . import a as _a  # noqa\n")
     assert find_cycle(graph(root)) == ["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]
     (root / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n")
-    assert find_cycle(graph(root)) is None  # read by type checkers alone
+    assert find_cycle(graph(root)) == ["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]  # for types alone, still a circle
     (root / "c.py").write_text("thing = 1\n")
     assert find_cycle(graph(root)) is None
 

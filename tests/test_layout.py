@@ -13,7 +13,8 @@ import pytest
 from .test_imports import graph
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ("specmlx.engine", "specmlx.round", "specmlx.generation")
+CORE = ("specmlx.engine", "specmlx.round", "specmlx.generation", "specmlx.decoding", "specmlx.parts",
+        "specmlx.config")
 ABOVE = ("specmlx.distributed", "specmlx.serve", "specmlx.bench", "specmlx.train", "app")
 LONGEST = 40  # lines a function of the core may take
 
@@ -34,6 +35,15 @@ def test_the_core_imports_nothing_from_the_layers_above_it(core):
     assert core in edges
     above = sorted(m for m in reach(edges, core) if m.startswith(ABOVE))
     assert not above, f"{core} reaches {above}"
+
+
+def test_a_generation_reads_the_engine_through_its_parts_and_its_config_is_a_leaf():
+    """The engine starts generations; they name only the protocols it meets (`parts.py`), for
+    their types too, and a request's settings (`config.py`) depend on none of them."""
+    edges = graph()
+    for module in ("specmlx.round", "specmlx.generation", "specmlx.decoding", "specmlx.parts"):
+        assert "specmlx.engine" not in reach(edges, module), module
+    assert not reach(edges, "specmlx.config") & set(CORE)
 
 
 @pytest.mark.parametrize("core", CORE)

@@ -78,7 +78,7 @@ def test_greedy_exact_when_drafting_rounds_follow_a_look_ahead(monkeypatch, toke
     it proposes the same tokens."""
     runs = {}
     for guess in (True, False):
-        monkeypatch.setattr("specmlx.generation.schedule_for", lambda engine, policy: Alternating(k, guess))
+        monkeypatch.setattr("specmlx.decoding.schedule_for", lambda engine, policy: Alternating(k, guess))
         drafter, proposals = recorded({
             "model": lambda: ModelDrafter(noisy_drafter, vocab),
             "mtp": lambda: MTPDrafter(tiny.mtp(target_args, seed=3), vocab),

@@ -122,9 +122,10 @@ class Batch:
         done = run_batch(self.target, self.cache, members, plans, timed, list(self.shared.values()))
         seconds = perf_counter() - began
         alone = len(members) == 1
-        events = [(m, m.commit(plan, r, seconds if alone else None))
-                  for m, plan, r in zip(members, plans, done.rounds)]
-        if not alone:
+        events = [(m, m.commit(plan, r)) for m, plan, r in zip(members, plans, done.rounds)]
+        if alone:  # a batch of one feeds its own schedule, as a generation alone does
+            members[0].learn(done.rounds[0], seconds)
+        else:
             self._learn(members, done, seconds, estimate)
         for m in members:
             if m.finish:
@@ -158,8 +159,8 @@ class Batch:
     def _plans(self, members: list[Member], alone: CostEstimate | None) -> list[Plan]:
         """Alone: the member's own schedule. Together: the automatic lengths chosen for the batch."""
         if len(members) == 1 or not any(m.auto for m in members):
-            return [m.schedule.plan(m.room) for m in members]
-        fixed = [None if m.auto else m.schedule.plan(m.room) for m in members]
+            return [m.plan() for m in members]
+        fixed = [None if m.auto else m.plan() for m in members]
         lanes = [self._lane(m, plan, len(members), alone) for m, plan in zip(members, fixed)]
         if len(members) not in self.costs.step:
             # Drafting at this size is a guess until a round measures it: a deferred row would feed its
@@ -197,7 +198,7 @@ class Batch:
         self.rounds += 1
         for m, r in zip(members, done.rounds):
             if not m.auto:
-                m.schedule.update(r, seconds)
+                m.learn(r, seconds)
                 continue
             if r.probe is not None:
                 m.auto.acceptance.observe_first(r.probe)

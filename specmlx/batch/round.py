@@ -21,7 +21,7 @@ import mlx.nn as nn
 from ..drafters import Draft
 from ..hidden import decoder_taps, head
 from ..plan import Plan, Round
-from ..round import copied_draft, probe_chance, propose, verify
+from ..round import Proposal, constrain, copied_draft, draw, probe_chance, verify
 from ..sampling import warp
 from .cache import BatchCache
 from .drafting import SharedDrafter, as_draft
@@ -56,24 +56,26 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
     keys = [mx.random.split(m.next_key()) for m in members]
     proposals, steps = propose_all(members, plans, [k[0] for k in keys], shared)
     proposals, masks = constrain_all(members, proposals, shared)
+    drafts = [proposed.draft for proposed in proposals]
     if timed:
-        mx.eval([d.tokens for d, _, _ in proposals], [d.probs for d, _, _ in proposals if d.probs is not None])
+        mx.eval([d.tokens for d in drafts], [d.probs for d in drafts if d.probs is not None])
     draft_s = perf_counter() - start
-    width, logits = score(target, cache, members, [d for d, _, _ in proposals])
+    width, logits = score(target, cache, members, drafts)
     outcomes = []
-    for m, (draft, _, probe), rows, mask, key in zip(members, proposals, logits, masks, keys):
+    for m, proposed, rows, mask, key in zip(members, proposals, logits, masks, keys):
         rows = rows if mask is None else mx.where(mask, rows, -mx.inf)  # a row under a grammar: what it allows
         p = None if m.config.sampling.greedy else mx.exp(warp(rows, m.config.sampling))
-        outcomes.append((draft.tokens, *verify(rows, p, draft, key[1]), probe_chance(probe, rows, p)))
+        draft = proposed.draft
+        outcomes.append((draft.tokens, *verify(rows, p, draft, key[1]), probe_chance(proposed.probe, rows, p)))
     # The round's one blocking host sync, for every row at once.
     mx.eval([o for outcome in outcomes for o in outcome if o is not None],
             [layer.state for layer in cache.layers])
     done = []
-    for m, (draft, looked_up, _), (tokens, accepted, following, chance) in zip(members, proposals, outcomes):
+    for m, proposed, (tokens, accepted, following, chance) in zip(members, proposals, outcomes):
         m.rec.host_syncs += 1 + timed
         m.rec.timed_rounds += timed  # as a round alone counts it: host syncs are rounds plus timed rounds
-        kept = int(accepted.item())
-        done.append(Round(tuple(tokens.tolist()[:kept]) + (int(following.item()),), draft.size, looked_up,
+        kept, draft = int(accepted.item()), proposed.draft
+        done.append(Round(tuple(tokens.tolist()[:kept]) + (int(following.item()),), draft.size, proposed.looked_up,
                           draft_s if timed else None, None if chance is None else chance.item(), draft.predicted))
     cache.keep([len(m.tokens) + r.accepted for m, r in zip(members, done)])
     rewind_drafters(members, done, shared)
@@ -86,27 +88,20 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
     return BatchRound(tuple(done), width, draft_s if timed else None, steps)
 
 
-def constrain_all(members: Sequence[Member], proposals: list[tuple[Draft, bool, Draft | None]],
-                  shared: Sequence[SharedDrafter] = ()
-                  ) -> tuple[list[tuple[Draft, bool, Draft | None]], list[mx.array | None]]:
-    """Rows under a grammar: their drafts' tokens on the host (one more sync, for them all), a copy cut
-    at its first token the grammar forbids (a sampled draft is not: `grammar.py`), and the rows each
-    grammar allows at [last, d1..dk]. None for a row without a grammar. A grammar that fails fails
-    its row alone (`RowFailure`)."""
+def constrain_all(members: Sequence[Member], proposals: list[Proposal], shared: Sequence[SharedDrafter] = ()
+                  ) -> tuple[list[Proposal], list[mx.array | None]]:
+    """Rows under a grammar: their drafts' tokens on the host (one more sync, for them all), then each
+    constrained as a round alone constrains it (`round.constrain`). None for a row without a grammar.
+    A grammar that fails fails its row alone (`RowFailure`)."""
     bound = [i for i, m in enumerate(members) if m.constraint is not None]
     masks: list[mx.array | None] = [None] * len(members)
     if not bound:
         return proposals, masks
-    mx.eval([proposals[i][0].tokens for i in bound])
+    mx.eval([proposals[i].draft.tokens for i in bound])
     out = list(proposals)
     for i in bound:
-        (draft, looked_up, probe), constraint = proposals[i], members[i].constraint
-        proposed = draft.tokens.tolist()
         try:
-            if looked_up:
-                out[i] = (Draft(draft.tokens[: constraint.allowed(proposed)], None, draft.predicted), looked_up,
-                          probe)
-            masks[i] = constraint.masks(proposed[: out[i][0].size])
+            out[i], masks[i] = constrain(proposals[i], members[i].constraint)
         except Exception as err:  # noqa: BLE001 - one request's grammar fails that request alone
             undraft(members, shared)
             raise RowFailure(members[i], err) from err
@@ -114,21 +109,20 @@ def constrain_all(members: Sequence[Member], proposals: list[tuple[Draft, bool, 
 
 
 def propose_all(members: Sequence[Member], plans: Sequence[Plan], keys: Sequence[mx.array],
-                shared: Sequence[SharedDrafter]) -> tuple[list[tuple[Draft, bool, Draft | None]], int]:
-    """Every row's (draft, looked up, probe), and the drafter steps run one after another."""
+                shared: Sequence[SharedDrafter]) -> tuple[list[Proposal], int]:
+    """Every row's proposal, and the drafter steps run one after another."""
     grouped = {id(m) for group in shared for m in group.rows}
-    proposals: dict[int, tuple[Draft, bool, Draft | None]] = {}
+    proposals: dict[int, Proposal] = {}
     steps = 0
     for m, plan, key in zip(members, plans, keys):
         if id(m) in grouped:
             continue
         try:
-            proposals[id(m)] = _propose(m, plan, key)
+            proposed = proposals[id(m)] = draw(m, plan, key)  # as a round alone draws it
         except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
             undraft(members, shared)
             raise RowFailure(m, err) from err
-        draft, looked_up, probe = proposals[id(m)]
-        steps += (0 if looked_up else draft.size) + (probe is not None)
+        steps += (0 if proposed.looked_up else proposed.draft.size) + (proposed.probe is not None)
     plan_of = {id(m): (plan, key) for m, plan, key in zip(members, plans, keys)}
     for group in shared:
         steps += _propose_shared(group, plan_of, proposals)
@@ -143,7 +137,7 @@ def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int
         plan, key = plan_of[id(m)]
         found = copied_draft(m.tokens, plan.num_draft, m.room, m.config.policy, m.prediction)
         if found is not None:
-            proposals[id(m)] = (found, True, None)
+            proposals[id(m)] = Proposal(found, True)
             counts[id(m)] = 0
         else:
             counts[id(m)] = plan.num_draft if plan.num_draft else int(plan.probe)
@@ -155,10 +149,10 @@ def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int
             continue
         plan = plan_of[id(m)][0]
         if plan.num_draft:
-            proposals[id(m)] = (as_draft(draws[group.rows.index(m)], counts[id(m)]), False, None)
+            proposals[id(m)] = Proposal(as_draft(draws[group.rows.index(m)], counts[id(m)]), False)
         else:
             probe = as_draft(draws[group.rows.index(m)], 1) if plan.probe and draws else None
-            proposals[id(m)] = (Draft.empty(), False, probe)
+            proposals[id(m)] = Proposal(Draft.empty(), False, probe)
     return steps
 
 
@@ -168,15 +162,6 @@ def undraft(members: Sequence[Member], shared: Sequence[SharedDrafter]) -> None:
         m.engine.drafter.rewind(len(m.tokens) - 1)
     for group in shared:
         group.keep({id(m): len(m.tokens) - 1 for m in group.rows})
-
-
-def _propose(member: Member, plan: Plan, key: mx.array) -> tuple[Draft, bool, Draft | None]:
-    """A row's draft (looked up or drafted, as a round alone proposes, under its grammar), and its probe."""
-    drafter, sampling, constraint = member.engine.drafter, member.config.sampling, member.constraint
-    draft, looked_up = propose(drafter, member.tokens, plan.num_draft, member.room, member.config.policy,
-                               sampling, key, member.prediction, None if constraint is None else constraint.after)
-    probe = drafter.draft(member.tokens, 1, sampling, key) if plan.probe and not draft.size else None
-    return draft, looked_up, probe
 
 
 def rewind_drafters(members: Sequence[Member], done: Sequence[Round], shared: Sequence[SharedDrafter]) -> None:

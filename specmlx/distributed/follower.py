@@ -8,18 +8,20 @@ verdict, so its caches hold exactly rank 0's tokens.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from time import perf_counter
 from typing import Sequence
 
 import mlx.core as mx
 
+from ..decoding import Decoding
 from ..drafters import Draft
 from ..engine import Engine, GenerationConfig
-from ..generation import emit
-from ..plan import Round
+from ..plan import Plan, Round
 from ..round import score
 from ..sampling import SamplingParams
-from ..stats import GenerationStats, StatsRecorder
+from ..schedule import DraftLength
+from ..stats import GenerationStats
 from .lockstep import Control, Lockstep
 
 
@@ -58,37 +60,30 @@ def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,
     by the stop rules rank 0 applies, so both ranks' contexts end alike.
     Returns the tokens emitted and this rank's stats."""
     engine.check(prompt, config)  # refused here as on rank 0, before any collective
-    rec = StatsRecorder(drafter=engine.drafter.name, num_draft=config.policy.start)
-    # The same text as rank 0's, so that its stop strings end the answer at the same token; made before
-    # prefill's collectives, as rank 0 makes it, so a tokenizer that refuses it fails both ranks there.
-    text = config.text_stream(engine.tokenizer)
-    start = perf_counter()
-    engine.prefill(list(prompt))
-    rec.prefill_s, rec.prompt_tokens = perf_counter() - start, len(prompt)
-    tokens, emitted, finish = engine.context, [], ""
-    rec.resume()
+    # Rank 0 alone proposes and plans: this rank reads no grammar, prediction or schedule of its own.
+    # Its state makes rank 0's text, so rank 0's stop strings end the answer at the same token; made
+    # before prefill's collectives, as rank 0 makes it, so a tokenizer that refuses it fails both ranks there.
+    start = config.policy.start
+    state = Decoding(engine, prompt, replace(config, grammar=None, prediction=()),
+                     DraftLength(start, start, adaptive=False))
+    state.prefill()
+    emitted: list[int] = []
     while (control := lockstep.follow()) is not None:
-        done = follow_round(engine, tokens, control, lockstep, rec)
-        rec.record_round(control.size, done)
-        if not finish:
-            events, finish = emit(done, tokens, text, config.end_tokens(engine.eos_token_ids),
-                                  config.max_tokens - len(emitted))
-            emitted += [e.token for e in events]
-    rec.generation_tokens = len(emitted)
-    engine.rewind(len(tokens))
-    return tuple(emitted), rec.freeze(config.profile, finish or "cancelled")
+        event = state.commit(Plan(control.size), follow_round(state, control, lockstep))
+        emitted += [e.token for e in event.tokens]
+    engine.rewind(len(state.tokens))
+    return tuple(emitted), state.close()
 
 
-def follow_round(engine: Engine, tokens: list[int], control: Control, lockstep: Lockstep,
-                 rec: StatsRecorder) -> Round:
+def follow_round(state: Decoding, control: Control, lockstep: Lockstep) -> Round:
     """Score rank 0's proposal with this rank's shard, then rewind by rank 0's verdict."""
-    start = perf_counter()
+    engine, start = state.engine, perf_counter()
     draft = lockstep.share(mx.zeros((control.size,), dtype=mx.uint32))
-    hidden, logits = score(engine, tokens, draft)
+    hidden, logits = score(engine, state.tokens, draft)
     # A rank holding part of the head computes its logits whenever rank 0 does; otherwise they stay unevaluated.
     scored = logits if lockstep.vocab else hidden
     accepted, following = lockstep.decide(mx.array(0), mx.array(0), after=scored)
-    proposal, accepted, following = engine.sync(rec, draft, accepted, following, keep=(scored,))
-    engine.rewind(len(tokens) + accepted)
-    rec.verify_s += perf_counter() - start
+    proposal, accepted, following = engine.sync(state.rec, draft, accepted, following, keep=(scored,))
+    engine.rewind(len(state.tokens) + accepted)
+    state.rec.verify_s += perf_counter() - start
     return Round(tuple(proposal[:accepted]) + (following,), control.size, control.looked_up)

@@ -69,6 +69,11 @@ class Lockstep:
     def leads(self) -> bool:
         return self.group.leads
 
+    @property
+    def one_process(self) -> bool:
+        """False: every rank scores in step, so no round runs ahead of its sync."""
+        return False
+
     @classmethod
     def of(cls, group: Group, target: nn.Module) -> "Lockstep":
         """The lockstep a sharded target needs, read from how it was split."""

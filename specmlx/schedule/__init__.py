@@ -30,5 +30,15 @@ class Schedule(Protocol):
     def estimate(self) -> AutoEstimate | None:
         """What it measured, for the stats; None for a length that measures nothing."""
 
+    @property
+    def planned(self) -> int | None:
+        """The length it drafts, as the stats report it, when it fixes one (a length that adapts,
+        its first); None for one that chooses each round's (the policy's start is reported)."""
+
+    @property
+    def auto(self) -> AutoDraft | None:
+        """Itself when it is the automatic length, whose measures (acceptance, costs, probes) a
+        batch's load-aware choice reads; None otherwise."""
+
 
 __all__ = ["AutoDraft", "AutoDrafts", "AutoEstimate", "CostEstimate", "DraftLength", "Schedule"]

@@ -36,6 +36,15 @@ class DraftLength:
     def estimate(self) -> None:
         return None
 
+    @property
+    def planned(self) -> int:
+        return self.start
+
+    @property
+    def auto(self) -> None:
+        """None: a fixed or adaptive length is not the automatic one."""
+        return None
+
     def follow(self, drafted: int, accepted: int) -> None:
         if not self.adaptive or drafted == 0:
             return

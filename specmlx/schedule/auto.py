@@ -139,6 +139,15 @@ class AutoDraft:
     def estimate(self) -> AutoEstimate:
         return AutoEstimate(self.costs.estimate(), tuple(self.acceptance.rates()[: self.limit]))
 
+    @property
+    def planned(self) -> None:
+        """None: it chooses each round's length."""
+        return None
+
+    @property
+    def auto(self) -> "AutoDraft":
+        return self
+
 
 def _argmax(rates: list[float], costs: Costs, cap: int) -> int:
     return max(range(cap + 1), key=lambda k: expected_tokens(rates, k) / costs.relative(k))

@@ -152,3 +152,8 @@ def test_a_failed_announcement_is_not_followed_by_a_stop(monkeypatch):
 def test_the_lockstep_of_a_loaded_target_is_none_in_one_process():
     lockstep = Lockstep(group=None)
     assert lockstep_of(lockstep) is lockstep and lockstep_of(ALONE) is None
+
+
+def test_a_lockstep_is_not_one_process():
+    """Its ranks score in step: a generation never runs a round ahead of its sync (`generation.overlaps`)."""
+    assert not Lockstep(Group(None, rank=0, size=2)).one_process

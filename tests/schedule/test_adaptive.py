@@ -40,3 +40,10 @@ def test_only_a_length_of_zero_guesses_plain_rounds():
     assert DraftLength(start=0, limit=4, adaptive=False).likely_plain(10)
     assert not DraftLength(start=4, limit=12).likely_plain(10)
     assert DraftLength(start=4, limit=12).likely_plain(0)
+
+
+def test_a_fixed_or_adaptive_length_plans_its_start_and_is_not_automatic():
+    """What a generation's stats report it planned, and what a batch's load-aware choice skips."""
+    length = DraftLength(start=3, limit=8)
+    length.follow(3, 3)
+    assert length.planned == 3 and length.auto is None  # its start, however far it has moved

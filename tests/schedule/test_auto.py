@@ -214,3 +214,9 @@ def test_a_probing_round_guesses_on_its_probe_accepted(probing):
     plan = auto.plan(100)
     assert plan.num_draft == 0 and plan.probe == probing
     assert auto.likely_plain(100) != probing
+
+
+def test_the_automatic_length_plans_no_length_of_its_own_and_is_its_auto():
+    """A generation on it reports its policy's start; a batch's load-aware choice reads its measures."""
+    auto = AutoDraft(8, 4)
+    assert auto.planned is None and auto.auto is auto
