@@ -103,8 +103,11 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
         batch, rounds = worker.runner.batch, [0]
         step, submit, end = batch.step, worker.submit, worker.ledger.end
         seen: dict[str, int] = {}
+        both_in = threading.Event()  # the killed one starts only once both others decode: it then leaves two
 
         def counting():
+            if len(batch.members) >= 2:
+                both_in.set()
             events = step()
             rounds[0] += 1
             return events
@@ -139,6 +142,7 @@ def test_a_client_killed_mid_stream_leaves_the_batch_within_one_round(loaded, mo
 
         with ThreadPoolExecutor(2) as pool:
             answers = pool.map(streamed, others)
+            assert both_in.wait(60)
             with httpx.stream("POST", url + CHAT, json=body(1, max_tokens=4000, stream=True), timeout=60) as r:
                 lines = r.iter_lines()
                 for _ in range(6):
