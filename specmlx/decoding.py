@@ -3,10 +3,10 @@
 The single loop (`generation.py`), the batched round (`batch/`) and a rank
 that follows rank 0 (`distributed/follower.py`) all keep a request as a
 `Decoding`. Its contract: it is made before prefill (schedule, stats recorder,
-key, text stream, the guides of its rounds: prediction and grammar), then
+key, text stream, its place in a prediction and in a grammar), then
 `prefill`s; each round it `plan`s, gives the round its committed `tokens`,
 `room`, a key (`next_key`, split off as a generation alone splits it), its
-guides and recorder, and `commit`s the `Round` back into one `RoundEvent` under
+prediction, grammar and recorder, and `commit`s the `Round` back into one `RoundEvent` under
 the stop rules (end of sequence, committed not emitted; a stop string;
 `max_tokens`); `learn` shows its schedule the round's time; `close` freezes
 its stats once. It runs no forward and rewinds no cache: its rounds and their
@@ -31,7 +31,7 @@ from .text import TextStream
 
 
 class Decoding:
-    """A generation's state: its committed `tokens`, config, key, guides, schedule, text and stats.
+    """A generation's state: its committed `tokens`, config, key, prediction, grammar, schedule, text and stats.
     `stats` and `tail` (text the detokenizer held back until the end) are set once it `close`s."""
 
     def __init__(self, engine: GenerationParts, prompt: Sequence[int], config: GenerationConfig,

@@ -20,8 +20,6 @@ from .plan import Plan
 from .round import run_round
 from .stats import GenerationStats
 
-__all__ = ["Generation", "GenerationConfig"]
-
 
 class Generation:
     """An iterator of `RoundEvent`s.

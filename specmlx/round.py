@@ -4,7 +4,7 @@ Small functions over a generation's state (`decoding.Decoding`) and its
 engine's target, caches and drafter (`parts.Parts`), each lazy until the
 round's one sync. `run_round` reads on one screen; a batch's rows propose
 with `draw` and `constrain`, and a rank that follows rank 0
-(`specmlx.distributed.follower`) reuses `score` and the parts' `sync` and
+(`specmlx.distributed.follower`) reuses `score` and the engine's `sync` and
 `rewind`. Exactness lives in `verify.py`: whatever is proposed,
 and however much, what is committed follows the target's distribution.
 """
@@ -58,7 +58,7 @@ def run_round(state: Decoding, plan: Plan, ahead: Ahead | None = None,
     `plan.timed` or the config's `profile`, and in a round that drafts nothing, probing the
     drafter (`probe_chance`). `ahead`: what the round before scored ahead;
     with `overlap`, a round that proposes nothing returns its own (`start_ahead`)."""
-    parts, config, rec = state.engine, state.config, state.rec
+    engine, config, rec = state.engine, state.config, state.rec
     timed = plan.timed or config.profile
     draft_key, verify_key = mx.random.split(state.next_key())
     start = perf_counter()
@@ -67,21 +67,21 @@ def run_round(state: Decoding, plan: Plan, ahead: Ahead | None = None,
     draft = proposed.draft
     draft_done = perf_counter()
     # 2. score [last, d1..dk] in one target forward (still lazy); under a grammar, only what it allows
-    hidden, logits = score(parts, state.tokens, draft.tokens, ahead)
+    hidden, logits = score(engine, state.tokens, draft.tokens, ahead)
     logits = logits if masks is None else mx.where(masks, logits, -mx.inf)
     # 3. verify (still lazy)
     p = None if config.sampling.greedy else mx.exp(warp(logits, config.sampling))
     n_accepted, following = verify(logits, p, draft, verify_key)
     chance = probe_chance(proposed.probe, logits, p)
-    n_accepted, following = parts.peers.decide(n_accepted, following, after=hidden)
+    n_accepted, following = engine.peers.decide(n_accepted, following, after=hidden)
     read = [draft.tokens, n_accepted, following, *([chance] if chance is not None else [])]
-    keep = (hidden,) if parts.reads_hidden and hidden is not None else ()
-    nxt = start_ahead(parts, [*read, *keep], following) if overlap and not draft.size else None
+    keep = (hidden,) if engine.reads_hidden and hidden is not None else ()
+    nxt = start_ahead(engine, [*read, *keep], following) if overlap and not draft.size else None
     # 4. the round's one blocking host sync (a second one under a grammar or when timed: see `proposal`)
-    proposal_, accepted, following, *probed = parts.sync(rec, *read, keep=keep)
-    parts.peers.end_round()
+    proposal_, accepted, following, *probed = engine.sync(rec, *read, keep=keep)
+    engine.peers.end_round()
     # 5. commit: both caches drop the rejected tail, an O(1) offset move (a look-ahead keeps its token)
-    parts.rewind(len(state.tokens) + accepted + (nxt is not None))
+    engine.rewind(len(state.tokens) + accepted + (nxt is not None))
     done = Round(tuple(proposal_[:accepted]) + (following,), draft.size, proposed.looked_up,
                  draft_done - start if timed else None, probed[0] if probed else None, draft.predicted)
     if state.constraint is not None:
@@ -98,17 +98,17 @@ def proposal(state: Decoding, plan: Plan, key: mx.array) -> tuple[Proposal, mx.a
     sync for a drafter's (a copy is there already). A copy is cut at its first token the grammar
     forbids: it depends on the committed tokens alone. A sampled draft is not: its length would
     then depend on a draw nobody verifies, and the output would be biased (`grammar.py`)."""
-    parts, config, constraint = state.engine, state.config, state.constraint
+    engine, config, constraint = state.engine, state.config, state.constraint
     proposed = draw(state, plan, key)
     draft = proposed.draft
     if plan.timed or config.profile or (constraint is not None and not proposed.looked_up and draft.size):
-        parts.sync(state.rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
+        engine.sync(state.rec, draft.tokens, *([draft.probs] if draft.probs is not None else []))
         state.rec.timed_rounds += plan.timed or config.profile
     masks = None
     if constraint is not None:
         proposed, masks = constrain(proposed, constraint)
     draft = proposed.draft
-    shared = Draft(parts.peers.propose(draft.tokens, proposed.looked_up), draft.probs, draft.predicted)
+    shared = Draft(engine.peers.propose(draft.tokens, proposed.looked_up), draft.probs, draft.predicted)
     return replace(proposed, draft=shared), masks
 
 

@@ -26,7 +26,7 @@ from ..distributed.cli import add_arguments as add_distributed_arguments, joined
 from ..distributed.output import end
 from ..distributed.serve import RankMirror, follow
 from ..drafters import NGRAM, NONE
-from ..engine import GenerationConfig
+from ..config import GenerationConfig
 from ..errors import SpecmlxError
 from ..loading import load_models
 from ..memory import GB

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable, Union
 
-from ..engine import GenerationConfig
+from ..config import GenerationConfig
 from ..events import RoundEvent
 from ..stats import GenerationStats
 from .errors import APIError

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
-from ..engine import GenerationConfig
+from ..config import GenerationConfig
 from ..peers import ALONE, Peers
 
 

@@ -25,7 +25,7 @@ from .jobs import Done, Failed
 from .openai.protocol import ChatRequest, CompletionRequest
 from .responses.protocol import ResponsesRequest
 from .serving import Answer, Serving
-from .worker import Ticket
+from .ledger import Ticket
 
 # How often a whole (not streamed) request checks that its client is still there, tokens flowing or not.
 DISCONNECT_POLL_S = 0.5

@@ -14,9 +14,9 @@ request's model name is answered once, by the served target (`aliases.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, Callable, Hashable
 
-from ..engine import GenerationConfig
+from ..config import GenerationConfig
 from ..errors import SpecmlxError
 from ..grammar import Grammar
 from ..policy import AUTO, DraftPolicy, part
@@ -118,7 +118,7 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
         raise APIError(400, f"this model's context window is {window} tokens, and the prompt ({len(prompt)} "
                        "tokens) leaves no room for an answer", "context_length_exceeded",
                        "messages" if hasattr(request, "messages") else "prompt")
-    limit = within_window(request, room)[0].token_limit()  # the window's one check: refused above, cut here
+    limit = within_window(request, room)  # the window's one check: refused above, cut here
     if limit is None:
         limit = defaults.max_tokens if room is None else min(defaults.max_tokens, room)
     base = defaults.sampling
@@ -137,17 +137,13 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     return Job(tuple(prompt), config, drafter, owner)
 
 
-RequestT = TypeVar("RequestT", ChatRequest, CompletionRequest)
-
-
-def within_window(request: RequestT, room: int | None) -> tuple[RequestT, bool]:
-    """The request with its token limit cut to the room the window leaves after the prompt, and whether it
-    was cut. Clients ask for more than any window holds (Claude Code tens of thousands of tokens, OpenCode
-    32,000): llama.cpp and Ollama answer until the window is full, and so does this server."""
+def within_window(request: Sampling, room: int | None) -> int | None:
+    """The request's token limit cut to the `room` the window leaves after the prompt (None: unset). Clients
+    ask for more than any window holds (Claude Code tens of thousands of tokens, OpenCode 32,000): llama.cpp
+    and Ollama answer until the window is full, and so does this server. A prompt that leaves no room at all
+    is refused before this (`make_job`)."""
     limit = request.token_limit()
-    if room is None or room < 1 or limit is None or limit <= room:
-        return request, False  # a prompt that leaves no room at all is refused (`make_job`)
-    return request.with_token_limit(room), True
+    return limit if room is None or limit is None else min(limit, room)
 
 
 def window_bound(request: Sampling, job: Job) -> bool:

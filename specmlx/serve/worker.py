@@ -18,13 +18,12 @@ whether a failure leaves the server unable to answer again; the worker ends it l
 from __future__ import annotations
 
 import threading
-from collections import deque
 from typing import Callable
 
 from ..mlx_thread import MLXThread
 from .batching import Batched
 from .errors import APIError
-from .ledger import Ledger, Record, Ticket
+from .ledger import Ledger, Ticket
 from .mirror import Mirror
 from .jobs import Failed, Job, Sink
 from .runner import OneAtATime, Runner
@@ -54,10 +53,6 @@ class Worker:
     @property
     def waiting(self) -> int:
         return self.ledger.waiting
-
-    @property
-    def records(self) -> deque[Record]:
-        return self.ledger.records
 
     @property
     def mirror(self) -> Mirror:

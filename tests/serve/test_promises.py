@@ -94,7 +94,7 @@ def test_a_client_that_leaves_a_stream_stops_its_generation(tool_loaded, route, 
                 next(lines)
         assert await_records(records, 1)
         assert healthy(url)
-    [dropped] = worker.records
+    [dropped] = worker.ledger.records
     assert dropped.finish_reason == "cancelled" and dropped.generation_tokens < 4000
 
 

@@ -87,7 +87,7 @@ def test_retry_after_is_the_queues_wait_not_one_run():
 
     worker = Worker(slots=None, max_queue=3, mlx=Idle())
     assert worker.ledger.retry_after() == 1  # nothing measured yet
-    worker.records.extend(Record("length", 10, 0.0, run) for run in (2.0, 4.0))
+    worker.ledger.records.extend(Record("length", 10, 0.0, run) for run in (2.0, 4.0))
     assert worker.ledger.retry_after() == 3  # the running job
     for _ in range(3):
         worker.submit(None, lambda item: None)

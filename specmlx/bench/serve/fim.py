@@ -4,7 +4,7 @@ Ten FIM requests cut from Python's own standard library on this machine: in
 each of ten modules, a function's body is cut in the middle, the lines before
 the cut are the prompt, a gap of lines is left out (what a good answer would
 write), and the lines after it are the suffix. Each is built into token ids
-exactly as the server builds a request with a `suffix` (`serving.completion_prompt`),
+exactly as the server builds a request with a `suffix` (`prompts.completion_prompt`),
 then answered greedily by the engine once per drafter: the target alone, the
 model drafter, and prompt lookup (which can copy from the suffix). Figures per
 drafter: the time to the first token (a fresh cache: the whole prompt is

@@ -49,7 +49,7 @@ from ...serve.builder import build
 from .clients import percentile, wave
 
 ROWS = ("batched-auto", "batched-none", "one-at-a-time", "mlx-lm")  # the table's rows, in its order
-MIN_BATCH = 16  # the batched server's default max_batch: the sweep's largest N batches whole
+MIN_BATCH = 16  # the sweep's batched server decodes at least this many at once (more than `specmlx serve`'s default)
 PROMPT_CONCURRENCY = 8  # mlx_lm.server's own default: prompts it prefills together
 WARMUP_TOKENS = 8  # one untimed request per row first: loading, first kernels, the automatic length's first costs
 READY_S = 600  # mlx_lm.server's /health should answer by then

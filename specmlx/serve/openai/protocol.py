@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag
 
-from ...engine import MAX_SEED, RANDOM_SEED
+from ...config import MAX_SEED, RANDOM_SEED
 from ..errors import not_served
 from ..fields import FUNCTION_NAME, MAX_CALL_ID, MAX_TOOLS, Speculative, Unserved, kind_of
 
@@ -191,9 +191,6 @@ class ChatRequest(Sampling):
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
-    def with_token_limit(self, limit: int) -> ChatRequest:
-        return self.model_copy(update={"max_completion_tokens": limit})  # read before max_tokens
-
 
 class CompletionRequest(Sampling):
     prompt: Union[StrictStr, list[StrictInt], list[StrictStr]]
@@ -212,6 +209,3 @@ class CompletionRequest(Sampling):
 
     def token_limit(self) -> int | None:
         return self.max_tokens
-
-    def with_token_limit(self, limit: int) -> CompletionRequest:
-        return self.model_copy(update={"max_tokens": limit})

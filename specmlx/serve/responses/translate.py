@@ -32,7 +32,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ValidationError
 
-from ..chat import as_chat, chat_call, named_choice
+from ..chat import as_chat, chat_call, chat_tool_of, named_choice
 from ..errors import APIError, not_served, validation_error
 from ..openai.protocol import ChatRequest
 from ..tools import check_parameters, refuse_duplicates
@@ -82,7 +82,7 @@ def typed(value: Any, kinds: dict[str, type[BaseModel]], where: str, served: str
 def chat_tool(tool: dict[str, Any], index: int) -> dict:
     function = typed(tool, {"function": FunctionTool}, f"tools.{index}", "function tools")
     check_parameters(function.parameters, function.name, f"tools.{index}.parameters")
-    return {"type": "function", "function": function.model_dump(exclude_none=True, exclude={"type"})}
+    return chat_tool_of(function.model_dump(exclude_none=True, exclude={"type"}))
 
 
 def response_format(text: TextConfig | None) -> dict | None:
