@@ -44,6 +44,25 @@ def cache_length(cache: list[Any]) -> int:
     return cache[0].offset if cache else 0
 
 
+def held_bytes(cache: list[Any]) -> int:
+    """What the cache's layers hold in memory now."""
+    return sum(layer.nbytes for layer in cache if getattr(layer, "keys", None) is not None)
+
+
+def bytes_per_position(cache: list[Any]) -> int:
+    """What the cache holds per position, from its layers' shapes (evaluated or not)."""
+    layers = [c for c in cache if getattr(c, "keys", None) is not None]
+    return sum((c.keys.nbytes + c.values.nbytes) // c.keys.shape[2] for c in layers)
+
+
+def kv_bytes_per_token(model: nn.Module) -> int:
+    """What a model's KV cache holds per token, read from shapes alone: one token is run
+    lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
+    cache = make_cache(model)
+    model(mx.array([[0]], dtype=mx.uint32), cache=cache)
+    return bytes_per_position(cache)
+
+
 def rewind(cache: list[Any], length: int) -> None:
     """Keep only the first `length` tokens; a no-op if it holds fewer."""
     excess = cache_length(cache) - length

@@ -17,7 +17,7 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from .cache import PREFILL_STEP, cache_length, copy_prefix, copyable, make_cache, rewind
-from .drafters import Drafter, HiddenDrafter
+from .drafters import Drafter, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
 from .errors import SpecmlxError
 from .generation import Generation
@@ -96,17 +96,22 @@ class Engine:
         self._covered[outgoing] = held
 
     def _start_using(self, drafter: Drafter, covered: list[int]) -> None:
-        """Attach first: a drafter that cannot read this target changes nothing."""
-        reads_hidden = isinstance(drafter, HiddenDrafter)  # once per swap: too slow for every round
-        if reads_hidden:
+        """Check and attach first: a drafter that lacks part of its protocol, or cannot read this
+        target, changes nothing."""
+        missing = missing_members(drafter)
+        if missing:  # else a hidden one would go unattached, or a batch would fail on what it lacks
+            raise SpecmlxError(f"drafter {type(drafter).__name__} lacks {', '.join(missing)}: see the protocols "
+                               "in specmlx/drafters/base.py")
+        hidden = reads_hidden(drafter)  # once per swap, not every round
+        if hidden:
             drafter.attach(self.target, self.cache)
         keep = min(common_prefix_len(covered, self.context), self.cache_length())
         drafter.rewind(keep)
-        if reads_hidden:
+        if hidden:
             rewind(self.cache, keep)
         self.drafter: Drafter = drafter
-        self._reads_hidden = reads_hidden
-        self._fused_layers = tuple(drafter.fused_layers) if reads_hidden else ()
+        self._reads_hidden = hidden
+        self._fused_layers = tuple(drafter.fused_layers) if hidden else ()
 
     def forget(self, keep: int) -> None:
         """Keep only the first `keep` tokens of the context and caches (a new

@@ -16,10 +16,11 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from specmlx.drafters import HiddenDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters import Draft, HiddenDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter, reads_hidden
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
 from specmlx.policy import DraftPolicy
 
 from . import tiny
@@ -83,7 +84,8 @@ def test_every_swap_in_every_order_keeps_greedy_output_exact(g4_target, drafters
 
 
 def test_the_engine_tells_drafters_that_read_hidden_states_by_their_protocol(drafters):
-    assert [k for k in KINDS if isinstance(drafters[k], HiddenDrafter)] == ["mtp", "assistant"]
+    hidden = [k for k in KINDS if isinstance(drafters[k], HiddenDrafter)]
+    assert [k for k in KINDS if reads_hidden(drafters[k])] == hidden == ["mtp", "assistant"]
 
 
 def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenizer):
@@ -134,8 +136,6 @@ def test_a_drafter_back_after_the_context_diverged_drafts_as_a_fresh_one(kind, o
 
 def test_a_drafter_that_cannot_read_this_target_is_refused_and_changes_nothing(g4_target, drafters, tokenizer,
                                                                                  vocab):
-    from specmlx.errors import SpecmlxError
-
     engine = Engine(g4_target, drafters["model"], eos_token_ids=[])
     prompt = tokenizer.encode("a = [1, 2, 3]\n")
     first = [e.token for e in engine.generate(prompt, CONFIG).token_events()]
@@ -145,3 +145,67 @@ def test_a_drafter_that_cannot_read_this_target_is_refused_and_changes_nothing(g
     assert engine.drafter is drafters["model"] and not engine.reads_hidden
     follow = prompt + first + tokenizer.encode("\n")
     assert [e.token for e in engine.generate(follow, CONFIG).token_events()] == target_greedy(g4_target, follow, CONFIG.max_tokens)
+
+
+class OldPlain:
+    """A drafter written to the protocol before `draft_model`, `reads_target_cache`, `adopt`,
+    `held_bytes` and `bytes_per_token`."""
+    name, drafts = "old", True
+
+    def prefill(self, tokens):
+        pass
+
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0, allowed=None):
+        return Draft.empty()
+
+    def rewind(self, length):
+        pass
+
+    def fresh(self):
+        return type(self)()
+
+
+class OldHead(OldPlain):
+    """A hidden drafter of that time: it reads the target's hidden states."""
+    fused_layers = ()
+
+    def attach(self, target, cache):
+        self.attached = target
+
+    def observe(self, start, hidden, taps=None):
+        pass
+
+
+class Head(OldHead):
+    """The same brought up to date: it holds nothing."""
+    draft_model, reads_target_cache = None, False
+
+    def adopt(self, source, length):
+        return 0
+
+    def held_bytes(self):
+        return 0
+
+    def bytes_per_token(self, target):
+        return 0
+
+
+NEW_MEMBERS = "draft_model, reads_target_cache, adopt, held_bytes, bytes_per_token"
+
+
+@pytest.mark.parametrize("old", [OldPlain, OldHead], ids=["plain", "hidden"])
+def test_a_drafter_lacking_members_of_its_protocol_is_refused_in_a_line_that_names_them(old, g4_target, drafters):
+    """Not left unattached (a hidden one) nor failing later where a batch reads what it lacks."""
+    with pytest.raises(SpecmlxError, match=f"drafter {old.__name__} lacks {NEW_MEMBERS}: "):
+        Engine(g4_target, old(), eos_token_ids=[])
+    engine = Engine(g4_target, drafters["none"], eos_token_ids=[])
+    with pytest.raises(SpecmlxError, match=f"lacks {NEW_MEMBERS}:"):
+        engine.use(old())
+    assert engine.drafter is drafters["none"]
+
+
+def test_a_complete_hidden_drafter_is_attached(g4_target, drafters):
+    engine = Engine(g4_target, drafters["none"], eos_token_ids=[])
+    head = Head()
+    engine.use(head)
+    assert engine.drafter is head and engine.reads_hidden and head.attached is g4_target

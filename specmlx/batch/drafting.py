@@ -2,7 +2,7 @@
 
 A model drafter's step reads all its weights for one token; for a batch of
 rows, one forward of all rows costs little more than one row's, so the rows
-whose drafter runs the same small model (`Drafter.draft_model`), and who stop
+whose drafter runs the same small model (`ModelDrafting.draft_model`), and who stop
 drafts on no p-min (a sync per step and per row), draft together. Their
 drafter caches live in one `BatchCache` while they are in the batch, as the
 target's do.
@@ -23,7 +23,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from ..cache import cache_length
-from ..drafters import Draft, ModelDrafter
+from ..drafters import Draft, ModelDrafting
 from ..sampling import sample, warp
 from ..vocab import fit_vocab
 from .cache import BatchCache
@@ -40,7 +40,7 @@ def shares(member: Member) -> bool:
 class SharedDrafter:
     """The rows of one drafter model, in the order they joined."""
 
-    def __init__(self, drafter: ModelDrafter) -> None:
+    def __init__(self, drafter: ModelDrafting) -> None:
         self.model, self.vocab_size = drafter.draft_model, drafter.vocab_size
         self.cache = BatchCache(len(drafter.cache))
         self.rows: list[Member] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from time import perf_counter
-from typing import Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 
@@ -51,6 +51,12 @@ class Follower:
 
     def adopt(self, source: "Follower | None", length: int) -> int:
         return length  # it holds nothing
+
+    def held_bytes(self) -> int:
+        return 0
+
+    def bytes_per_token(self, target: Any) -> int:
+        return 0
 
 
 def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,

@@ -76,12 +76,20 @@ class Drafter(Protocol):
         `length` tokens, or None) holds of them, copied; how many of them it then covers
         (`Engine.adopt`: a new conversation that shares a kept one's start)."""
 
+    def held_bytes(self) -> int:
+        """What its own state holds in memory now (a server's slots keep their caches under a cap)."""
+
+    def bytes_per_token(self, target: nn.Module) -> int:
+        """What its state holds per token of context beside `target`, from shapes alone (lazily, no
+        forward evaluated): a server sizes its slots by it. 0 for one that keeps nothing per token."""
+
 
 @runtime_checkable
 class HiddenDrafter(Drafter, Protocol):
     """A drafter that reads the target (MTP-style): its embeddings, final hidden
     states and, for Gemma 4 assistants, its KV cache. The engine recognises
-    one by these two methods (`isinstance(drafter, HiddenDrafter)`).
+    one by `attach` and `observe` (`reads_hidden`), and refuses one that has
+    either but lacks another member (`missing_members`).
 
     The engine calls `attach` when it starts using the drafter, then
     `observe` with the hidden states of every position the target scores
@@ -100,6 +108,37 @@ class HiddenDrafter(Drafter, Protocol):
         """`hidden` (n, H): the target's final hidden states at positions start..start+n-1;
         `taps` (n, T, H): what enters each of `fused_layers` there (None when there are none)."""
 
-    def one_position_cache(self, target: nn.Module, hidden: mx.array) -> list:
-        """A new KV cache of its own after one position fed lazily (`hidden` (1, 1, H): the target's
-        row there), to size a slot from shapes alone; empty for one that keeps none."""
+
+class ModelDrafting(Drafter, Protocol):
+    """A drafter with a `draft_model`: what a batch's shared forward reads of it (`batch.drafting`)."""
+
+    draft_model: nn.Module
+    vocab_size: int  # the target's logit width, which its logits are cut or padded to
+    cache: list  # its model's KV cache
+
+
+def _declared(protocol: type) -> tuple[str, ...]:
+    """The members a protocol class declares itself: its annotated attributes, then its methods."""
+    methods = [n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")]
+    return (*vars(protocol).get("__annotations__", {}), *methods)
+
+
+DRAFTER_MEMBERS = _declared(Drafter)
+HIDDEN_MEMBERS = _declared(HiddenDrafter)
+MODEL_MEMBERS = tuple(m for m in _declared(ModelDrafting) if m not in DRAFTER_MEMBERS)
+
+
+def reads_hidden(drafter: Drafter) -> bool:
+    """Whether `drafter` reads the target's hidden states: a `HiddenDrafter`, known by `attach` and `observe`."""
+    return hasattr(drafter, "attach") and hasattr(drafter, "observe")
+
+
+def missing_members(drafter: object) -> list[str]:
+    """The members of its protocol that `drafter` lacks: `Drafter`'s; `HiddenDrafter`'s too where it has
+    `attach` or `observe`; `ModelDrafting`'s where it has a `draft_model`. Empty for a complete one."""
+    wanted = list(DRAFTER_MEMBERS)
+    if hasattr(drafter, "attach") or hasattr(drafter, "observe"):
+        wanted += HIDDEN_MEMBERS
+    if getattr(drafter, "draft_model", None) is not None:
+        wanted += MODEL_MEMBERS
+    return [m for m in wanted if not hasattr(drafter, m)]

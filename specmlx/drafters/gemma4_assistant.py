@@ -35,7 +35,7 @@ from ..vocab import fit_vocab
 from .base import Draft
 from .loop import Allowed, Scores, draft_loop
 from ..models.gemma4_assistant import SLIDING, Gemma4AssistantModel
-from .history import HiddenHistory
+from .history import HiddenHistory, one_row
 
 # Where the query sits. The sources disagree by one (research notes A5): HF
 # transformers and mlx-swift-lm use the bonus token's position, i.e. the
@@ -115,8 +115,11 @@ class Gemma4AssistantDrafter:
             raise SpecmlxError(f"the target's cache has no entry for layer {i}")
         return cache[i]
 
-    def one_position_cache(self, target: nn.Module, hidden: mx.array) -> list:
-        return []  # it reads the target's
+    def held_bytes(self) -> int:
+        return self.history.nbytes
+
+    def bytes_per_token(self, target: nn.Module) -> int:
+        return one_row(target).nbytes  # a row a position; it reads the target's KV cache, keeping none
 
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         self.history.observe(start, hidden)

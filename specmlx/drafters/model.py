@@ -7,7 +7,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import cache_length, copy_prefix, make_cache, prefill, rewind
+from ..cache import cache_length, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill, rewind
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
 from .base import Draft
@@ -42,6 +42,12 @@ class ModelDrafter:
         if source is not None:
             copy_prefix(self.cache, source.cache, length)
         return length
+
+    def held_bytes(self) -> int:
+        return held_bytes(self.cache)
+
+    def bytes_per_token(self, target: nn.Module) -> int:
+        return kv_bytes_per_token(self.model)
 
     def prefill(self, tokens: Sequence[int]) -> None:
         start = min(cache_length(self.cache), len(tokens) - 1)

@@ -14,14 +14,14 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import cache_length, rewind
+from ..cache import bytes_per_position, cache_length, held_bytes, rewind
 from ..errors import SpecmlxError
 from ..hidden import embed, text_model
 from ..sampling import SamplingParams
 from .base import Draft
 from .labels import MTP
 from .loop import Allowed, Scores, draft_loop
-from .history import HiddenHistory
+from .history import HiddenHistory, one_row
 from ..models.mtp import MTPModel
 
 
@@ -68,11 +68,14 @@ class MTPDrafter:
         self.target, self.head_rows = target, rows
         mx.eval(rows)
 
-    def one_position_cache(self, target: nn.Module, hidden: mx.array) -> list:
-        """Its cache entry j holds (embed(token j+1), hidden j)."""
-        cache = self.model.make_cache()
+    def held_bytes(self) -> int:
+        return held_bytes(self.cache) + self.history.nbytes
+
+    def bytes_per_token(self, target: nn.Module) -> int:
+        """A row of the target's a position, and its own cache's entry j: (embed(token j+1), hidden j)."""
+        hidden, cache = one_row(target), self.model.make_cache()
         self.model(embed(target, mx.array([[0]], dtype=mx.uint32)), hidden, cache)
-        return cache
+        return hidden.nbytes + bytes_per_position(cache)
 
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         # A fused head keeps its input feature (the fusion), so drafting reads one row a position as before.

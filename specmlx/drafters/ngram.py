@@ -60,3 +60,9 @@ class PromptLookupDrafter:
 
     def adopt(self, source: "PromptLookupDrafter | None", length: int) -> int:
         return length  # it holds nothing
+
+    def held_bytes(self) -> int:
+        return 0
+
+    def bytes_per_token(self, target: Any) -> int:
+        return 0

@@ -37,3 +37,9 @@ class NoDrafter:
 
     def adopt(self, source: "NoDrafter | None", length: int) -> int:
         return length  # it holds nothing
+
+    def held_bytes(self) -> int:
+        return 0
+
+    def bytes_per_token(self, target: Any) -> int:
+        return 0

@@ -43,11 +43,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from ..cache import make_cache
-from ..drafters import Drafter, HiddenDrafter
-from ..drafters.history import HiddenHistory
+from ..cache import held_bytes, kv_bytes_per_token
+from ..drafters import Drafter
 from ..engine import Engine
-from ..hidden import decoder
 from ..schedule import AutoDrafts
 from .mirror import NO_MIRROR, Mirror
 
@@ -74,13 +72,9 @@ class Slot:
     busy: bool = False  # a request runs in it (taken, not yet released)
 
     def held_bytes(self) -> int:
-        """The target's KV cache, each drafter's own, and the target's hidden states that a
-        drafter reading them (MTP-style) keeps, a row a position (`HiddenHistory`)."""
-        caches = [self.engine.cache] + [getattr(d, "cache", None) or [] for d in self.drafters.values()]
-        kv = sum(layer.nbytes for cache in caches for layer in cache if getattr(layer, "keys", None) is not None)
-        histories = [getattr(d, "history", None) for d in self.drafters.values()]
-        rows = sum(r.nbytes for h in histories if isinstance(h, HiddenHistory) for _, r in h.chunks)
-        return kv + rows
+        """The target's KV cache and what each drafter's state holds: its own KV cache, the target's
+        hidden states that one reading them (MTP-style) keeps, a row a position."""
+        return held_bytes(self.engine.cache) + sum(d.held_bytes() for d in self.drafters.values())
 
 
 @dataclass
@@ -196,36 +190,12 @@ def _continues(slot: Slot, shared: int) -> bool:
     return shared > 0 and shared >= asked - min(RENDERED_AGAIN, asked // 2)
 
 
-def kv_bytes_per_token(model: nn.Module) -> int:
-    """What a model's KV cache holds per token, read from shapes alone: one token is run
-    lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
-    cache = make_cache(model)
-    model(mx.array([[0]], dtype=mx.uint32), cache=cache)
-    return _per_token(cache)
-
-
-def hidden_bytes_per_token(drafter: HiddenDrafter, target: nn.Module) -> int:
-    """What a drafter that reads the target's hidden states keeps per token: the target's
-    final hidden state at every position (hidden size × the target's activation dtype:
-    about 6 KB in float32, 3 KB in bfloat16, for a 1.5B target), and an MTP head's own KV
-    cache besides (a Gemma 4 assistant reads the target's). From shapes alone, lazily,
-    as `kv_bytes_per_token`."""
-    one = mx.array([[0]], dtype=mx.uint32)
-    hidden = decoder(target, one, make_cache(target))  # (1, 1, H): the row `observe` keeps a position
-    return hidden.nbytes + _per_token(drafter.one_position_cache(target, hidden))
-
-
-def _per_token(cache: list) -> int:
-    layers = [c for c in cache if getattr(c, "keys", None) is not None]
-    return sum((c.keys.nbytes + c.values.nbytes) // c.keys.shape[2] for c in layers)
-
-
-def default_count(models: Sequence[nn.Module], max_bytes: int, heads: Sequence[HiddenDrafter] = ()) -> int:
-    """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each: `models` are the
-    target, first, and the model drafters (a KV cache each), `heads` the drafters that read
-    the target's hidden states (every slot keeps each one's rows, `hidden_bytes_per_token`)."""
+def default_count(models: Sequence[nn.Module], max_bytes: int, drafters: Sequence[Drafter] = ()) -> int:
+    """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each: every slot holds a KV cache
+    for each of `models` (the target, first) and its own instance of each of `drafters`, whose
+    state grows by `Drafter.bytes_per_token` beside the target."""
     per_token = sum(kv_bytes_per_token(m) for m in models)
-    per_token += sum(hidden_bytes_per_token(h, models[0]) for h in heads)
+    per_token += sum(d.bytes_per_token(models[0]) for d in drafters)
     return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_token * TOKENS_PER_SLOT)))
 
 
@@ -233,6 +203,4 @@ def slots_for(target: nn.Module, drafters: Iterable[Drafter], max_bytes: int) ->
     """`default_count` for a target and the drafters every slot gets its own instance of:
     a KV cache for each model drafter, the hidden states (and an MTP head's KV cache) for
     each drafter that reads them; prompt lookup and none keep nothing."""
-    drafters = list(drafters)
-    models = [target, *[d.draft_model for d in drafters if d.draft_model is not None]]
-    return default_count(models, max_bytes, [d for d in drafters if isinstance(d, HiddenDrafter)])
+    return default_count([target], max_bytes, list(drafters))

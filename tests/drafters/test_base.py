@@ -7,7 +7,7 @@ import pytest
 
 from specmlx.cache import cache_length, prefill
 from specmlx.distributed import Follower
-from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter, missing_members
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.drafters.mtp import MTPDrafter
 
@@ -64,3 +64,19 @@ def test_a_drafter_reading_hidden_states_covers_only_the_rows_it_adopted(kind):
 @pytest.mark.parametrize("kind", ["ngram", "none", "follower"])
 def test_a_drafter_that_holds_nothing_covers_every_token(kind):
     assert drafters()[kind].adopt(None, 7) == 7
+
+
+def test_every_kind_has_every_member_of_its_protocol():
+    assert {name: missing_members(d) for name, d in drafters().items()} == {name: [] for name in drafters()}
+
+
+def test_a_drafter_with_a_model_of_its_own_needs_what_a_batch_reads_of_it():
+    """A batch's shared forward reads its logit width and its KV cache (`ModelDrafting`)."""
+    model = drafters()["model"]
+    del model.vocab_size, model.cache
+    assert missing_members(model) == ["vocab_size", "cache"]
+
+
+@pytest.mark.parametrize("kind", ["ngram", "none", "follower"])
+def test_a_drafter_that_holds_nothing_takes_no_memory(kind):
+    assert drafters()[kind].held_bytes() == 0 and drafters()[kind].bytes_per_token(None) == 0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from specmlx.cache import kv_bytes_per_token
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import GenerationConfig
 from specmlx.peers import Alone
 from specmlx.policy import DraftPolicy
 from specmlx.serve.mirror import NoMirror
-from specmlx.serve.slots import (LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count,
-                                 hidden_bytes_per_token, kv_bytes_per_token, slots_for)
+from specmlx.serve.slots import LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count, slots_for
 
 from .. import tiny
 from .conftest import MODEL, greedy, start
@@ -258,7 +258,7 @@ def test_the_default_count_counts_the_hidden_states_an_mtp_head_keeps(loaded):
     kv = mlx.call(kv_bytes_per_token, target.model)
     row = args.hidden_size * 4  # one float32 hidden state a position
     own = 2 * config.num_layers * config.num_key_value_heads * (config.hidden_size // config.num_attention_heads) * 4
-    assert mlx.call(hidden_bytes_per_token, head, target.model) == row + own
+    assert mlx.call(head.bytes_per_token, target.model) == row + own
     budget = (kv + row + own) * TOKENS_PER_SLOT * 5
     assert mlx.call(default_count, [target.model], budget, [head]) == 5
     assert mlx.call(default_count, [target.model], budget) > 5  # what leaving them out would give
@@ -274,7 +274,7 @@ def test_a_gemma4_assistant_keeps_hidden_states_only():
     args = tiny.gemma4_args(vocab_size=64)
     target = tiny.gemma4_target(args, seed=1)
     assistant = Gemma4AssistantDrafter(tiny.gemma4_assistant(args, seed=2), 64)
-    assert hidden_bytes_per_token(assistant, target) == args.hidden_size * 4
+    assert assistant.bytes_per_token(target) == args.hidden_size * 4
 
 
 def test_the_memory_cap_counts_an_mtp_heads_hidden_states(loaded):
