@@ -114,11 +114,15 @@ def proposal(state: Decoding, plan: Plan, key: mx.array) -> tuple[Proposal, mx.a
 
 def draw(state: Decoding, plan: Plan, key: mx.array) -> Proposal:
     """A generation's draft (copied or drafted, under its grammar) and, in a round that drafts
-    nothing, its probe: lazy for a drafter's, on the host for a copy. A batch's rows draw so too."""
+    nothing, its probe (under the grammar too, else its chance would weigh tokens the target
+    may not take): lazy for a drafter's, on the host for a copy. A batch's rows draw so too."""
     drafter, sampling, constraint = state.engine.drafter, state.config.sampling, state.constraint
     draft, looked_up = propose(drafter, state.tokens, plan.num_draft, state.room, state.config.policy, sampling,
                                key, state.prediction, None if constraint is None else constraint.after)
-    probe = drafter.draft(state.tokens, 1, sampling, key) if plan.probe and not draft.size else None
+    probe = None
+    if plan.probe and not draft.size:  # under a grammar, q masked as p is at row 0 (`constraint.masks([])[0]`)
+        probe = (drafter.draft(state.tokens, 1, sampling, key) if constraint is None
+                 else drafter.draft(state.tokens, 1, sampling, key, allowed=constraint.after))
     return Proposal(draft, looked_up, probe)
 
 

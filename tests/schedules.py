@@ -28,3 +28,13 @@ class Alternating:
 
     planned = None  # it chooses each round's length: the stats report the policy's start
     auto = None
+
+
+class Probing(Alternating):
+    """Rounds that draft nothing and probe the drafter, every one."""
+
+    def __init__(self) -> None:
+        super().__init__(0, guess=False)
+
+    def plan(self, room: int) -> Plan:
+        return Plan(0, probe=True)

@@ -24,7 +24,7 @@ from specmlx.vocab import vocab_size
 
 from . import tiny
 from .test_engine import PROMPTS
-from .test_grammar import EOS, LARK, TOKENS, ToyTokenizer
+from .test_grammar import CLOSE, EOS, LARK, TOKENS, ToyTokenizer
 
 # Every answer is finite, so that a random model's ends within MAX_TOKENS.
 SCHEMA = {"type": "object", "properties": {"kind": {"enum": ["add", "sub", "mul"]},
@@ -343,3 +343,69 @@ def test_every_sampled_answer_parses_and_validates(tokenizer, vocab, target, noi
             tokens = [e.token for e in generation.token_events()]
             assert generation.stats.finish_reason == "eos", (i, seed)
             jsonschema.validate(json.loads(tokenizer.decode(tokens)), schema)
+
+
+# -- a probe under a grammar: drafted as a draft is, q masked as p is ------------------------------------
+
+
+NO_CLOSE = 'start: "{" ("a" | "b")*'  # "}" is never allowed
+
+
+class Contrary(NoDrafter):
+    """A drafter that prefers "}" to every other token, by far, wherever it drafts."""
+
+    name, drafts = "contrary", True
+
+    def fresh(self) -> "Contrary":
+        return Contrary()
+
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0, allowed=None) -> Draft:
+        from specmlx.drafters.loop import Scores, draft_loop
+
+        logits = mx.where(mx.arange(len(TOKENS)) == CLOSE, 30.0, 0.0)
+        step = lambda fed, state, greedy: (Scores(logits), state)  # noqa: E731
+        first = mx.array(tokens[-1:], dtype=mx.uint32)
+        return draft_loop(step, first, None, num_draft, sampling, key, p_min, allowed)
+
+
+def probing_config(seed: int) -> GenerationConfig:
+    return GenerationConfig(max_tokens=6, sampling=SAMPLING, grammar=Grammar.lark(NO_CLOSE), seed=seed)
+
+
+def test_a_probe_is_drafted_under_the_grammar(monkeypatch, toy):
+    """Every round probes a drafter that would draw "}", which the grammar never allows: unmasked, its
+    probe's chance would be 0 every time; masked as a draft is, it draws what the grammar allows, which
+    the target may take (the first round's "{" is the only token allowed: its chance is 1)."""
+    from .schedules import Probing
+
+    target, _, lltok = toy
+    monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
+    monkeypatch.setattr("specmlx.decoding.schedule_for", lambda engine, policy: Probing())
+    engine = Engine(target, Contrary(), eos_token_ids=[EOS])
+    for seed in range(4):
+        chances = [event.probe for event in engine.generate(TOY_PROMPT, probing_config(seed))]
+        assert chances[0] == pytest.approx(1.0)
+        assert all(chance is not None and chance > 0 for chance in chances), chances
+
+
+def test_a_batch_rows_probe_is_too(monkeypatch, toy):
+    """So in a batch: a row under a grammar draws alone (a shared drafter serves none), as a round does."""
+    from specmlx.batch import Batch, Member
+    from specmlx.cache import make_cache
+
+    from .schedules import Probing
+
+    target, _, lltok = toy
+    monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
+    monkeypatch.setattr("specmlx.decoding.schedule_for", lambda engine, policy: Probing())
+    batch, chances = Batch(target, len(make_cache(target)), max_rows=3), {}
+    for seed in range(3):
+        member = Member(Engine(target, Contrary(), eos_token_ids=[EOS]), TOY_PROMPT, probing_config(seed))
+        batch.add(member)
+        chances[member] = []
+    while batch.members:
+        for member, event in batch.step():
+            chances[member].append(event.probe)
+    for probes in chances.values():
+        assert probes[0] == pytest.approx(1.0)
+        assert all(chance is not None and chance > 0 for chance in probes), probes

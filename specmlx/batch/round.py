@@ -131,7 +131,8 @@ def propose_all(members: Sequence[Member], plans: Sequence[Plan], keys: Sequence
 
 def _propose_shared(group: SharedDrafter, plan_of: dict, proposals: dict) -> int:
     """The rows of one shared drafter: looked up where the context has it, else drafted
-    together; returns the steps their forwards took."""
+    together; returns the steps their forwards took. None is under a grammar (`shares`): those
+    draw alone, their drafts and probes masked (`round.draw`)."""
     counts, keys = {}, {}
     for m in group.rows:
         plan, key = plan_of[id(m)]
