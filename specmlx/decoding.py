@@ -48,6 +48,7 @@ class Decoding:
         self.finish = ""
         self.prediction = config.follow_prediction(len(self.prompt))  # its place in its prediction, if any
         self.constraint = engine.constrain(config.grammar)  # its place in its grammar, if it has one
+        self.eos = config.end_tokens(engine.eos_token_ids)  # what ends it, made once rather than every round
         self.stats: GenerationStats | None = None
         self.tail = ""
 
@@ -84,8 +85,7 @@ class Decoding:
         A round after the finish (a following rank's, were rank 0 to run one) is counted alone."""
         emitted: tuple[TokenEvent, ...] = ()
         if not self.finish:
-            eos = self.config.end_tokens(self.engine.eos_token_ids)
-            emitted, self.finish = emit(done, self.tokens, self.text, eos, self.room + 1)
+            emitted, self.finish = emit(done, self.tokens, self.text, self.eos, self.room + 1)
         self.rec.record_round(plan.num_draft, done, len(emitted))
         return RoundEvent(emitted, plan.num_draft, done.drafted, done.accepted, done.looked_up, done.probe)
 

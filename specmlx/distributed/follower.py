@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from time import perf_counter
-from typing import Any, Sequence
+from typing import Sequence
 
 import mlx.core as mx
 
 from ..decoding import Decoding
 from ..drafters import Draft
+from ..drafters.base import HoldsNothing
 from ..engine import Engine, GenerationConfig
 from ..plan import Plan, Round
 from ..round import score
@@ -25,13 +26,12 @@ from ..stats import GenerationStats
 from .lockstep import Control, Lockstep
 
 
-class Follower:
+class Follower(HoldsNothing):
     """The drafter of a rank that does not draft: holds no weights and proposes
     nothing itself; named after rank 0's drafter so that every rank's stats say
     what drafted. Not a `NoDrafter`: code that plans by drafter kind (the
     bench's runs) must plan the same on every rank, and rank 0's drafter does draft."""
     drafts = True
-    draft_model, reads_target_cache = None, False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -39,24 +39,9 @@ class Follower:
     def fresh(self) -> "Follower":
         return Follower(self.name)
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        pass
-
     def draft(self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
               p_min: float = 0.0) -> Draft:
         return Draft.empty()
-
-    def rewind(self, length: int) -> None:
-        pass
-
-    def adopt(self, source: "Follower | None", length: int) -> int:
-        return length  # it holds nothing
-
-    def held_bytes(self) -> int:
-        return 0
-
-    def bytes_per_token(self, target: Any) -> int:
-        return 0
 
 
 def follow(engine: Engine, prompt: Sequence[int], config: GenerationConfig,

@@ -84,6 +84,28 @@ class Drafter(Protocol):
         forward evaluated): a server sizes its slots by it. 0 for one that keeps nothing per token."""
 
 
+class HoldsNothing:
+    """The Drafter members of a drafter that keeps no state of its own (prompt lookup, none, a following
+    rank's): nothing to prefill, rewind, copy or count in memory, and no small model to share."""
+
+    draft_model, reads_target_cache = None, False
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def rewind(self, length: int) -> None:
+        pass
+
+    def adopt(self, source: object, length: int) -> int:
+        return length
+
+    def held_bytes(self) -> int:
+        return 0
+
+    def bytes_per_token(self, target: object) -> int:
+        return 0
+
+
 @runtime_checkable
 class HiddenDrafter(Drafter, Protocol):
     """A drafter that reads the target (MTP-style): its embeddings, final hidden

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..sampling import SamplingParams
-from .base import Draft
+from .base import Draft, HoldsNothing
 from .labels import NGRAM
 
 
@@ -30,11 +30,10 @@ def lookup(tokens: Sequence[int], num_draft: int, max_ngram: int, min_ngram: int
     return []
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(HoldsNothing):
     """Deterministic drafter: its q is one-hot, so verification stays exact."""
     name = NGRAM
     drafts = True
-    draft_model, reads_target_cache = None, False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram
@@ -42,9 +41,6 @@ class PromptLookupDrafter:
 
     def fresh(self) -> "PromptLookupDrafter":
         return PromptLookupDrafter(self.max_ngram, self.min_ngram)
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        pass
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
@@ -54,15 +50,3 @@ class PromptLookupDrafter:
         if not found:
             return Draft.empty()
         return Draft(mx.array(found, dtype=mx.uint32))
-
-    def rewind(self, length: int) -> None:
-        pass
-
-    def adopt(self, source: "PromptLookupDrafter | None", length: int) -> int:
-        return length  # it holds nothing
-
-    def held_bytes(self) -> int:
-        return 0
-
-    def bytes_per_token(self, target: Any) -> int:
-        return 0
