@@ -46,6 +46,7 @@ class Decoding:
         self.key, self.text = config.key(), config.text_stream(engine.tokenizer)
         self.tokens: list[int] = []  # the committed sequence, the engine's context once prefilled
         self.finish = ""
+        self.unproposed = 0  # rounds in a row that proposed nothing: the next likely proposes nothing too
         self.prediction = config.follow_prediction(len(self.prompt))  # its place in its prediction, if any
         self.constraint = engine.constrain(config.grammar)  # its place in its grammar, if it has one
         self.eos = config.end_tokens(engine.eos_token_ids)  # what ends it, made once rather than every round
@@ -87,6 +88,7 @@ class Decoding:
         if not self.finish:
             emitted, self.finish = emit(done, self.tokens, self.text, self.eos, self.room + 1)
         self.rec.record_round(plan.num_draft, done, len(emitted))
+        self.unproposed = 0 if done.drafted else self.unproposed + 1
         return RoundEvent(emitted, plan.num_draft, done.drafted, done.accepted, done.looked_up, done.probe)
 
     def learn(self, done: Round, seconds: float) -> None:

@@ -20,7 +20,7 @@ import mlx.core as mx
 from .decoding import Decoding
 from .drafters import Draft, Drafter
 from .drafters.loop import Allowed
-from .drafters.ngram import lookup
+from .drafters.ngram import lookup, may_match
 from .drafters.prediction import Prediction
 from .grammar import Constraint
 from .hidden import decoder_taps, head
@@ -170,6 +170,15 @@ def copied_draft(tokens: Sequence[int], num_draft: int, room: int, policy: Draft
         if found:
             return Draft(mx.array(found, dtype=mx.uint32))
     return None
+
+
+def proposes_nothing_next(state: Decoding) -> bool:
+    """Whether the next round, drafting or not, is sure to propose nothing whatever token this one
+    commits: no prediction to copy (one may realign anywhere), and neither the context's lookup
+    nor the drafter may match (`Drafter.may_propose`). Known before this round's graph is built."""
+    policy, tokens = state.config.policy, state.tokens
+    return (state.prediction is None and not (policy.lookup and may_match(tokens, policy.lookup))
+            and not state.engine.drafter.may_propose(tokens))
 
 
 def score(engine: Parts, tokens: list[int], draft: mx.array,

@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from ..decoding import Decoding
 from ..drafters import Draft
-from ..drafters.base import HoldsNothing
+from ..drafters.base import AlwaysMayPropose, HoldsNothing
 from ..engine import Engine, GenerationConfig
 from ..plan import Plan, Round
 from ..round import score
@@ -26,7 +26,7 @@ from ..stats import GenerationStats
 from .lockstep import Control, Lockstep
 
 
-class Follower(HoldsNothing):
+class Follower(AlwaysMayPropose, HoldsNothing):
     """The drafter of a rank that does not draft: holds no weights and proposes
     nothing itself; named after rank 0's drafter so that every rank's stats say
     what drafted. Not a `NoDrafter`: code that plans by drafter kind (the

@@ -68,6 +68,11 @@ class Drafter(Protocol):
     def rewind(self, length: int) -> None:
         """Forget everything past the first `length` tokens of the sequence."""
 
+    def may_propose(self, tokens: Sequence[int]) -> bool:
+        """Whether its next draft could hold anything once one more token, whichever, follows `tokens`:
+        True for a model; for a copy from the context, only where the tail could match; never for
+        none. A round after one sure to propose nothing has its forward started first (`generation.overlaps`)."""
+
     def fresh(self) -> "Drafter":
         """A drafter sharing these weights, with no state: one per conversation the server keeps."""
 
@@ -104,6 +109,14 @@ class HoldsNothing:
 
     def bytes_per_token(self, target: object) -> int:
         return 0
+
+
+class AlwaysMayPropose:
+    """`Drafter.may_propose` of a drafter that may propose after any token: a model, or a following
+    rank that proposes what rank 0 sent."""
+
+    def may_propose(self, tokens: Sequence[int]) -> bool:
+        return True
 
 
 @runtime_checkable

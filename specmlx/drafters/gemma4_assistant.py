@@ -32,7 +32,7 @@ from ..errors import SpecmlxError
 from ..hidden import embed
 from ..sampling import SamplingParams
 from ..vocab import fit_vocab
-from .base import Draft
+from .base import AlwaysMayPropose, Draft
 from .loop import Allowed, Scores, draft_loop
 from ..models.gemma4_assistant import SLIDING, Gemma4AssistantModel
 from .history import HiddenHistory, one_row
@@ -52,7 +52,7 @@ HF_POSITION_LAG = 0
 HF_WINDOW_EXTRA = 1
 
 
-class Gemma4AssistantDrafter:
+class Gemma4AssistantDrafter(AlwaysMayPropose):
     drafts = True
     fused_layers = ()  # it reads the final hidden state and the target's K/V only
     draft_model = None

@@ -10,11 +10,11 @@ import mlx.nn as nn
 from ..cache import cache_length, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill, rewind
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
-from .base import Draft
+from .base import AlwaysMayPropose, Draft
 from .loop import Allowed, Scores, draft_loop
 
 
-class ModelDrafter:
+class ModelDrafter(AlwaysMayPropose):
     """Drafts autoregressively with its own KV cache, building one lazy graph.
 
     `vocab_size` is the target's logit width: drafter logits are cut or padded

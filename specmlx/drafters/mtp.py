@@ -18,14 +18,14 @@ from ..cache import bytes_per_position, cache_length, held_bytes, rewind
 from ..errors import SpecmlxError
 from ..hidden import embed, text_model
 from ..sampling import SamplingParams
-from .base import Draft
+from .base import AlwaysMayPropose, Draft
 from .labels import MTP
 from .loop import Allowed, Scores, draft_loop
 from .history import HiddenHistory, one_row
 from ..models.mtp import MTPModel
 
 
-class MTPDrafter:
+class MTPDrafter(AlwaysMayPropose):
     drafts = True
     draft_model = None  # a head on the target's hidden states, not a language model of its own
     reads_target_cache = False

@@ -19,6 +19,9 @@ class NoDrafter(HoldsNothing):
     name = NONE
     drafts = False
 
+    def may_propose(self, tokens: Sequence[int]) -> bool:
+        return False
+
     def fresh(self) -> "NoDrafter":
         return NoDrafter()
 
