@@ -28,6 +28,7 @@ from .parts import Parts
 from .plan import Plan, Round
 from .policy import LOOKUP_NGRAM, DraftPolicy
 from .sampling import SamplingParams, warp
+from .schedule.widths import cut
 from .verify import acceptance_chance, verify_greedy, verify_sampled
 
 
@@ -160,13 +161,14 @@ def copied_draft(tokens: Sequence[int], num_draft: int, room: int, policy: Draft
          prediction: Prediction | None) -> Draft | None:
     """The round's copied draft, if any: the prediction's next tokens wherever the output stands
     in it (even in a round planned plain: a copy costs no drafter step, and one that agrees with
-    the output is cheap to check), else, when drafting and looking up, the context's."""
+    the output is cheap to check), else, when drafting and looking up, the context's. Either is cut
+    to a length of the set (`widths.cut`): a copy depends on the committed tokens alone, and so does its cut."""
     if prediction is not None:
-        found = prediction.propose(tokens, min(policy.prediction_draft, room))
+        found = cut(prediction.propose(tokens, min(policy.prediction_draft, room)))
         if found:
             return Draft(mx.array(found, dtype=mx.uint32), predicted=True)
     if num_draft and policy.lookup:
-        found = lookup(tokens, min(policy.lookup_draft, room), LOOKUP_NGRAM, policy.lookup)
+        found = cut(lookup(tokens, min(policy.lookup_draft, room), LOOKUP_NGRAM, policy.lookup))
         if found:
             return Draft(mx.array(found, dtype=mx.uint32))
     return None

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..sampling import SamplingParams
+from ..schedule.widths import cut
 from .base import Draft, HoldsNothing
 from .labels import NGRAM
 
@@ -75,7 +76,7 @@ class PromptLookupDrafter(HoldsNothing):
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
         p_min: float = 0.0, allowed: Any = None,  # a copy from the context: verified, its forbidden tokens rejected
     ) -> Draft:
-        found = lookup(tokens, num_draft, self.max_ngram, self.min_ngram)
+        found = cut(lookup(tokens, num_draft, self.max_ngram, self.min_ngram))
         if not found:
             return Draft.empty()
         return Draft(mx.array(found, dtype=mx.uint32))

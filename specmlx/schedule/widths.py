@@ -8,7 +8,7 @@ answer, and each one's cost is measured on its own rather than drawn on a line.
 
 from __future__ import annotations
 
-WIDTHS = (0, 1, 2, 3, 4, 6, 8)  # draft lengths k; a verify scores k + 1 rows
+WIDTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # draft lengths k; a verify scores k + 1 rows (16: a prediction's copy)
 
 
 def widest(limit: int) -> int:
@@ -19,3 +19,8 @@ def widest(limit: int) -> int:
 def within(limit: int) -> tuple[int, ...]:
     """The set's lengths up to `limit`, 0 included."""
     return tuple(k for k in WIDTHS if k <= limit)
+
+
+def cut(tokens: list[int]) -> list[int]:
+    """A copied draft (a lookup's, a prediction's) cut to the longest length of the set it covers."""
+    return tokens[: widest(len(tokens))]

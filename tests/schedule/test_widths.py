@@ -1,0 +1,14 @@
+"""The small set of draft lengths."""
+
+from specmlx.schedule.widths import WIDTHS, cut, widest, within
+
+
+def test_widest_is_the_longest_length_of_the_set_within_a_limit():
+    assert [widest(n) for n in range(-1, 10)] == [0, 0, 1, 2, 3, 4, 4, 6, 6, 8, 8]
+    assert widest(100) == WIDTHS[-1]
+    assert within(5) == (0, 1, 2, 3, 4)
+
+
+def test_a_copy_is_cut_to_a_length_of_the_set():
+    assert cut(list(range(7))) == list(range(6)) and cut(list(range(3))) == [0, 1, 2] and cut([]) == []
+    assert all(len(cut(list(range(n)))) in WIDTHS for n in range(40))
