@@ -25,15 +25,16 @@ from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packa
                          read_prompts)
 from ..sampling import SamplingParams
 from . import plot
-from .calibrate import Calibration, calibrate
+from .calibrate import Calibration, calibrate, with_rows
 from .driver import RunSettings, run_all
 from .kinds import by_kind, kinds_table
-from .lineup import Lineup, drafter_specs, load_lineup
+from .lineup import Lineup, drafter_specs, load_lineup, split_variant
 from .machine import describe_machine
 from .plan import MODES, RunSpec, plan_runs
 from .report import document, render, write_json
 from .runs import Measurement
 from .sharded import render_sharded, sharded_figures, sharded_options
+from .skeleton import HEAD_DIM, SELF, Skeleton, describe as describe_skeleton, skeleton_specs
 from .summary import summarize
 
 PROG = "specmlx bench"
@@ -65,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-tokens", type=int, default=8, metavar="N",
                         help="first run the whole plan once, untimed, on the first prompt with N "
                         "tokens (default 8; 0 skips it)")
+    parser.add_argument("--skeleton", type=int, nargs="?", const=HEAD_DIM, metavar="HEAD_DIM",
+                        help="the users' regime on this machine: every model rebuilt with its real layers, heads, "
+                        f"vocabulary and tokenizer, random weights, hidden = heads x HEAD_DIM (default {HEAD_DIM}); "
+                        f"reads the fetched models' configs, downloads nothing. Adds the drafter '{SELF}' "
+                        "(the target's own skeleton: agrees at T=0, costs a target step)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="plot speed-up against draft length (needs matplotlib)")
@@ -88,6 +94,7 @@ class Options:
     warmup_tokens: int
     json: Path | None
     plot: Path | None
+    skeleton: int | None = None  # a skeleton's head dim; None: the real weights
     distributed: bool = False
     sharding: str = AUTO
     peer_timeout: float = PEER_TIMEOUT
@@ -139,6 +146,10 @@ def parse_options(args: argparse.Namespace) -> Options:
                              ("--warmup-tokens", args.warmup_tokens, 0)):
         if value is not None and value < low:
             raise SpecmlxError(f"{flag} must be >= {low}, got {value}")
+    if args.skeleton is not None and (args.skeleton < 2 or args.skeleton % 2):
+        raise SpecmlxError(f"--skeleton: the head dim must be even and >= 2 (rotary embeddings), got {args.skeleton}")
+    if args.skeleton is not None and args.distributed:
+        raise SpecmlxError("--skeleton runs in one process: leave out --distributed")
     if args.preset is not None:
         get_preset(args.preset)  # an unknown name fails here, listing the known ones
     return Options(
@@ -147,8 +158,8 @@ def parse_options(args: argparse.Namespace) -> Options:
         max_tokens=args.max_tokens, temps=parse_temps(args.temps),
         num_drafts=parse_num_drafts(args.num_draft), modes=parse_modes(args.modes), seed=args.seed, profile=args.profile,
         calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
-        json=args.json, plot=args.plot, distributed=args.distributed, sharding=args.sharding,
-        peer_timeout=args.peer_timeout,
+        json=args.json, plot=args.plot, skeleton=args.skeleton, distributed=args.distributed,
+        sharding=args.sharding, peer_timeout=args.peer_timeout,
     )
 
 
@@ -180,6 +191,8 @@ def bench_on(options: Options, group: Group | None) -> int:
     runs the same plan in the same order; rank 0 alone logs, prints and writes."""
     prepared = prepare(options, group, log if leads(group) else quiet)
     measurements = measure(prepared, group)
+    if group is None and prepared.calibration is not None:
+        prepared = replace(prepared, calibration=time_widths(prepared, measurements))
     if group is not None:  # every rank measures; rank 0 reports
         figures = sharded_figures(group, prepared.lineup, measurements)
         prepared = replace(prepared, config=prepared.config | {"distributed": figures})
@@ -212,8 +225,7 @@ def prepare(options: Options, group: Group | None, say: Callable[[str], None]) -
         check_writable(options.json, "--json")
         check_writable(options.plot, "--plot")
         rows = read_prompts(options.prompts, options.limit)
-    specs = drafter_specs(options.target, options.drafters)
-    lineup = load_lineup(options.target, specs, say, placement(options, group))
+    lineup = load(options, group, say)
     chat = has_chat_template(lineup.target.tokenizer)
     if not chat:
         say("the target's tokenizer has no chat template: prompts are used as plain text")
@@ -234,6 +246,16 @@ def prepare(options: Options, group: Group | None, say: Callable[[str], None]) -
                     describe_config(options, lineup, prompts, chat), {p.id: p.kind for p in prompts})
 
 
+def load(options: Options, group: Group | None, say: Callable[[str], None]) -> Lineup:
+    """The target and drafters: their weights, or with --skeleton their skeletons."""
+    specs = drafter_specs(options.target, options.drafters)
+    if options.skeleton is not None:
+        return load_lineup(options.target, skeleton_specs(options.target, specs), say, Skeleton(options.skeleton))
+    if any(split_variant(spec)[0] == SELF for spec in specs):
+        raise SpecmlxError(f"--drafter {SELF}: the target's own weights draft only with --skeleton")
+    return load_lineup(options.target, specs, say, placement(options, group))
+
+
 def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt],
                   say: Callable[[str], None]) -> Calibration:
     """The cost ratios the predicted speed-ups need, timed on the first prompt."""
@@ -241,6 +263,15 @@ def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt]
     drafters = {e.name: e.drafter for e in lineup.entrants}
     verify_rows = [k + 1 for e in lineup.entrants for k in e.draft_lengths(options.num_drafts) if k]
     return calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps, verify_rows)
+
+
+def time_widths(prepared: Prepared, measurements: list[Measurement]) -> Calibration:
+    """The calibration with the target's forward at every verify width the rounds used, for their host work."""
+    rows = {n + 1 for m in measurements for n, count in enumerate(m.drafted_histogram) if count}
+    missing = sorted(rows - set(prepared.calibration.verify_step_s) - {1})
+    if missing:
+        log(f"timing the target's forward of {', '.join(map(str, missing))} tokens (widths the rounds used)")
+    return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows)
 
 
 def measure(prepared: Prepared, group: Group | None) -> list[Measurement]:
@@ -286,4 +317,6 @@ def describe_config(options: Options, lineup: Lineup, prompts: list[EncodedPromp
         "chat_template": chat, "max_tokens": options.max_tokens, "temps": list(options.temps),
         "num_draft": list(options.num_drafts), "modes": list(options.modes), "seed": options.seed, "profile": options.profile,
         "calibration_steps": options.calibration_steps, "warmup_tokens": options.warmup_tokens,
+        "skeleton": None if options.skeleton is None else describe_skeleton(
+            lineup.target, [e.drafter for e in lineup.entrants], options.skeleton),
     }
