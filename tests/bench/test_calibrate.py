@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmlx.bench.calibrate import Calibration, calibrate
+from specmlx.bench.calibrate import Calibration, calibrate, with_rows
 from specmlx.cache import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 
@@ -51,3 +51,13 @@ def test_variants_of_one_drafter_are_timed_once(tokenizer, target, noisy_drafter
     shared = ModelDrafter(noisy_drafter, vocab, "noisy")
     result = calibrate(target, {"d": shared, "d+auto": shared}, prompt, steps=2)
     assert result.drafter_step_s["d"] == result.drafter_step_s["d+auto"]
+
+
+def test_the_widths_runs_used_are_timed_after_them_once(tokenizer, target, vocab):
+    prompt = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    result = calibrate(target, {"self": ModelDrafter(target, vocab, "self")}, prompt, steps=1, verify_rows=[3])
+    assert result.drafter_forward_s == {"self": result.target_step_s}  # the target drafting costs its step
+    wider = with_rows(result, target, prompt, [1, 2, 3, 5])
+    assert list(wider.verify_step_s) == [2, 3, 5] and wider.verify_step_s[3] == result.verify_step_s[3]
+    assert wider.forward_s(1) == result.target_step_s and wider.forward_s(4) is None
+    assert with_rows(wider, target, prompt, [2, 5]) is wider
