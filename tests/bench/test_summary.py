@@ -140,7 +140,8 @@ def test_host_work_is_unknown_where_a_width_or_the_rounds_are():
     calibration = Calibration(steps=1, context=9, target_step_s=0.010, drafter_step_s={"d": 0.009})
     lookup = replace(measure("specmlx", "a", SAME, 0.09, 3, 4, 2), drafted_histogram=(1, 0, 2), drafter_steps=0)
     unknown = replace(lookup, drafted_histogram=(), drafter_steps=None)  # a following rank's
-    for m in (lookup, unknown):
+    no_widths = replace(lookup, drafted_histogram=())
+    for m in (lookup, unknown, no_widths):
         row = summarize([m], calibration)[0]
         assert row.host_s_per_round is None and row.host_steps is None
     # a drafter without a model forward costs the step the engine timed
