@@ -146,10 +146,8 @@ def parse_options(args: argparse.Namespace) -> Options:
                              ("--warmup-tokens", args.warmup_tokens, 0)):
         if value is not None and value < low:
             raise SpecmlxError(f"{flag} must be >= {low}, got {value}")
-    if args.skeleton is not None and (args.skeleton < 2 or args.skeleton % 2):
-        raise SpecmlxError(f"--skeleton: the head dim must be even and >= 2 (rotary embeddings), got {args.skeleton}")
-    if args.skeleton is not None and args.distributed:
-        raise SpecmlxError("--skeleton runs in one process: leave out --distributed")
+    if args.skeleton is not None:
+        check_skeleton(args.skeleton, args.distributed)
     if args.preset is not None:
         get_preset(args.preset)  # an unknown name fails here, listing the known ones
     return Options(
@@ -161,6 +159,13 @@ def parse_options(args: argparse.Namespace) -> Options:
         json=args.json, plot=args.plot, skeleton=args.skeleton, distributed=args.distributed,
         sharding=args.sharding, peer_timeout=args.peer_timeout,
     )
+
+
+def check_skeleton(head_dim: int, distributed: bool) -> None:
+    if head_dim < 2 or head_dim % 2:
+        raise SpecmlxError(f"--skeleton: the head dim must be even and >= 2 (rotary embeddings), got {head_dim}")
+    if distributed:
+        raise SpecmlxError("--skeleton runs in one process: leave out --distributed")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -117,3 +117,21 @@ def test_self_agrees_with_the_target_at_t0_and_rounds_report_their_host_work(cap
     vocab = json.loads((dirs["target"] / "config.json").read_text())["vocab_size"]
     assert doc["config"]["skeleton"]["models"] == {"target": f"3 layers, 4 heads (2 KV), hidden 32, vocab {vocab}"}
     assert "host/round (steps)" in out and "skeletons (random weights, head dim 8" in out
+
+
+def test_an_mtp_head_is_rebuilt_as_wide_as_the_skeleton_target_and_drafts(dirs, tmp_path, tokenizer):
+    from specmlx.engine import Engine, GenerationConfig
+    from specmlx.models.mtp import MODEL_TYPE
+
+    head = tmp_path / "mtp"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({
+        "model_type": MODEL_TYPE, "target_hidden_size": 64, "target_vocab_size": 1, "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "draft_vocab_size": 32}))
+    skeleton = Skeleton(head_dim=4)
+    target = skeleton.load_target(str(dirs["target"]), dirs["target"], lambda _: None)
+    drafter = skeleton.load_drafter(DrafterSource(str(head), "mtp"), target, head, lambda _: None)
+    assert drafter.model.config.hidden_size == drafter.model.config.target_hidden_size == 16
+    engine = Engine(target.model, drafter, target.tokenizer)
+    generation = engine.generate(tokenizer.encode("def add(a, b):"), GenerationConfig(max_tokens=6))
+    assert len(list(generation.token_events())) == 6 and generation.stats.drafted > 0
