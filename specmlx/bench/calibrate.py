@@ -115,20 +115,53 @@ def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[
         if id(drafter) not in timed:
             timed[id(drafter)] = time_drafter_step(target, drafter, prompt, steps)
     target_step = time_target_step(target, prompt, steps)
-    forwards = {id(target): target_step}  # a drafter that is the target (`self`) costs its step
-    for drafter in drafters.values():
-        model = drafter.draft_model
-        if model is not None and id(model) not in forwards:
-            forwards[id(model)] = time_target_step(model, prompt, steps)
     return Calibration(
         steps=steps,
         context=len(prompt) - 1,
         target_step_s=target_step,
         drafter_step_s={name: timed[id(d)] for name, d in drafters.items()},
         verify_step_s={rows: time_target_step(target, prompt, steps, rows) for rows in sorted(set(verify_rows))},
-        drafter_forward_s={name: forwards[id(d.draft_model)] for name, d in drafters.items()
-                           if d.draft_model is not None},
+        drafter_forward_s=drafter_forwards(target, target_step, drafters, prompt, steps),
     )
+
+
+def drafter_forwards(target: nn.Module, target_step: float, drafters: dict[str, Drafter], prompt: Sequence[int],
+                     steps: int) -> dict[str, float]:
+    """Each drafter model's single-token forward, by entrant name, each model timed once."""
+    forwards = {id(target): target_step}  # a drafter that is the target (`self`) costs its step
+    for drafter in drafters.values():
+        model = drafter.draft_model
+        if model is not None and id(model) not in forwards:
+            forwards[id(model)] = time_target_step(model, prompt, steps)
+    return {name: forwards[id(d.draft_model)] for name, d in drafters.items() if d.draft_model is not None}
+
+
+def time_forwards(calibration: Calibration, target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[int],
+                  rows: Iterable[int]) -> Calibration:
+    """`calibration` with its forwards timed again now: the target's at one row and at each of `rows`,
+    each drafter model's; the engine-timed drafter steps are kept."""
+    steps = calibration.steps
+    target_step = time_target_step(target, prompt, steps)
+    return replace(calibration, target_step_s=target_step,
+                   verify_step_s={r: time_target_step(target, prompt, steps, r) for r in sorted(set(rows) - {1})},
+                   drafter_forward_s=drafter_forwards(target, target_step, drafters, prompt, steps))
+
+
+def pooled(calibrations: Sequence[Calibration]) -> Calibration:
+    """One calibration from several taken between the runs: each forward's median over those that timed it,
+    so that a busy moment of the machine weighs on the forwards as on the runs around it."""
+    first = calibrations[0]
+    widths = sorted({r for c in calibrations for r in c.verify_step_s})
+    return replace(
+        first, target_step_s=median(c.target_step_s for c in calibrations),
+        verify_step_s={r: median(c.verify_step_s[r] for c in calibrations if r in c.verify_step_s) for r in widths},
+        drafter_forward_s={n: median(c.drafter_forward_s[n] for c in calibrations if n in c.drafter_forward_s)
+                           for n in first.drafter_forward_s})
+
+
+def rows_used(drafted_histograms: Iterable[Sequence[int]]) -> set[int]:
+    """The verify widths (tokens drafted + 1) of rounds counted by tokens drafted."""
+    return {n + 1 for histogram in drafted_histograms for n, count in enumerate(histogram) if count}
 
 
 def with_rows(calibration: Calibration, target: nn.Module, prompt: Sequence[int], rows: Iterable[int]) -> Calibration:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -25,7 +24,7 @@ from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packa
                          read_prompts)
 from ..sampling import SamplingParams
 from . import plot
-from .calibrate import Calibration, calibrate, with_rows
+from .calibrate import Calibration, calibrate, pooled, rows_used, time_forwards, with_rows
 from .driver import RunSettings, run_all
 from .kinds import by_kind, kinds_table
 from .lineup import Lineup, drafter_specs, load_lineup, split_variant
@@ -195,9 +194,9 @@ def bench_on(options: Options, group: Group | None) -> int:
     """The bench on one process, or on every rank of a sharded target: each rank
     runs the same plan in the same order; rank 0 alone logs, prints and writes."""
     prepared = prepare(options, group, log if leads(group) else quiet)
-    measurements = measure(prepared, group)
-    if group is None and prepared.calibration is not None:
-        prepared = replace(prepared, calibration=time_widths(prepared, measurements))
+    measurements, calibration = measure(prepared, group)
+    if group is None and calibration is not None:
+        prepared = replace(prepared, calibration=time_widths(replace(prepared, calibration=calibration), measurements))
     if group is not None:  # every rank measures; rank 0 reports
         figures = sharded_figures(group, prepared.lineup, measurements)
         prepared = replace(prepared, config=prepared.config | {"distributed": figures})
@@ -272,17 +271,32 @@ def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt]
 
 def time_widths(prepared: Prepared, measurements: list[Measurement]) -> Calibration:
     """The calibration with the target's forward at every verify width the rounds used, for their host work."""
-    rows = {n + 1 for m in measurements for n, count in enumerate(m.drafted_histogram) if count}
+    rows = rows_used(m.drafted_histogram for m in measurements)
     missing = sorted(rows - set(prepared.calibration.verify_step_s) - {1})
     if missing:
         log(f"timing the target's forward of {', '.join(map(str, missing))} tokens (widths the rounds used)")
     return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows)
 
 
-def measure(prepared: Prepared, group: Group | None) -> list[Measurement]:
-    """Every run of the plan on every prompt; rank 0 rewrites the JSON after each prompt."""
-    save = partial(write_results, prepared) if prepared.options.json is not None and leads(group) else None
-    return run_all(prepared.lineup, prepared.prompts, prepared.plan, prepared.settings, save, show=leads(group))
+def measure(prepared: Prepared, group: Group | None) -> tuple[list[Measurement], Calibration | None]:
+    """Every run of the plan on every prompt; rank 0 rewrites the JSON after each prompt. With
+    --skeleton, whose steps take milliseconds on a drifting machine, the forwards are timed again
+    after each prompt (at the widths used so far) and pooled: the calibration it returns."""
+    calibrations = [] if prepared.calibration is None else [prepared.calibration]
+    retime = bool(calibrations) and prepared.options.skeleton is not None
+    drafters = {e.name: e.drafter for e in prepared.lineup.entrants}
+
+    def prompt_done(measurements: list[Measurement]) -> None:
+        if retime:
+            rows = rows_used(m.drafted_histogram for m in measurements)
+            calibrations.append(time_forwards(prepared.calibration, prepared.lineup.target.model, drafters,
+                                              prepared.prompts[0].tokens, rows))
+        if prepared.options.json is not None and leads(group):
+            write_results(replace(prepared, calibration=pooled(calibrations) if calibrations else None), measurements)
+
+    measurements = run_all(prepared.lineup, prepared.prompts, prepared.plan, prepared.settings, prompt_done,
+                           show=leads(group))
+    return measurements, pooled(calibrations) if calibrations else None
 
 
 def write_results(prepared: Prepared, measurements: list[Measurement]) -> None:
