@@ -52,16 +52,16 @@ def skeleton_config(config: Mapping[str, Any], head_dim: int) -> dict[str, Any]:
                    "torch_dtype": "float32"}
 
 
-def randomize(model: nn.Module, seed: int, real_tokens: int, vocab: int) -> None:
-    """Every weight N(0, STD) but norms (as the class made them); the rows of the embedding
-    and output head past the tokenizer's real tokens are zero, so never the argmax."""
+def randomize(model: nn.Module, seed: int, real_tokens: int = 0, vocab: int | None = None) -> None:
+    """Every weight N(0, STD) but norms (as the class made them); with a `vocab`, the rows of the
+    embedding and output head past the tokenizer's `real_tokens` are zero, so never the argmax."""
     mx.random.seed(seed)
     params = []
     for name, value in tree_flatten(model.parameters()):
         if name.rpartition(".")[0].endswith("norm"):
             continue
         value = mx.random.normal(value.shape) * STD
-        if name.endswith(("embed_tokens.weight", "lm_head.weight")) and value.shape[0] == vocab:
+        if vocab is not None and name.endswith(("embed_tokens.weight", "lm_head.weight")) and value.shape[0] == vocab:
             value = mx.where(mx.arange(vocab)[:, None] < real_tokens, value, 0.0)
         params.append((name, value))
     model.update(tree_unflatten(params))
@@ -93,7 +93,7 @@ def skeleton_mtp(config: Mapping[str, Any], target: nn.Module, seed: int) -> MTP
     mtp = replace(mtp, target_hidden_size=hidden, hidden_size=hidden, intermediate_size=FFN * hidden,
                   fused_layers=tuple(mtp.fused_layers), target_vocab_size=vocab_size(target))
     model = MTPModel(mtp)
-    randomize(model, seed, 0, -1)
+    randomize(model, seed)  # its head rows are the target's
     model.set_draft_ids(mx.arange(mtp.draft_vocab_size, dtype=mx.int32))
     return model
 
