@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -25,15 +24,16 @@ from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packa
                          read_prompts)
 from ..sampling import SamplingParams
 from . import plot
-from .calibrate import Calibration, calibrate
+from .calibrate import Calibration, calibrate, pooled, rows_used, time_forwards, with_rows
 from .driver import RunSettings, run_all
 from .kinds import by_kind, kinds_table
-from .lineup import Lineup, drafter_specs, load_lineup
+from .lineup import Lineup, drafter_specs, load_lineup, split_variant
 from .machine import describe_machine
 from .plan import MODES, RunSpec, plan_runs
 from .report import document, render, write_json
 from .runs import Measurement
 from .sharded import render_sharded, sharded_figures, sharded_options
+from .skeleton import HEAD_DIM, SELF, Skeleton, describe as describe_skeleton, skeleton_specs
 from .summary import summarize
 
 PROG = "specmlx bench"
@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-tokens", type=int, default=8, metavar="N",
                         help="first run the whole plan once, untimed, on the first prompt with N "
                         "tokens (default 8; 0 skips it)")
+    parser.add_argument("--skeleton", type=int, nargs="?", const=HEAD_DIM, metavar="HEAD_DIM",
+                        help="the users' regime on this machine: every model rebuilt with its real layers, heads, "
+                        f"vocabulary and tokenizer, random weights, hidden = heads x HEAD_DIM (default {HEAD_DIM}); "
+                        f"reads the fetched models' configs, downloads nothing. Adds the drafter '{SELF}' "
+                        "(the target's own skeleton: agrees at T=0, costs a target step)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="plot speed-up against draft length (needs matplotlib)")
@@ -88,6 +93,7 @@ class Options:
     warmup_tokens: int
     json: Path | None
     plot: Path | None
+    skeleton: int | None = None  # a skeleton's head dim; None: the real weights
     distributed: bool = False
     sharding: str = AUTO
     peer_timeout: float = PEER_TIMEOUT
@@ -139,6 +145,8 @@ def parse_options(args: argparse.Namespace) -> Options:
                              ("--warmup-tokens", args.warmup_tokens, 0)):
         if value is not None and value < low:
             raise SpecmlxError(f"{flag} must be >= {low}, got {value}")
+    if args.skeleton is not None:
+        check_skeleton(args.skeleton, args.distributed)
     if args.preset is not None:
         get_preset(args.preset)  # an unknown name fails here, listing the known ones
     return Options(
@@ -147,9 +155,16 @@ def parse_options(args: argparse.Namespace) -> Options:
         max_tokens=args.max_tokens, temps=parse_temps(args.temps),
         num_drafts=parse_num_drafts(args.num_draft), modes=parse_modes(args.modes), seed=args.seed, profile=args.profile,
         calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
-        json=args.json, plot=args.plot, distributed=args.distributed, sharding=args.sharding,
-        peer_timeout=args.peer_timeout,
+        json=args.json, plot=args.plot, skeleton=args.skeleton, distributed=args.distributed,
+        sharding=args.sharding, peer_timeout=args.peer_timeout,
     )
+
+
+def check_skeleton(head_dim: int, distributed: bool) -> None:
+    if head_dim < 2 or head_dim % 2:
+        raise SpecmlxError(f"--skeleton: the head dim must be even and >= 2 (rotary embeddings), got {head_dim}")
+    if distributed:
+        raise SpecmlxError("--skeleton runs in one process: leave out --distributed")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,7 +194,9 @@ def bench_on(options: Options, group: Group | None) -> int:
     """The bench on one process, or on every rank of a sharded target: each rank
     runs the same plan in the same order; rank 0 alone logs, prints and writes."""
     prepared = prepare(options, group, log if leads(group) else quiet)
-    measurements = measure(prepared, group)
+    measurements, calibration = measure(prepared, group)
+    if group is None and calibration is not None:
+        prepared = replace(prepared, calibration=time_widths(replace(prepared, calibration=calibration), measurements))
     if group is not None:  # every rank measures; rank 0 reports
         figures = sharded_figures(group, prepared.lineup, measurements)
         prepared = replace(prepared, config=prepared.config | {"distributed": figures})
@@ -212,8 +229,7 @@ def prepare(options: Options, group: Group | None, say: Callable[[str], None]) -
         check_writable(options.json, "--json")
         check_writable(options.plot, "--plot")
         rows = read_prompts(options.prompts, options.limit)
-    specs = drafter_specs(options.target, options.drafters)
-    lineup = load_lineup(options.target, specs, say, placement(options, group))
+    lineup = load(options, group, say)
     chat = has_chat_template(lineup.target.tokenizer)
     if not chat:
         say("the target's tokenizer has no chat template: prompts are used as plain text")
@@ -234,6 +250,16 @@ def prepare(options: Options, group: Group | None, say: Callable[[str], None]) -
                     describe_config(options, lineup, prompts, chat), {p.id: p.kind for p in prompts})
 
 
+def load(options: Options, group: Group | None, say: Callable[[str], None]) -> Lineup:
+    """The target and drafters: their weights, or with --skeleton their skeletons."""
+    specs = drafter_specs(options.target, options.drafters)
+    if options.skeleton is not None:
+        return load_lineup(options.target, skeleton_specs(options.target, specs), say, Skeleton(options.skeleton))
+    if any(split_variant(spec)[0] == SELF for spec in specs):
+        raise SpecmlxError(f"--drafter {SELF}: the target's own weights draft only with --skeleton")
+    return load_lineup(options.target, specs, say, placement(options, group))
+
+
 def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt],
                   say: Callable[[str], None]) -> Calibration:
     """The cost ratios the predicted speed-ups need, timed on the first prompt."""
@@ -243,10 +269,34 @@ def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt]
     return calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps, verify_rows)
 
 
-def measure(prepared: Prepared, group: Group | None) -> list[Measurement]:
-    """Every run of the plan on every prompt; rank 0 rewrites the JSON after each prompt."""
-    save = partial(write_results, prepared) if prepared.options.json is not None and leads(group) else None
-    return run_all(prepared.lineup, prepared.prompts, prepared.plan, prepared.settings, save, show=leads(group))
+def time_widths(prepared: Prepared, measurements: list[Measurement]) -> Calibration:
+    """The calibration with the target's forward at every verify width the rounds used, for their host work."""
+    rows = rows_used(m.drafted_histogram for m in measurements)
+    missing = sorted(rows - set(prepared.calibration.verify_step_s) - {1})
+    if missing:
+        log(f"timing the target's forward of {', '.join(map(str, missing))} tokens (widths the rounds used)")
+    return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows)
+
+
+def measure(prepared: Prepared, group: Group | None) -> tuple[list[Measurement], Calibration | None]:
+    """Every run of the plan on every prompt; rank 0 rewrites the JSON after each prompt. With
+    --skeleton, whose steps take milliseconds on a drifting machine, the forwards are timed again
+    after each prompt (at the widths used so far) and pooled: the calibration it returns."""
+    calibrations = [] if prepared.calibration is None else [prepared.calibration]
+    retime = bool(calibrations) and prepared.options.skeleton is not None
+    drafters = {e.name: e.drafter for e in prepared.lineup.entrants}
+
+    def prompt_done(measurements: list[Measurement]) -> None:
+        if retime:
+            rows = rows_used(m.drafted_histogram for m in measurements)
+            calibrations.append(time_forwards(prepared.calibration, prepared.lineup.target.model, drafters,
+                                              prepared.prompts[0].tokens, rows))
+        if prepared.options.json is not None and leads(group):
+            write_results(replace(prepared, calibration=pooled(calibrations) if calibrations else None), measurements)
+
+    measurements = run_all(prepared.lineup, prepared.prompts, prepared.plan, prepared.settings, prompt_done,
+                           show=leads(group))
+    return measurements, pooled(calibrations) if calibrations else None
 
 
 def write_results(prepared: Prepared, measurements: list[Measurement]) -> None:
@@ -286,4 +336,6 @@ def describe_config(options: Options, lineup: Lineup, prompts: list[EncodedPromp
         "chat_template": chat, "max_tokens": options.max_tokens, "temps": list(options.temps),
         "num_draft": list(options.num_drafts), "modes": list(options.modes), "seed": options.seed, "profile": options.profile,
         "calibration_steps": options.calibration_steps, "warmup_tokens": options.warmup_tokens,
+        "skeleton": None if options.skeleton is None else describe_skeleton(
+            lineup.target, [e.drafter for e in lineup.entrants], options.skeleton),
     }

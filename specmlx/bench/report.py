@@ -14,7 +14,7 @@ from .summary import Row
 
 COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target", "lowest × (prompt)", "predicted ×",
            "× mlx-lm", "mean acc.", "accept", "prediction acc.", "α", "chosen k", "plain rounds", "ms/round",
-           "draft/verify/other ms", "= target")
+           "forwards ms/round", "host/round (steps)", "draft/verify/other ms", "= target")
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -32,6 +32,8 @@ def _cells(row: Row) -> list[str]:
         "–" if row.prediction_drafted is None else f"{row.prediction_accepted} of {row.prediction_drafted}",
         _num(row.alpha, ".2f"), _num(row.mean_chosen, ".2f"),
         _num(None if row.plain_share is None else 100 * row.plain_share, ".0f", "%"), f"{1000 * row.s_per_round:.1f}",
+        _num(None if row.forward_s_per_round is None else 1000 * row.forward_s_per_round, ".1f"),
+        _num(row.host_steps, ".2f"),
         "–" if split is None else " / ".join(f"{1000 * s:.1f}" for s in split),
         "–" if row.same_as_target is None else f"{row.same_as_target}/{row.prompts}",
     ]
@@ -52,6 +54,9 @@ def calibration_line(calibration: Calibration | None) -> str:
     )
     line = (f"calibration (median of {calibration.steps} single-token steps at {calibration.context} "
             f"tokens of context): target {1000 * calibration.target_step_s:.1f} ms; {drafters}")
+    if calibration.drafter_forward_s:
+        line += "; drafter forward alone: " + ", ".join(
+            f"{name} {1000 * step:.2f} ms" for name, step in calibration.drafter_forward_s.items())
     if calibration.verify_step_s:
         line += "; target forward of n tokens (a verify pass of k = n-1): " + ", ".join(
             f"n={rows} {1000 * step:.0f} ms ({calibration.verify_ratio(rows):.2f} steps)"
@@ -71,7 +76,19 @@ NOTES = (
     "chosen k: mean draft length per round (k = auto chooses it each round, 0 = plain decoding); "
     "plain rounds: rounds that proposed nothing (k = 0, or no lookup match).",
     "= target: prompts (at temperature 0) whose tokens equal the target alone's.",
+    "forwards ms/round: the forwards a round ran, each as calibrated (synced, alone): its drafter steps "
+    "and one target forward of its width (tokens drafted + 1); host/round: ms/round less those forwards, "
+    "in steps of the target alone (its ms/round, pipelined): what a round costs beyond its forwards "
+    "(below 0 where forwards overlap or fuse).",
 )
+
+
+def skeleton_lines(skeleton: dict | None) -> list[str]:
+    if skeleton is None:
+        return []
+    shapes = "; ".join(f"{name} {shape}" for name, shape in skeleton["models"].items())
+    return [f"skeletons (random weights, head dim {skeleton['head_dim']}, MLP {skeleton['ffn']}× hidden, "
+            f"real tokenizers): {shapes}"]
 
 
 def render(rows: Sequence[Row], machine: dict, config: dict, calibration: Calibration | None) -> str:
@@ -85,6 +102,7 @@ def render(rows: Sequence[Row], machine: dict, config: dict, calibration: Calibr
         f"backend: {machine['backend']} · BLAS: {machine['blas']} · CPU: {machine['cpu']} "
         f"({machine['cpu_count']} cores) · mlx {machine['mlx']}, mlx-lm {machine['mlx_lm']}",
         calibration_line(calibration),
+        *skeleton_lines(config.get("skeleton")),
         "",
     ]
     notes = list(NOTES)

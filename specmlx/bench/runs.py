@@ -25,6 +25,7 @@ from ..distributed.follower import follow
 from ..peers import ALONE
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
+from ..events import RoundEvent
 from ..grammar import Grammar
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
@@ -66,6 +67,10 @@ class Measurement:
     prediction_drafted: int | None = None  # specmlx with the prompt's prediction: tokens copied from it
     prediction_accepted: int | None = None  # ... and accepted
     constrained: bool = False  # specmlx under the prompt's schema (+schema)
+    # Rounds by tokens proposed (a round's verify scores that many + 1), and drafter forwards in all:
+    # what the round's forwards cost, for its host work. Empty and None where unknown.
+    drafted_histogram: tuple[int, ...] = ()
+    drafter_steps: int | None = None
 
     @property
     def generated(self) -> int:
@@ -78,6 +83,15 @@ class RoundCount:
     drafted: int
     accepted: int
     tokens: int
+    drafted_histogram: tuple[int, ...] = ()  # rounds by tokens drafted
+
+
+def histogram(values: Sequence[int]) -> tuple[int, ...]:
+    """Counts of 0, 1, ... up to the largest of `values`."""
+    counts = [0] * (max(values, default=-1) + 1)
+    for value in values:
+        counts[value] += 1
+    return tuple(counts)
 
 
 def count_rounds(from_draft: Sequence[bool], num_draft: int, max_tokens: int) -> RoundCount:
@@ -87,19 +101,20 @@ def count_rounds(from_draft: Sequence[bool], num_draft: int, max_tokens: int) ->
     so each False ends a round; a trailing run of True is a round cut short by
     `max_tokens` or EOS. mlx-lm drafts min(k, tokens left) per round.
     """
-    rounds = drafted = accepted = emitted = 0
+    rounds = accepted = emitted = 0
+    widths = []  # each round's drafted tokens
     in_round = False
     for flag in from_draft:
         if not in_round:
             rounds += 1
-            drafted += min(num_draft, max_tokens - emitted)
+            widths.append(min(num_draft, max_tokens - emitted))
             in_round = True
         emitted += 1
         if flag:
             accepted += 1
         else:
             in_round = False
-    return RoundCount(rounds, drafted, accepted, emitted)
+    return RoundCount(rounds, sum(widths), accepted, emitted, histogram(widths))
 
 
 def _mlx_lm_cache(model: nn.Module, prompt: Sequence[int], rewindable: bool) -> list[Any]:
@@ -145,7 +160,7 @@ def run_target(model: nn.Module, tokenizer: Any, prompt_id: str, prompt: Sequenc
     return Measurement(
         mode=TARGET, drafter="", temp=temp, num_draft=0, prompt_id=prompt_id, tokens=tuple(tokens),
         decode_s=decode_s, rounds=len(flags), round_tokens=len(flags), drafted=0, accepted=0,
-        finish_reason="eos" if eos else "length",
+        finish_reason="eos" if eos else "length", drafted_histogram=(len(flags),), drafter_steps=0,
     )
 
 
@@ -160,6 +175,7 @@ def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, dr
         mode=MLX_LM_SPEC, drafter=drafter, temp=temp, num_draft=num_draft, prompt_id=prompt_id,
         tokens=tuple(tokens), decode_s=decode_s, rounds=count.rounds, round_tokens=count.tokens,
         drafted=count.drafted, accepted=count.accepted, finish_reason="eos" if eos else "length",
+        drafted_histogram=count.drafted_histogram, drafter_steps=count.drafted,  # a forward per drafted token
     )
 
 
@@ -177,11 +193,13 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
                               profile=profile, policy=policy, prediction=tuple(prediction), grammar=grammar)
+    rounds: list[RoundEvent] = []  # a following rank sees no rounds
     if lockstep is not None and not lockstep.leads:  # this rank runs rank 0's rounds with it
         tokens, stats = follow(engine, prompt, config, lockstep)
     else:
         generation = engine.generate(list(prompt), config)
-        tokens = tuple(event.token for event in generation.token_events())
+        rounds = list(generation)
+        tokens = tuple(t.token for event in rounds for t in event.tokens)
         stats = generation.stats
     split = TimeSplit(stats.rounds, stats.draft_s, stats.verify_s, stats.other_s) if profile else None
     return Measurement(
@@ -192,4 +210,11 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         fixed_length=policy.fixed_length and not prediction, draft_histogram=stats.draft_histogram, plain_rounds=stats.plain_rounds,
         prediction_drafted=stats.prediction_drafted if prediction else None,
         prediction_accepted=stats.prediction_accepted if prediction else None, constrained=grammar is not None,
+        drafted_histogram=histogram([event.drafted for event in rounds]),
+        drafter_steps=sum(steps(event) for event in rounds) if rounds else None,
     )
+
+
+def steps(event: RoundEvent) -> int:
+    """The drafter forwards a round took: none for a copied proposal, one for a probe (`plan.Round.steps`)."""
+    return (0 if event.looked_up else event.drafted) + (event.probe is not None)

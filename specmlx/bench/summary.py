@@ -47,6 +47,9 @@ class Row:
     plain_share: float | None = None  # specmlx: rounds that proposed nothing, over all rounds
     prediction_drafted: int | None = None  # +prediction: tokens copied from the prompts' predictions
     prediction_accepted: int | None = None  # ... and accepted
+    forward_s_per_round: float | None = None  # a round's forwards, as calibrated: drafter steps and the verify
+    host_s_per_round: float | None = None  # s_per_round less its forwards: what a round costs beyond them
+    host_steps: float | None = None  # host_s_per_round in target steps (the target alone's s_per_round)
 
     def to_dict(self) -> dict:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -135,6 +138,29 @@ def _total(counts: Iterable[int | None]) -> int | None:
 
 
 
+def round_forwards(m: Measurement, calibration: Calibration) -> float | None:
+    """Seconds of calibrated forwards a generation's rounds ran: its drafter steps, and a verify
+    (a plain step at 1 row) per round at that round's width; None where a figure is missing."""
+    if m.drafter_steps is None or not m.drafted_histogram:
+        return None
+    drafter = calibration.drafter_forward(m.drafter) if m.drafter_steps else 0.0
+    verifies = [calibration.forward_s(drafted + 1) for drafted, n in enumerate(m.drafted_histogram) if n]
+    if drafter is None or None in verifies:
+        return None
+    counts = [n for n in m.drafted_histogram if n]
+    return m.drafter_steps * drafter + sum(n * v for n, v in zip(counts, verifies))
+
+
+def host_work(group: Sequence[Measurement], calibration: Calibration | None) -> tuple[float, float] | None:
+    """A round's forwards and its host work (what it cost beyond them), in seconds a round."""
+    forwards = [round_forwards(m, calibration) for m in group] if calibration is not None else [None]
+    rounds = sum(m.rounds for m in group)
+    if None in forwards or rounds == 0:
+        return None
+    total = sum(forwards)
+    return total / rounds, (sum(m.decode_s for m in group) - total) / rounds
+
+
 def _ratio(a: float, b: float | None) -> float | None:
     return a / b if b else None
 
@@ -152,11 +178,16 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
     rows = [_base_row(g, references.get((g[0].constrained, g[0].temp), {})) for g in groups.values()]
     lowest = {_key(g[0]): _lowest_speedup(g, targets.get(g[0].temp, {})) for g in groups.values()}
     choices = {_key(g[0]): _choices(g) for g in groups.values()}
+    hosts = {_key(g[0]): host_work(g, calibration) for g in groups.values()}
     target_tps = {r.temp: r.tokens_per_s for r in rows if r.mode == TARGET}
+    target_step = {r.temp: r.s_per_round for r in rows if r.mode == TARGET}  # the pipelined step
     mlx_tps = {(r.drafter, r.temp, r.num_draft): r.tokens_per_s for r in rows if r.mode == MLX_LM_SPEC}
     out = []
     for row in rows:
         updates = {}
+        if hosts[_key(row)] is not None:
+            updates["forward_s_per_round"], updates["host_s_per_round"] = hosts[_key(row)]
+            updates["host_steps"] = _ratio(updates["host_s_per_round"], target_step.get(row.temp))
         if row.mode != TARGET:
             updates["speedup"] = _ratio(row.tokens_per_s, target_tps.get(row.temp))
             if lowest[_key(row)] is not None:

@@ -9,6 +9,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specmlx.bench.runs import count_rounds, run_mlx_lm_spec, run_specmlx, run_target
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
+from specmlx.policy import DraftPolicy
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
 T, F = True, False
@@ -38,6 +39,12 @@ def test_all_accepted_and_none_accepted():
     # mlx-lm drafts min(k, tokens left): 4, 4, 3, 2, 1
     assert (none_in.rounds, none_in.accepted, none_in.drafted) == (5, 0, 14)
     assert count_rounds([], num_draft=4, max_tokens=8).rounds == 0
+
+
+def test_rounds_are_counted_by_their_drafted_tokens():
+    """A round's verify scores its drafts + 1 rows: what its forwards cost. mlx-lm drafts min(k, left)."""
+    assert count_rounds([F] * 5, num_draft=4, max_tokens=5).drafted_histogram == (0, 1, 1, 1, 2)
+    assert count_rounds([T, T, F, F], num_draft=2, max_tokens=100).drafted_histogram == (0, 0, 2)
 
 
 # -- the modes on tiny models -----------------------------------------------------
@@ -73,6 +80,18 @@ def test_greedy_tokens_agree_across_modes(wrapped, target, noisy_drafter, vocab,
         assert 0 <= m.accepted <= m.drafted <= k * m.rounds
     assert alone.rounds == alone.round_tokens and alone.drafted == 0
     assert mlx_spec.rounds < alone.rounds  # the noisy copy does get drafts accepted
+    assert alone.drafted_histogram == (alone.rounds,) and alone.drafter_steps == 0
+    for m in (mlx_spec, ours):  # every round counted at its width, a drafter forward per drafted token
+        assert sum(m.drafted_histogram) == m.rounds and m.drafter_steps == m.drafted
+        assert sum(n * c for n, c in enumerate(m.drafted_histogram)) == m.drafted
+
+
+def test_copied_proposals_take_no_drafter_step(wrapped, target, noisy_drafter, vocab):
+    """+lookup copies from the context before the drafter runs: those rounds cost no drafter forward."""
+    prompt = wrapped.encode(PROMPT * 2)
+    m = run_specmlx(target, wrapped, ModelDrafter(noisy_drafter, vocab, "noisy"), "noisy", prompt_id="p",
+                    prompt=prompt, temp=0.0, num_draft=1, max_tokens=16, seed=0, policy=DraftPolicy(lookup=2))
+    assert sum(m.drafted_histogram) == m.rounds and m.drafter_steps < m.drafted
 
 
 def test_a_model_drafting_for_itself_in_mlx_lm_has_every_draft_accepted(wrapped, target):

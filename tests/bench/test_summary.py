@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from specmlx.bench.calibrate import Calibration
@@ -115,3 +117,32 @@ def test_a_variable_length_run_gets_no_fixed_length_prediction(name):
     calibration = Calibration(steps=3, context=9, target_step_s=0.1, drafter_step_s={name: 0.02})
     row = summarize(ms, calibration)[1]
     assert row.speedup == pytest.approx(1.0) and row.alpha is None and row.predicted_speedup is None
+
+
+# -- host work: what a round costs beyond its forwards ------------------------------
+
+
+def test_host_work_is_a_round_less_its_calibrated_forwards_in_target_steps():
+    calibration = Calibration(steps=1, context=9, target_step_s=0.010, drafter_step_s={"d": 0.009},
+                              verify_step_s={3: 0.020}, drafter_forward_s={"d": 0.004})
+    target = replace(measure("target", "a", SAME, 0.032, 4), drafted_histogram=(4,), drafter_steps=0)
+    # 3 rounds: two drafted 2 (verify of 3 rows), one plain (1 row); 5 drafter forwards in all
+    spec = replace(measure("specmlx", "a", SAME, 0.090, 3, 4, 2), drafted_histogram=(1, 0, 2), drafter_steps=5)
+    rows = {r.mode: r for r in summarize([target, spec], calibration)}
+    forwards = (5 * 0.004 + 2 * 0.020 + 1 * 0.010) / 3
+    assert rows["specmlx"].forward_s_per_round == pytest.approx(forwards)
+    assert rows["specmlx"].host_s_per_round == pytest.approx(0.030 - forwards)
+    assert rows["specmlx"].host_steps == pytest.approx((0.030 - forwards) / 0.008)  # the target's 32 ms / 4
+    assert rows["target"].host_steps == pytest.approx((0.008 - 0.010) / 0.008)  # pipelining hides work: < 0
+
+
+def test_host_work_is_unknown_where_a_width_or_the_rounds_are():
+    calibration = Calibration(steps=1, context=9, target_step_s=0.010, drafter_step_s={"d": 0.009})
+    lookup = replace(measure("specmlx", "a", SAME, 0.09, 3, 4, 2), drafted_histogram=(1, 0, 2), drafter_steps=0)
+    unknown = replace(lookup, drafted_histogram=(), drafter_steps=None)  # a following rank's
+    no_widths = replace(lookup, drafted_histogram=())
+    for m in (lookup, unknown, no_widths):
+        row = summarize([m], calibration)[0]
+        assert row.host_s_per_round is None and row.host_steps is None
+    # a drafter without a model forward costs the step the engine timed
+    assert replace(calibration, verify_step_s={3: 0.02}).drafter_forward("d") == 0.009
