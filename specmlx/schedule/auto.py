@@ -21,13 +21,14 @@ drafting: a cheap drafter whose text turned easy (code after prose, a copied
 block), or that had a bad streak, is soon drafting again, and nothing drafts
 on hope alone (drafting below break-even is what made the unbounded head slow).
 
-A fresh controller calibrates on its first rounds (`CALIBRATION`): one draft
-to catch the drafter up, one more timed apart (a drafter step and a verify
-width), then one round plainly. They draft one token, not the start length:
-with a drafter that cannot pay, as dear as the target or never right, they
-cost about two target steps; a drafter that pays then widens its draft on the
-choices themselves, each new width measured by the round that tries it. They
-are the answer's own rounds and so never delay its first token.
+A fresh controller calibrates on its first rounds (`CALIBRATION`): one round
+plainly, one draft of one token to catch the drafter up, one more timed apart
+(a drafter step and a verify width), then, unless drafting already clearly
+loses, one round of its start length (a wider verify). With a drafter that
+cannot pay, as dear as the target or never right, this costs about two target
+steps; a drafter that pays widens or narrows its draft on the choices
+themselves, each new width measured by the round that tries it. They are the
+answer's own rounds and so never delay its first token.
 
 The choice reads only finished rounds and wall times, never the pending
 round's tokens: it fixes how many tokens are proposed before any is drawn,
@@ -51,7 +52,7 @@ PROBE_BUDGET = 0.01  # share of the time spent probing, in plain rounds a round
 CHAIN_BUDGET = 2.0  # target steps a run of probes after an accepted one may spend to tip the choice
 CHAIN_MAX = 8  # probes such a run looks ahead, at most
 TIMED_EVERY = 8  # a drafting round in this many is timed apart, to follow the drafter's step cost
-CALIBRATION = (1, 1, 0)  # draft lengths of a fresh controller's first rounds
+CALIBRATION = (0, 1, 1)  # draft lengths of a fresh controller's first rounds, then its start's if it may pay
 SLACK = 1e-9  # float sums of the budget that should meet it exactly do
 
 
@@ -69,7 +70,7 @@ class AutoDraft:
         self.limit = limit
         self.acceptance = Acceptance(limit)
         self.costs = Costs()
-        self.calibration = [min(k, start) for k in CALIBRATION]  # its rounds still to run
+        self.calibration = [min(k, start) for k in CALIBRATION] + [start]  # its rounds still to run
         self.idle = 0  # rounds since the drafter last drafted or probed
         self.hit = False  # the last probe would have been accepted, or the last round drafted
         self.owed = 0.0  # probe time not yet repaid, in plain rounds
@@ -99,17 +100,19 @@ class AutoDraft:
             k = 0
         elif calibrating:
             k = widest(min(self.calibration.pop(0), cap))
+            if k > 1 and self._best(cap) == 0:  # drafting clearly loses: no wider draft to measure
+                k, self.calibration = 0, []
         else:
             k = self._best(cap)
-        # A drafter left out of two rounds or more has their tokens to catch up on first.
+        # A drafter left out of two rounds or more, or not yet used in this generation, has tokens to catch up on.
         self._behind = self._first or self.idle >= 2 or self._copied
-        self._first = False
         timed = False
         if k > 0 and not self._behind:  # counted as planned: a draft that comes back empty still counts
             timed = not self.costs.timed or self.drafting % TIMED_EVERY == 0
             self.drafting += 1
         probe = k == 0 and cap > 0 and not calibrating and self._probes(cap)
         self._probing = probe
+        self._first = self._first and not (k or probe)
         return Plan(k, timed, probe)
 
     def _probes(self, cap: int) -> bool:
@@ -152,8 +155,9 @@ class AutoDraft:
             self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
         if done.probe is None and not done.looked_up:  # a copy from the context says nothing of the drafter
             self.acceptance.update(done.drafted, done.accepted)
-            if done.drafted:  # should plain decoding win next, probe at once: the drafter is caught up
-                self.hit = True
+            if done.drafted:  # it taught what a probe would; should plain decoding win next, a run of
+                self.hit = True  # probes may follow at once: the drafter is caught up
+                self.owed = max(self.owed, self.costs.probe)
         if done.steps:
             self.idle = 0
         else:

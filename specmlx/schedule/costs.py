@@ -79,21 +79,23 @@ class CostEstimate:
 
 
 def _read(drafted: int, measured: dict[int, float], base: float, jump: float, width: float) -> float:
-    """A verify scoring `drafted` drafts, in the unit of `base`: as measured, else on the line
-    between the measured neighbours, else on the line of slope `width` from the nearest
-    measured below (from `base` + `jump` before any)."""
+    """A verify scoring `drafted` drafts, in the unit of `base`: as measured, else on a line of
+    slope `width` (at most the prior's) from the nearest width measured below (from `base` +
+    `jump` before any), or
+    on the line between the measured neighbours where that is lower: a guess that leans low
+    is tried and so measured (a cliff between two widths measured is found so)."""
     if drafted <= 0:
         return base
     if drafted in measured:
         return measured[drafted]
     below = max((d for d in measured if d < drafted), default=None)
     above = min((d for d in measured if d > drafted), default=None)
-    if above is not None:  # between two widths, or between a plain round and the first
-        d0, v0 = (0, base) if below is None else (below, measured[below])
-        return v0 + (measured[above] - v0) * (drafted - d0) / (above - d0)
-    if below is None:
-        return base + jump + drafted * width
-    return measured[below] + (drafted - below) * width
+    slope = min(width, WIDTH_PRIOR * base)  # leaning low: no wider guess is left untried
+    line = base + jump + drafted * slope if below is None else measured[below] + (drafted - below) * slope
+    if above is None:
+        return line
+    d0, v0 = (0, base) if below is None else (below, measured[below])
+    return min(line, v0 + (measured[above] - v0) * (drafted - d0) / (above - d0))
 
 
 def _smooth(old: float | None, new: float) -> float:
