@@ -7,11 +7,13 @@ A round that drafts k > 0 tokens costs
 and one that drafts nothing costs `base`. Each verify width is measured on its
 own (`verify`), as the forward over k + 1 rows is not a line: a 4-bit matmul
 costs 1.10 single-row forwards at 2 rows, 1.41 at 3, 2.04 at 5, 2.15 at 9. A
-width not measured yet is read off its measured neighbours, or off the line
+width not measured yet is guessed low (`_read`): from the nearest width
+measured below, or before any from the line
 
     base + jump + k * width
 
-beyond them (or before any), with:
+(at the slope `width`, at most its prior's), and no higher than the line
+between its measured neighbours; the round that tries it measures it. With:
 
 - `base`: a plain round: the target's forward of one token and the engine's
   own work around it;
@@ -81,9 +83,8 @@ class CostEstimate:
 def _read(drafted: int, measured: dict[int, float], base: float, jump: float, width: float) -> float:
     """A verify scoring `drafted` drafts, in the unit of `base`: as measured, else on a line of
     slope `width` (at most the prior's) from the nearest width measured below (from `base` +
-    `jump` before any), or
-    on the line between the measured neighbours where that is lower: a guess that leans low
-    is tried and so measured (a cliff between two widths measured is found so)."""
+    `jump` before any), or on the line between the measured neighbours where that is lower.
+    A guess that leans low is tried, and so measured: a knee before a cliff is found so."""
     if drafted <= 0:
         return base
     if drafted in measured:
