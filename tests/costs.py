@@ -24,6 +24,9 @@ class FixedCosts(Costs):
     def update(self, seconds, steps, drafted, draft_s=None) -> None:
         pass
 
+    def probed(self, seconds) -> None:
+        pass
+
 
 @dataclass(frozen=True)
 class CostScenario:

@@ -143,7 +143,7 @@ def test_the_draft_length_is_four_unless_auto_is_asked_for(capsys, model_dirs):
     # One sync a round, and one more in the rounds the automatic length timed its drafting apart.
     assert 0 < auto["timed_rounds"] <= auto["rounds"] // 8 + 2
     assert auto["host_syncs"] == auto["rounds"] + auto["timed_rounds"]
-    assert auto["draft_histogram"][4] >= 2 and auto["draft_histogram"][0] >= 1  # the first rounds calibrate
+    assert auto["draft_histogram"][1] >= 2 and auto["draft_histogram"][0] >= 1  # the first rounds calibrate
     assert auto["estimate"]["costs"]["base_s"] > 0 and len(auto["estimate"]["acceptance"]) == 12
     fixed = json.loads(cli(capsys, *args, "--num-draft", 3, "--json")[1])["stats"]
     assert not fixed["auto"] and fixed["estimate"] is None

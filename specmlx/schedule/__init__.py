@@ -2,6 +2,8 @@
 
 `DraftLength` fixes it or follows the acceptance history (+2/-1);
 `AutoDraft` weighs expected tokens against measured costs, k = 0 included.
+Every length either drafts is one of a small set (`widths.py`), so that every
+verify shape can be compiled before the first answer.
 A schedule sees only finished rounds, so whatever it chooses, verification
 keeps the target's distribution.
 """

@@ -5,6 +5,10 @@ time. A round that rejects early wasted the drafts after the rejection: draft
 fewer. This is the schedule Hugging Face uses for its assistant models (+2 on a
 full accept, -1 otherwise), held within [1, limit]. It changes only how many
 tokens are proposed, never what is accepted, so exactness is untouched.
+
+Every length it drafts is one of the set of widths (`widths.py`), whose verify
+shapes are compiled before the first answer: a start, limit or step that falls
+between two of them is rounded down to the set (k = 5 drafts 4; +2 from 3 is 4).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan import Plan, Round
+from .widths import widest
 
 
 @dataclass
@@ -21,10 +26,10 @@ class DraftLength:
     adaptive: bool = True
 
     def __post_init__(self) -> None:
-        self.current = self.start
+        self.current = widest(self.start)
 
     def plan(self, room: int) -> Plan:
-        return Plan(min(self.current, room))
+        return Plan(widest(min(self.current, room)))
 
     def likely_plain(self, room: int) -> bool:
         return self.current == 0 or room <= 0
@@ -38,7 +43,8 @@ class DraftLength:
 
     @property
     def planned(self) -> int:
-        return self.start
+        """The length it drafts first: its start, on the set."""
+        return widest(self.start)
 
     @property
     def auto(self) -> None:
@@ -49,6 +55,6 @@ class DraftLength:
         if not self.adaptive or drafted == 0:
             return
         if accepted == drafted:
-            self.current = min(self.current + 2, self.limit)
+            self.current = widest(min(self.current + 2, self.limit))
         else:
-            self.current = max(self.current - 1, 1)
+            self.current = max(widest(self.current - 1), 1)

@@ -1,27 +1,34 @@
 """The cost-aware draft length: each round drafts the k that maximises expected
 tokens per second, as measured in this run.
 
-For every k in 0..limit the controller weighs the tokens a round of k is
-expected to commit (`acceptance.py`) against what such a round costs here
-(`costs.py`) and drafts the best. k = 0 is plain decoding: a drafter that is
-wrong too often, or too slow for what it gets right, is not asked to draft.
+For every k of the set of widths (`widths.py`) up to the limit, the controller
+weighs the tokens a round of k is expected to commit (`acceptance.py`) against
+what such a round costs here (`costs.py`, each verify width priced on its own)
+and drafts the best. k = 0 is plain decoding: a drafter that is wrong too
+often, or too slow for what it gets right, is not asked to draft.
 
 While plain decoding wins, a plain round now and then probes the drafter: it
 proposes one token, which is not verified, and the target's own distribution
 at that position, computed anyway, says whether it would have been accepted.
-A probe costs one drafter step and no verify width (which on a CPU is the
-dear part), so probes come as often as `PROBE_BUDGET` of the time allows,
-at least every `PROBE_MAX` rounds, and right after a probe that would have
-been accepted: a drafter whose text turned easy (code after prose, a copied
-block) is soon drafting again. The first plain round after drafting probes
-too: a drafter that pays but had a bad streak is back after a probe or two,
-rather than after `probe_every` rounds, and nothing drafts on hope alone
-(drafting below break-even is what made the unbounded head slow).
+A probe costs a drafter step, and its catching up on the tokens it skipped,
+but no verify width. Probes are budgeted in time: their measured cost is owed
+and each round repays `PROBE_BUDGET` of a plain round, so they spend at most
+that share of the time, and a drafter as dear as the target is probed once in
+a hundred rounds or less. A probe that would have been accepted, or a plain
+round right after drafting, probes again at once while a run of accepted probes
+affordable within `CHAIN_BUDGET` of a target step could tip the choice to
+drafting: a cheap drafter whose text turned easy (code after prose, a copied
+block), or that had a bad streak, is soon drafting again, and nothing drafts
+on hope alone (drafting below break-even is what made the unbounded head slow).
 
-A fresh controller first drafts `start` tokens twice, the second time timed
-apart, then one round plainly: a drafter step and two verify widths, the
-calibration the bench runs up front, taken from the answer's own rounds and
-so never delaying its first token. Its own choices measure the rest.
+A fresh controller calibrates on its first rounds (`CALIBRATION`): one round
+plainly, one draft of one token to catch the drafter up, one more timed apart
+(a drafter step and a verify width), then, unless drafting already clearly
+loses, one round of its start length (a wider verify). With a drafter that
+cannot pay, as dear as the target or never right, this costs about two target
+steps; a drafter that pays widens or narrows its draft on the choices
+themselves, each new width measured by the round that tries it. They are the
+answer's own rounds and so never delay its first token.
 
 The choice reads only finished rounds and wall times, never the pending
 round's tokens: it fixes how many tokens are proposed before any is drawn,
@@ -39,10 +46,14 @@ from dataclasses import dataclass
 from ..plan import Plan, Round
 from .acceptance import Acceptance, expected_tokens
 from .costs import CostEstimate, Costs
+from .widths import widest, within
 
-PROBE_BUDGET = 0.01  # share of a plain stretch's time spent probing
-PROBE_MAX = 32  # plain rounds between probes, at most
+PROBE_BUDGET = 0.01  # share of the time spent probing, in plain rounds a round
+CHAIN_BUDGET = 2.0  # target steps a run of probes after an accepted one may spend to tip the choice
+CHAIN_MAX = 8  # probes such a run looks ahead, at most
 TIMED_EVERY = 8  # a drafting round in this many is timed apart, to follow the drafter's step cost
+CALIBRATION = (0, 1, 1)  # draft lengths of a fresh controller's first rounds, then its start's if it may pay
+SLACK = 1e-9  # float sums of the budget that should meet it exactly do
 
 
 @dataclass(frozen=True)
@@ -59,9 +70,10 @@ class AutoDraft:
         self.limit = limit
         self.acceptance = Acceptance(limit)
         self.costs = Costs()
-        self.calibration = [start, start, 0]  # draft lengths of a fresh controller's first rounds
+        self.calibration = [min(k, start) for k in CALIBRATION] + [start]  # its rounds still to run
         self.idle = 0  # rounds since the drafter last drafted or probed
-        self.hit = False  # the last probe would have been accepted
+        self.hit = False  # the last probe would have been accepted, or the last round drafted
+        self.owed = 0.0  # probe time not yet repaid, in plain rounds
         self.drafting = 0  # rounds planned to draft with the drafter caught up, for the timed-apart cadence
         self._first = True
         self._behind = True  # whether the round running catches the drafter up first
@@ -77,8 +89,8 @@ class AutoDraft:
 
     @property
     def probe_every(self) -> int:
-        """Plain rounds per probe: a probe costs a drafter step."""
-        return min(max(math.ceil(self.costs.step / PROBE_BUDGET), 1), PROBE_MAX)
+        """Plain rounds per probe, as the budget pays for a probe's measured cost."""
+        return max(math.ceil(self.costs.probe / PROBE_BUDGET - SLACK), 1)
 
     def plan(self, room: int) -> Plan:
         """The next round, drafting at most `room` tokens."""
@@ -87,19 +99,39 @@ class AutoDraft:
         if cap <= 0:
             k = 0
         elif calibrating:
-            k = min(self.calibration.pop(0), cap)
+            k = widest(min(self.calibration.pop(0), cap))
+            if k > 1 and self._best(cap) == 0:  # drafting clearly loses: no wider draft to measure
+                k, self.calibration = 0, []
         else:
             k = self._best(cap)
-        # A drafter left out of two rounds or more has their tokens to catch up on first.
+        # A drafter left out of two rounds or more, or not yet used in this generation, has tokens to catch up on.
         self._behind = self._first or self.idle >= 2 or self._copied
-        self._first = False
         timed = False
         if k > 0 and not self._behind:  # counted as planned: a draft that comes back empty still counts
             timed = not self.costs.timed or self.drafting % TIMED_EVERY == 0
             self.drafting += 1
-        probe = k == 0 and cap > 0 and not calibrating and (self.hit or self.idle + 1 >= self.probe_every)
+        probe = k == 0 and cap > 0 and not calibrating and self._probes(cap)
         self._probing = probe
+        self._first = self._first and not (k or probe)
         return Plan(k, timed, probe)
+
+    def _probes(self, cap: int) -> bool:
+        """Whether a plain round probes: when the budget has repaid the last probes, or after an
+        accepted probe (or drafting) while a run of accepted probes it can afford could tip the choice."""
+        if self.owed <= PROBE_BUDGET + SLACK:
+            return True
+        if self.hit:  # the answer stands until a probe or a drafting round changes what is known
+            step = self.costs.step
+            run = CHAIN_MAX if step <= 0 else min(CHAIN_MAX, int(CHAIN_BUDGET / step))
+            self.hit = run > 0 and _argmax(self._accepted(run).rates(), self.costs, cap) > 0
+        return self.hit
+
+    def _accepted(self, probes: int) -> Acceptance:
+        """The acceptance as it would be after `probes` more probes that would have been accepted."""
+        accepted = copy.deepcopy(self.acceptance)
+        for _ in range(probes):
+            accepted.observe_first(1.0)
+        return accepted
 
     def likely_plain(self, room: int) -> bool:
         """Judged on what is measured so far, and for a probing round on its probe's best case:
@@ -108,24 +140,24 @@ class AutoDraft:
         cap = min(self.limit, room)
         if cap <= 0 or self.calibration:
             return cap <= 0 or self.calibration[0] == 0
-        rates = self.acceptance.rates()
-        if self._probing:
-            accepted = copy.deepcopy(self.acceptance)
-            accepted.observe_first(1.0)
-            rates = accepted.rates()
+        rates = (self._accepted(1) if self._probing else self.acceptance).rates()
         return _argmax(rates, self.costs, cap) == 0
 
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""
-        if not (self._behind and done.steps):  # catching up is no drafter step
-            self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
-        if done.probe is not None:
+        self.owed = max(self.owed - PROBE_BUDGET, 0.0)
+        if done.probe is not None:  # its catching up included: that is what a probe costs
+            self.costs.probed(seconds)
+            self.owed = max(self.owed, self.costs.probe)  # the budget's turn comes a probe's cost after the last
             self.acceptance.observe_first(done.probe)
             self.hit = done.probe >= 0.5
-        elif not done.looked_up:  # a copy from the context says nothing of the drafter
+        elif not (self._behind and done.steps):  # catching up is no drafter step
+            self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
+        if done.probe is None and not done.looked_up:  # a copy from the context says nothing of the drafter
             self.acceptance.update(done.drafted, done.accepted)
-            if done.drafted:  # should plain decoding win next, probe at once: the drafter is caught up
-                self.hit = True
+            if done.drafted:  # it taught what a probe would; should plain decoding win next, a run of
+                self.hit = True  # probes may follow at once: the drafter is caught up
+                self.owed = max(self.owed, self.costs.probe)
         if done.steps:
             self.idle = 0
         else:
@@ -150,7 +182,9 @@ class AutoDraft:
 
 
 def _argmax(rates: list[float], costs: Costs, cap: int) -> int:
-    return max(range(cap + 1), key=lambda k: expected_tokens(rates, k) / costs.relative(k))
+    """The width of the set, up to `cap`, of most tokens per plain round."""
+    step = costs.step
+    return max(within(cap), key=lambda k: expected_tokens(rates, k) / (k * step + costs.verify(k)))
 
 
 class AutoDrafts:

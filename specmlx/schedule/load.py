@@ -14,7 +14,8 @@ cost is a function of the total positions scored, so a batch that fills the mach
 scored draft dear and the choice drafts less, and none once a drafted token
 costs more than it saves. For each width L, the rows' k_i are found by
 Dinkelbach's iteration (each row then maximises E_i(k) - ratio k step_i on
-its own). With one row this is the cost-aware choice of `auto.py`.
+its own). Each k_i, and so each width, is one of the set (`widths.py`). With
+one row this is the cost-aware choice of `auto.py`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
 from .acceptance import expected_tokens
+from .widths import widest, within
 
 ITERATIONS = 4  # Dinkelbach steps a width: the ratio settles in two or three
 
@@ -44,7 +46,9 @@ def choose(lanes: Sequence[Lane], verify: Callable[[int], float]) -> list[int]:
     """Each row's k for the most expected tokens per unit of time; `verify(n)`: a forward over n positions."""
     gains = [[expected_tokens(list(lane.rates), k) for k in range(_top(lane) + 1)] for lane in lanes]
     best, chosen = -1.0, [0] * len(lanes)
-    for width in range(1, max(map(_top, lanes)) + 2):
+    top = max(map(_top, lanes))
+    fixed = {lane.fixed for lane in lanes if lane.fixed is not None}
+    for width in sorted({1 + k for k in within(top)} | {1 + k for k in fixed}):
         ratio = 0.0
         for _ in range(ITERATIONS):
             ks = [_fit(lane, gain, width, ratio) for lane, gain in zip(lanes, gains)]
@@ -64,8 +68,8 @@ def _fit(lane: Lane, gain: list[float], width: int, ratio: float) -> int:
     if lane.fixed is not None:
         return lane.fixed
     if lane.group is not None:
-        return min(lane.cap, width - 1)
-    return max(range(min(lane.cap, width - 1) + 1), key=lambda k: gain[k] - ratio * lane.step * k)
+        return widest(min(lane.cap, width - 1))
+    return max(within(min(lane.cap, width - 1)), key=lambda k: gain[k] - ratio * lane.step * k)
 
 
 def _ratio(lanes: Sequence[Lane], gains: list[list[float]], ks: Sequence[int], verify: Callable[[int], float]) -> float:

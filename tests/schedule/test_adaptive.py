@@ -1,5 +1,6 @@
 """Draft length following the acceptance history, and the engine using it."""
 
+from specmlx.plan import Plan
 from specmlx.schedule import DraftLength
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine
@@ -8,13 +9,22 @@ from ..test_engine import PROMPTS, reference_greedy, run
 
 
 def test_full_accepts_lengthen_and_rejections_shorten_within_bounds():
+    """Along the set of widths: a step that lands between two is rounded down."""
     length = DraftLength(start=4, limit=7)
-    for drafted, accepted, expected in [(4, 4, 6), (6, 6, 7), (7, 7, 7), (7, 2, 6), (6, 0, 5)]:
+    for drafted, accepted, expected in [(4, 4, 6), (6, 6, 6), (6, 2, 4), (4, 4, 6), (6, 0, 4), (4, 0, 3)]:
         length.follow(drafted, accepted)
         assert length.current == expected
     for _ in range(10):
         length.follow(length.current, 0)
     assert length.current == 1
+
+
+def test_a_length_off_the_set_drafts_the_widest_within_it():
+    """A fixed k = 5 drafts 4, whose verify shape is compiled; near the end the room rounds down too."""
+    length = DraftLength(start=5, limit=5, adaptive=False)
+    assert length.plan(100) == Plan(4) and length.plan(3) == Plan(3) and length.planned == 4
+    assert DraftLength(start=7, limit=12).plan(100) == Plan(6)
+    assert DraftLength(start=8, limit=12).plan(7) == Plan(6)
 
 
 def test_fixed_length_stays_put():
