@@ -20,6 +20,7 @@ from specmlx.cache import make_cache
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
+from specmlx.schedule.widths import WIDTHS
 from specmlx.sampling import SamplingParams
 
 from .test_engine import PROMPTS, reference_greedy
@@ -64,7 +65,8 @@ def test_greedy_output_is_the_targets_own_whatever_the_prediction(tokenizer, voc
             assert stats.prediction_accepted <= stats.prediction_drafted <= stats.drafted
             if name == "correct":  # whole spans copied: every proposal accepted, few rounds
                 assert stats.prediction_accepted == stats.prediction_drafted >= MAX_TOKENS - stats.rounds
-                assert stats.rounds <= -(-MAX_TOKENS // (DraftPolicy().prediction_draft + 1))
+                # one round more at most: the copy near the end is cut to a length of the set (`widths.cut`)
+                assert stats.rounds <= -(-MAX_TOKENS // (DraftPolicy().prediction_draft + 1)) + 1
             if name == "none":
                 assert stats.prediction_drafted == 0
             if name == "diverges then agrees":  # it copied again after the edit: at most half came before it
@@ -75,9 +77,10 @@ def test_the_prediction_draft_length_caps_each_copy(tokenizer, vocab, target):
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
     prompt = tokenizer.encode(PROMPTS[0])
     own = tuple(reference_greedy(target, prompt, MAX_TOKENS))
-    config = GenerationConfig(max_tokens=MAX_TOKENS, prediction=own, policy=DraftPolicy(prediction_draft=5))
-    rounds = list(engine.generate(prompt, config))
-    assert [r.drafted for r in rounds] == [5] * 8  # 8 rounds of 5 copies and the target's token each
+    for cap, copied in ((6, 6), (5, 4)):  # 5 is no length of the set: each copy is cut to 4 (`widths.cut`)
+        config = GenerationConfig(max_tokens=MAX_TOKENS, prediction=own, policy=DraftPolicy(prediction_draft=cap))
+        rounds = list(engine.generate(prompt, config))
+        assert [r.drafted for r in rounds[:6]] == [copied] * 6 and all(r.drafted in WIDTHS for r in rounds)
 
 
 def test_rows_of_a_batch_follow_their_own_predictions(tokenizer, vocab, target, noisy_drafter):
