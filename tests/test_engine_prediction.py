@@ -20,7 +20,7 @@ from specmlx.cache import make_cache
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
-from specmlx.schedule.widths import WIDTHS
+from specmlx.schedule.widths import COPIED
 from specmlx.sampling import SamplingParams
 
 from .test_engine import PROMPTS, reference_greedy
@@ -80,7 +80,7 @@ def test_the_prediction_draft_length_caps_each_copy(tokenizer, vocab, target):
     for cap, copied in ((6, 6), (5, 4)):  # 5 is no length of the set: each copy is cut to 4 (`widths.cut`)
         config = GenerationConfig(max_tokens=MAX_TOKENS, prediction=own, policy=DraftPolicy(prediction_draft=cap))
         rounds = list(engine.generate(prompt, config))
-        assert [r.drafted for r in rounds[:6]] == [copied] * 6 and all(r.drafted in WIDTHS for r in rounds)
+        assert [r.drafted for r in rounds[:6]] == [copied] * 6 and all(r.drafted in COPIED for r in rounds)
 
 
 def test_rows_of_a_batch_follow_their_own_predictions(tokenizer, vocab, target, noisy_drafter):

@@ -8,7 +8,9 @@ answer, and each one's cost is measured on its own rather than drawn on a line.
 
 from __future__ import annotations
 
-WIDTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # draft lengths k; a verify scores k + 1 rows (16: a prediction's copy)
+WIDTHS = (0, 1, 2, 3, 4, 6, 8)  # draft lengths k a schedule plans; a verify scores k + 1 rows
+# and those of a copy (a lookup's, a prediction's): long copies of an edited file are where it pays most
+COPIED = WIDTHS + (12, 16)
 
 
 def widest(limit: int) -> int:
@@ -22,5 +24,5 @@ def within(limit: int) -> tuple[int, ...]:
 
 
 def cut(tokens: list[int]) -> list[int]:
-    """A copied draft (a lookup's, a prediction's) cut to the longest length of the set it covers."""
-    return tokens[: widest(len(tokens))]
+    """A copied draft (a lookup's, a prediction's) cut to the longest length of `COPIED` it covers."""
+    return tokens[: max(k for k in COPIED if k <= len(tokens))]

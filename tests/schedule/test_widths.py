@@ -1,6 +1,6 @@
 """The small set of draft lengths."""
 
-from specmlx.schedule.widths import WIDTHS, cut, widest, within
+from specmlx.schedule.widths import COPIED, WIDTHS, cut, widest, within
 
 
 def test_widest_is_the_longest_length_of_the_set_within_a_limit():
@@ -11,4 +11,5 @@ def test_widest_is_the_longest_length_of_the_set_within_a_limit():
 
 def test_a_copy_is_cut_to_a_length_of_the_set():
     assert cut(list(range(7))) == list(range(6)) and cut(list(range(3))) == [0, 1, 2] and cut([]) == []
-    assert all(len(cut(list(range(n)))) in WIDTHS for n in range(40))
+    assert len(cut(list(range(15)))) == 12 and len(cut(list(range(40)))) == 16
+    assert all(len(cut(list(range(n)))) in COPIED for n in range(40))
