@@ -1,0 +1,74 @@
+"""The warm-up at load: every width of the set run once, and nothing of the engine it warms changed."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from specmlx.cache import cache_length
+from specmlx.drafters import ModelDrafter, NoDrafter
+from specmlx.drafters.mtp import MTPDrafter
+from specmlx.engine import Engine
+from specmlx.policy import DraftPolicy
+from specmlx.sampling import SamplingParams
+from specmlx.schedule.widths import WIDTHS, within
+from specmlx.warmup import WARM_UP, wanted, warm_up, warm_up_at_load
+
+from . import tiny
+from .test_engine import PROMPTS, run
+
+
+def drafters(name: str, target, noisy_drafter, target_args, vocab):
+    if name == "model":
+        return ModelDrafter(noisy_drafter, vocab, name="noisy")
+    if name == "mtp":
+        return MTPDrafter(tiny.mtp(target_args, seed=3, draft_vocab=vocab // 2), vocab)
+    return NoDrafter()
+
+
+@pytest.mark.parametrize("name", ["model", "mtp", "none"])
+def test_every_width_runs_with_and_without_a_look_ahead(target, noisy_drafter, target_args, vocab, name):
+    drafter = drafters(name, target, noisy_drafter, target_args, vocab)
+    ran = warm_up(target, drafter, DraftPolicy(max_draft=8))
+    # Each draft length twice: k + 1 rows scored alone, then k after a look-ahead row (none for k = 0).
+    assert ran == tuple(pair for k in WIDTHS for pair in ((k, k + 1), (k, k)))
+
+
+def test_the_longest_width_is_the_policys():
+    assert within(DraftPolicy(max_draft=3).max_draft) == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("temp", [0.0, 0.8])
+def test_the_warmed_engine_generates_as_a_fresh_one(tokenizer, vocab, target, noisy_drafter, temp):
+    prompt = tokenizer.encode(PROMPTS[0])
+    settings = dict(max_tokens=24, num_draft=4, seed=3, sampling=SamplingParams(temp=temp))
+    fresh = Engine(target, ModelDrafter(noisy_drafter, vocab, name="noisy"), eos_token_ids=[])
+    expected, _ = run(fresh, prompt, **settings)
+
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab, name="noisy"), eos_token_ids=[])
+    run(engine, prompt, **settings)  # caches and context held from an answer, then warmed
+    held, context = cache_length(engine.cache), list(engine.context)
+    drafter_held = cache_length(engine.drafter.cache)
+    warm_up(target, engine.drafter, DraftPolicy(max_draft=4))
+    assert (cache_length(engine.cache), engine.context, cache_length(engine.drafter.cache)) == (
+        held, context, drafter_held)
+    engine.forget(0)
+    got, _ = run(engine, prompt, **settings)
+    assert [e.token for e in got] == [e.token for e in expected]
+
+
+@pytest.mark.parametrize("setting, on_gpu, expected", [
+    ("1", False, True), ("0", True, False), ("", True, True), ("", False, False)])
+def test_runs_by_default_on_a_gpu_only(monkeypatch, setting, on_gpu, expected):
+    monkeypatch.setenv(WARM_UP, setting)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.gpu if on_gpu else mx.cpu)
+    assert wanted() is expected
+
+
+def test_at_load_skips_a_sharded_target_and_reports_progress(monkeypatch, target, vocab):
+    monkeypatch.setenv(WARM_UP, "1")
+    said: list[str] = []
+    warm_up_at_load(target, [NoDrafter()], DraftPolicy(num_draft=1, max_draft=1), one_process=False, progress=said.append)
+    assert said == []
+    warm_up_at_load(target, [NoDrafter()], DraftPolicy(num_draft=1, max_draft=1), progress=said.append)
+    assert said == ["warming up draft lengths 0, 1 with none"]
