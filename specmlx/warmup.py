@@ -13,7 +13,7 @@ a GPU only; `SPECMLX_WARM_UP=1` forces it, `=0` skips it.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -30,6 +30,7 @@ WARM_UP = "SPECMLX_WARM_UP"  # "1": always, "0": never, unset: on a GPU only
 SAMPLED = SamplingParams(temp=0.7, top_p=0.95, top_k=20, min_p=0.02)
 GREEDY = SamplingParams()
 PROMPT = 8  # tokens of throwaway context
+WARMED: set[tuple] = set()  # (id of the target, drafter name, policy lengths) warmed in this process
 
 
 def wanted() -> bool:
@@ -93,12 +94,16 @@ def propose(engine: Engine, tokens: list[int], k: int, sampling: SamplingParams,
     return Draft(mx.zeros((k,), dtype=mx.uint32))
 
 
-def warm_up_at_load(target: nn.Module, drafters: list[Drafter] | tuple[Drafter, ...],
-                    policy: DraftPolicy = DraftPolicy(), one_process: bool = True,
-                    progress: Callable[[str], None] | None = None) -> None:
-    """What a server or command line calls once its models are loaded: each drafter's warm-up when
-    `wanted`, and only on one process (a sharded target's ranks would wait for each other)."""
+def warm_up_at_load(target: nn.Module, drafters: Sequence[Drafter], policy: DraftPolicy = DraftPolicy(),
+                    one_process: bool = True, progress: Callable[[str], None] | None = None) -> None:
+    """What a command line, server or bench calls once its models are loaded: when `wanted`, the
+    warm-up of each drafter that drafts (any one runs every verify width), on one process only (a
+    sharded target's ranks would wait for each other), once a process for a target and drafter."""
     if not (one_process and wanted()):
         return
-    for drafter in drafters:
-        warm_up(target, drafter, policy, progress)
+    drafting = [d for d in drafters if d.drafts] or list(drafters[:1])
+    for drafter in drafting:
+        done = (id(target), drafter.name, policy.max_draft, policy.num_draft)
+        if done not in WARMED:  # kernels are the process's: a bench's next engine of the pair needs none
+            warm_up(target, drafter, policy, progress)
+            WARMED.add(done)

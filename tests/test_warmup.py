@@ -12,6 +12,7 @@ from specmlx.engine import Engine
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 from specmlx.schedule.widths import WIDTHS, within
+from specmlx import warmup
 from specmlx.warmup import WARM_UP, wanted, warm_up, warm_up_at_load
 
 from . import tiny
@@ -65,10 +66,15 @@ def test_runs_by_default_on_a_gpu_only(monkeypatch, setting, on_gpu, expected):
     assert wanted() is expected
 
 
-def test_at_load_skips_a_sharded_target_and_reports_progress(monkeypatch, target, vocab):
+def test_at_load_warms_each_drafting_drafter_once_on_one_process(monkeypatch, target, noisy_drafter, vocab):
     monkeypatch.setenv(WARM_UP, "1")
+    monkeypatch.setattr(warmup, "WARMED", set())
     said: list[str] = []
-    warm_up_at_load(target, [NoDrafter()], DraftPolicy(num_draft=1, max_draft=1), one_process=False, progress=said.append)
+    policy = DraftPolicy(num_draft=1, max_draft=1)
+    drafters = [ModelDrafter(noisy_drafter, vocab, name="noisy"), NoDrafter()]
+    warm_up_at_load(target, drafters, policy, one_process=False, progress=said.append)
     assert said == []
-    warm_up_at_load(target, [NoDrafter()], DraftPolicy(num_draft=1, max_draft=1), progress=said.append)
-    assert said == ["warming up draft lengths 0, 1 with none"]
+    for _ in range(2):
+        warm_up_at_load(target, drafters, policy, progress=said.append)
+    warm_up_at_load(target, [NoDrafter()], policy, progress=said.append)  # none drafts: the first still runs
+    assert said == ["warming up draft lengths 0, 1 with noisy", "warming up draft lengths 0, 1 with none"]
