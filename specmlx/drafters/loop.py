@@ -58,6 +58,9 @@ def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling
             confidence = warp(logits, sampling)
             token = sample(confidence, keys[i])
         fed = token.reshape(1).astype(mx.uint32)
+        # The device runs this step while the host builds the next one's graph (or the verify's), as
+        # mlx-lm's loop overlaps its steps: a small model's step costs about as much to build as to run.
+        mx.async_eval(fed)
         if allowed is not None:
             # The drafter may score nothing the grammar allows (a head's draft vocabulary): q would be
             # empty, so the draft ends here, a choice made from the tokens before this one, as p-min's is.
