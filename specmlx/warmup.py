@@ -42,32 +42,32 @@ def wanted() -> bool:
 
 
 def warm_up(target: nn.Module, drafter: Drafter, policy: DraftPolicy = DraftPolicy(),
-            progress: Callable[[str], None] | None = None) -> tuple[tuple[int, int], ...]:
+            progress: Callable[[str], None] | None = None) -> tuple[tuple[int, int, int], ...]:
     """Run every draft length of the set up to `policy`'s longest on a throwaway engine of `target`
-    and a fresh copy of `drafter`: for each round, its draft length and the rows of the target's
-    forward. One process only: a sharded target's ranks would have to run it in lockstep."""
+    and a fresh copy of `drafter`: for each round, its draft length, how many of those the drafter
+    drew (0 for zeros) and the rows of the target's forward. One process only: a sharded target's
+    ranks would have to run it in lockstep."""
     engine = Engine(target, drafter.fresh(), eos_token_ids=())
     tokens = [0] * PROMPT
     engine.prefill(tokens)
     widths = within(max(policy.max_draft, policy.num_draft or 0, policy.lookup_draft if policy.lookup else 0))
     if progress is not None:
         progress(f"warming up draft lengths {', '.join(map(str, widths))} with {drafter.name}")
-    ran: list[tuple[int, int]] = []
-    for k in widths:
-        engine.rewind(len(tokens) - 1)  # as if no look-ahead ran: the verify scores k + 1 rows
-        ran.append((k, warm_round(engine, tokens, k, GREEDY, None)))
-        ahead = look_ahead_on(engine, tokens)  # the next round scores its k drafts after it
-        ran.append((k, warm_round(engine, tokens, k, SAMPLED, ahead)))
-        ahead = look_ahead_on(engine, tokens)
+    ran: list[tuple[int, int, int]] = []
+    for k in widths:  # the caches hold all but the last token: the first round's verify scores k + 1 rows
+        ran.append((k, *warm_round(engine, tokens, k, GREEDY, None)))
+        ahead = look_ahead_on(engine, tokens)  # the second scores its k drafts after a look-ahead row
+        ran.append((k, *warm_round(engine, tokens, k, SAMPLED, ahead)))
     return tuple(ran)
 
 
-def warm_round(engine: Engine, tokens: list[int], k: int, drafting: SamplingParams, ahead: Ahead | None) -> int:
+def warm_round(engine: Engine, tokens: list[int], k: int, drafting: SamplingParams,
+               ahead: Ahead | None) -> tuple[int, int]:
     """One round of `k` drafts drawn as `drafting` says (zeros where the drafter drafts nothing),
-    verified greedy and sampled, with the probe's chance, every draft accepted: the rows its
-    target forward scored (0: none, a plain round after a look-ahead)."""
+    verified greedy and sampled, with the probe's chance, every draft accepted: how many the drafter
+    drew, and the rows its target forward scored (0: none, a plain round after a look-ahead)."""
     key = mx.random.key(k)
-    draft = propose(engine, tokens, k, drafting, key)
+    draft, drawn = propose(engine, tokens, k, drafting, key)
     hidden, logits = score(engine, tokens, draft.tokens, ahead)
     p = mx.exp(warp(logits, SAMPLED))
     outputs = [verify(logits, None, draft, key), verify(logits, p, draft, key)]
@@ -75,7 +75,7 @@ def warm_round(engine: Engine, tokens: list[int], k: int, drafting: SamplingPara
     outputs += [c for c in (probe_chance(probe, logits, p), probe_chance(probe, logits, None)) if c is not None]
     mx.eval(draft.tokens, outputs, *([] if hidden is None else [hidden]))
     tokens += draft.tokens.tolist() + [outputs[0][1].item()]  # every draft accepted, then the target's token
-    return 0 if hidden is None else hidden.shape[0]
+    return drawn, 0 if hidden is None else hidden.shape[0]
 
 
 def look_ahead_on(engine: Engine, tokens: list[int]) -> Ahead:
@@ -85,13 +85,15 @@ def look_ahead_on(engine: Engine, tokens: list[int]) -> Ahead:
     return ahead
 
 
-def propose(engine: Engine, tokens: list[int], k: int, sampling: SamplingParams, key: mx.array) -> Draft:
-    """The drafter's `k` tokens, all of them (no p-min), or `k` zeros from one that drafts nothing."""
+def propose(engine: Engine, tokens: list[int], k: int, sampling: SamplingParams,
+            key: mx.array) -> tuple[Draft, int]:
+    """The drafter's `k` tokens, all of them (no p-min), or `k` zeros from one that drafts nothing
+    (or, having nothing to read, fewer); and how many the drafter drew."""
     if k and engine.drafter.drafts:
         draft = engine.drafter.draft(tokens, k, sampling, key)
         if draft.size == k:
-            return draft
-    return Draft(mx.zeros((k,), dtype=mx.uint32))
+            return draft, k
+    return Draft(mx.zeros((k,), dtype=mx.uint32)), 0
 
 
 def warm_up_at_load(target: nn.Module, drafters: Sequence[Drafter], policy: DraftPolicy = DraftPolicy(),

@@ -7,6 +7,7 @@ import pytest
 
 from specmlx.cache import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter
+from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine
 from specmlx.policy import DraftPolicy
@@ -19,7 +20,9 @@ from . import tiny
 from .test_engine import PROMPTS, run
 
 
-def drafters(name: str, target, noisy_drafter, target_args, vocab):
+def drafters(name: str, noisy_drafter, target_args, g4_args, vocab):
+    if name == "gemma4":  # reads the target's own cache
+        return Gemma4AssistantDrafter(tiny.gemma4_assistant(g4_args, seed=1, ordered=True), vocab)
     if name == "model":
         return ModelDrafter(noisy_drafter, vocab, name="noisy")
     if name == "mtp":
@@ -27,12 +30,15 @@ def drafters(name: str, target, noisy_drafter, target_args, vocab):
     return NoDrafter()
 
 
-@pytest.mark.parametrize("name", ["model", "mtp", "none"])
-def test_every_width_runs_with_and_without_a_look_ahead(target, noisy_drafter, target_args, vocab, name):
-    drafter = drafters(name, target, noisy_drafter, target_args, vocab)
-    ran = warm_up(target, drafter, DraftPolicy(max_draft=8))
-    # Each draft length twice: k + 1 rows scored alone, then k after a look-ahead row (none for k = 0).
-    assert ran == tuple(pair for k in WIDTHS for pair in ((k, k + 1), (k, k)))
+@pytest.mark.parametrize("name", ["model", "mtp", "gemma4", "none"])
+def test_every_width_runs_with_and_without_a_look_ahead(target, g4_target, noisy_drafter, target_args, g4_args,
+                                                        vocab, name):
+    drafter = drafters(name, noisy_drafter, target_args, g4_args, vocab)
+    ran = warm_up(g4_target if name == "gemma4" else target, drafter, DraftPolicy(max_draft=8))
+    # Each draft length twice: k + 1 rows scored alone, then k after a look-ahead row (none for k = 0),
+    # each of the k drawn by the drafter where it drafts (greedy, then sampled after catching up).
+    drawn = (lambda k: 0) if name == "none" else (lambda k: k)
+    assert ran == tuple(row for k in WIDTHS for row in ((k, drawn(k), k + 1), (k, drawn(k), k)))
 
 
 def test_the_longest_width_is_the_policys():
