@@ -17,6 +17,7 @@ from specmlx.engine import Engine
 from specmlx.errors import SpecmlxError
 from specmlx.loading import LoadedModel, check_pair, load_drafter, load_pair, resolve_drafter
 from specmlx.log import user_error
+from specmlx.warmup import warm_up_at_load
 
 from .drafters import Loader
 from .session import Session
@@ -42,6 +43,7 @@ class LoadFailure:
 def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda step: None) -> Session:
     """Load the target and drafter and build the engine, reporting each step."""
     target, drafter = load_pair(choice.target, choice.drafter, progress)
+    warm_up_at_load(target.model, [drafter], progress=progress)
     progress("ready")
     return Session(Engine(target.model, drafter, target.tokenizer), target_name=target.name,
                    later=preset_drafters(choice.target or presets.default_preset_name(), target))

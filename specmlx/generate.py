@@ -25,6 +25,7 @@ from .options import (Parser, add_draft_arguments, add_model_arguments, add_samp
 from .prompting import encode_chat, encode_output, encode_text, has_chat_template
 from .schedule import AutoEstimate
 from .stats import GenerationStats
+from .warmup import warm_up_at_load
 
 DRAFT_STYLE = "\033[32m"  # accepted draft tokens: green
 RESET = "\033[0m"
@@ -134,6 +135,7 @@ def generate(args: argparse.Namespace) -> int:
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
         engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers)
+        warm_up_at_load(target.model, loaded.drafters, config.policy, loaded.peers.one_process, progress)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
             follow(engine, prompt, config, lockstep)
             return 0

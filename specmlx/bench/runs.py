@@ -28,6 +28,7 @@ from ..engine import Engine, GenerationConfig
 from ..events import RoundEvent
 from ..grammar import Grammar
 from ..policy import DraftPolicy
+from ..warmup import warm_up_at_load
 from ..sampling import SamplingParams
 from .plan import MLX_LM_SPEC, SPECMLX, TARGET
 
@@ -190,6 +191,7 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
     `specmlx generate`. With a `prediction`, the request's (`drafters.prediction`); with a
     `grammar`, the answer is constrained to it (`grammar.py`)."""
     engine = Engine(model, drafter, tokenizer, peers=ALONE if lockstep is None else lockstep)
+    warm_up_at_load(model, [drafter], replace(policy, num_draft=num_draft), lockstep is None)  # before the clock
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
                               profile=profile, policy=policy, prediction=tuple(prediction), grammar=grammar)

@@ -46,6 +46,7 @@ def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling
     grammar, each step draws from what `allowed` lets through (q masked as verification masks p;
     one small sync a step, to know what was drafted)."""
     keys = mx.random.split(key, num_draft)
+    overlap = overlaps_steps()
     tokens, probs, fed, drafted = [], [], first, []
     for i in range(num_draft):
         scores, state = step(fed, state, sampling.greedy and allowed is None)
@@ -58,6 +59,8 @@ def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling
             confidence = warp(logits, sampling)
             token = sample(confidence, keys[i])
         fed = token.reshape(1).astype(mx.uint32)
+        if overlap:
+            mx.async_eval(fed)
         if allowed is not None:
             # The drafter may score nothing the grammar allows (a head's draft vocabulary): q would be
             # empty, so the draft ends here, a choice made from the tokens before this one, as p-min's is.
@@ -73,3 +76,11 @@ def draft_loop(step: Step, first: mx.array, state: Any, num_draft: int, sampling
     if not tokens:
         return Draft.empty()
     return Draft(mx.concatenate(tokens), mx.stack(probs) if probs else None)
+
+
+def overlaps_steps() -> bool:
+    """Whether each step starts on the device as soon as it is built, so the host builds the next one
+    (or the verify) meanwhile, as mlx-lm's loop overlaps its steps: on a GPU, where a small model's
+    step costs about as much to build as to run. A CPU computes on the host's own cores: there the
+    overlap measured no gain on a loaded 2-core machine (issue 43, item 6)."""
+    return mx.default_device() == mx.gpu

@@ -35,6 +35,7 @@ from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sam
                        sampling_params)
 from ..policy import DraftPolicy
 from ..sampling import SamplingParams
+from ..warmup import warm_up_at_load
 from .limits import Access
 from .run import Server, bind
 from .mirror import NO_MIRROR
@@ -138,6 +139,7 @@ def serve(args: argparse.Namespace) -> int:
             return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name)
         mlx = MLXThread()  # with ranks, every collective of rank 0 runs on this one thread, in order
         loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
+        mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy, loaded.peers.one_process, say)
         return listen(args, allowed, sock, mlx, loaded.target, loaded.drafters, defaults_policy, sampling,
                       lockstep_of(loaded.peers))
 
