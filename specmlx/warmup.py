@@ -3,7 +3,8 @@
 A GPU backend compiles kernels for each new shape on first use (MLX's CUDA backend took about 38 s
 for a 9-row verify of a 4-bit target), so an answer that met a new width would stall mid-answer.
 The warm-up runs, on a throwaway engine (fresh caches sharing the weights: the loaded ones are never
-touched), two rounds at each draft length of `schedule.widths` up to the longest a policy allows:
+touched), two rounds at each draft length of `schedule.widths` up to the longest a policy allows
+(a copy's too: a request's prediction may copy up to `prediction_draft` tokens):
 the drafter's steps greedy and sampled, its catch-up on a fully accepted draft, the target's verify
 with and without a look-ahead row (k + 1 and k rows), and both verifies and the probe's chance.
 On a CPU nothing is compiled per shape and each width costs real forwards, so it runs by default on
@@ -23,7 +24,7 @@ from .engine import Engine
 from .policy import DraftPolicy
 from .round import Ahead, look_ahead, probe_chance, score, verify
 from .sampling import SamplingParams, warp
-from .schedule.widths import within
+from .schedule.widths import COPIED, within
 
 WARM_UP = "SPECMLX_WARM_UP"  # "1": always, "0": never, unset: on a GPU only
 # Every filter on, so each sampling op a request may ask for is run (the unfiltered path uses a subset).
@@ -50,7 +51,8 @@ def warm_up(target: nn.Module, drafter: Drafter, policy: DraftPolicy = DraftPoli
     engine = Engine(target, drafter.fresh(), eos_token_ids=())
     tokens = [0] * PROMPT
     engine.prefill(tokens)
-    widths = within(max(policy.max_draft, policy.num_draft or 0, policy.lookup_draft if policy.lookup else 0))
+    widths = sorted({*within(max(policy.max_draft, policy.num_draft or 0, policy.lookup_draft if policy.lookup else 0)),
+                     *(k for k in COPIED if k <= policy.prediction_draft)})  # a request's prediction copies up to that
     if progress is not None:
         progress(f"warming up draft lengths {', '.join(map(str, widths))} with {drafter.name}")
     ran: list[tuple[int, int, int]] = []
@@ -105,7 +107,7 @@ def warm_up_at_load(target: nn.Module, drafters: Sequence[Drafter], policy: Draf
         return
     drafting = [d for d in drafters if d.drafts] or list(drafters[:1])
     for drafter in drafting:
-        done = (id(target), drafter.name, policy.max_draft, policy.num_draft)
+        done = (id(target), drafter.name, policy.max_draft, policy.num_draft, policy.prediction_draft)
         if done not in WARMED:  # kernels are the process's: a bench's next engine of the pair needs none
             warm_up(target, drafter, policy, progress)
             WARMED.add(done)

@@ -12,7 +12,7 @@ from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
-from specmlx.schedule.widths import WIDTHS, within
+from specmlx.schedule.widths import COPIED, WIDTHS, within
 from specmlx import warmup
 from specmlx.warmup import WARM_UP, wanted, warm_up, warm_up_at_load
 
@@ -36,9 +36,12 @@ def test_every_width_runs_with_and_without_a_look_ahead(target, g4_target, noisy
     drafter = drafters(name, noisy_drafter, target_args, g4_args, vocab)
     ran = warm_up(g4_target if name == "gemma4" else target, drafter, DraftPolicy(max_draft=8))
     # Each draft length twice: k + 1 rows scored alone, then k after a look-ahead row (none for k = 0),
-    # each of the k drawn by the drafter where it drafts (greedy, then sampled after catching up).
+    # each of the k drawn by the drafter where it drafts (greedy, then sampled after catching up); past
+    # the longest draft, the lengths a prediction's copy may have (up to `prediction_draft`).
     drawn = (lambda k: 0) if name == "none" else (lambda k: k)
-    assert ran == tuple(row for k in WIDTHS for row in ((k, drawn(k), k + 1), (k, drawn(k), k)))
+    assert ran == tuple(row for k in COPIED for row in ((k, drawn(k), k + 1), (k, drawn(k), k)))
+    shorter = warm_up(target, NoDrafter(), DraftPolicy(max_draft=8, prediction_draft=8))
+    assert tuple(k for k, _, _ in shorter[::2]) == WIDTHS
 
 
 def test_the_longest_width_is_the_policys():
@@ -76,7 +79,7 @@ def test_at_load_warms_each_drafting_drafter_once_on_one_process(monkeypatch, ta
     monkeypatch.setenv(WARM_UP, "1")
     monkeypatch.setattr(warmup, "WARMED", set())
     said: list[str] = []
-    policy = DraftPolicy(num_draft=1, max_draft=1)
+    policy = DraftPolicy(num_draft=1, max_draft=1, prediction_draft=1)
     drafters = [ModelDrafter(noisy_drafter, vocab, name="noisy"), NoDrafter()]
     warm_up_at_load(target, drafters, policy, one_process=False, progress=said.append)
     assert said == []
