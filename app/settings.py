@@ -40,7 +40,7 @@ class ChatSettings:
 
     temp: float = 0.0
     top_p: float = 1.0
-    policy: DraftPolicy = DraftPolicy()
+    policy: DraftPolicy = DraftPolicy(num_draft=None)  # the automatic length, as generate and serve draft
     max_tokens: int = 1024
     drafter: str | None = None
     speculation: bool = True

@@ -12,7 +12,7 @@ import argparse
 
 from .errors import SpecmlxError
 from .loading import MODEL_DRAFTERS
-from .policy import START_DRAFT, DraftPolicy, part
+from .policy import AUTO, START_DRAFT, DraftPolicy, part
 from .sampling import SamplingParams
 
 # DraftPolicy's field -> the flag that sets it, besides --num-draft.
@@ -44,15 +44,16 @@ def add_draft_arguments(parser: argparse.ArgumentParser, per_request: bool = Fal
     """The draft policy's flags: --num-draft in `DraftPolicy`'s grammar, and a flag for each
     of its other parts. `per_request`: they are a server's defaults, which a request may change."""
     unless = " when a request does not say" if per_request else ""
-    parser.add_argument("--num-draft", default=str(START_DRAFT), metavar="K|auto",
-                        help=f"tokens drafted per round{unless} (default {START_DRAFT}), or auto: each round drafts "
-                        "what measured costs and acceptance say is fastest, 0 (plain decoding) included; with auto, "
-                        "a seeded sampled run repeats its distribution, not its text. May name the other parts too, "
-                        "e.g. 4+adaptive+pmin=0.5 (max=K, lookup=N, lookup-draft=K)")
+    parser.add_argument("--num-draft", default=None, metavar="K|auto",
+                        help=f"tokens drafted per round{unless}, or auto (the default; {START_DRAFT} with --adaptive): "
+                        "each round drafts what measured costs and acceptance say is fastest, 0 (plain decoding) "
+                        "included; with auto, a seeded sampled run repeats its distribution, not its text (a fixed "
+                        "K repeats the text). May name the other parts too, e.g. 4+adaptive+pmin=0.5 (max=K, "
+                        "lookup=N, lookup-draft=K)")
     parser.add_argument("--max-draft", type=int, default=12, metavar="K",
                         help="longest draft of auto and --adaptive (default 12)")
     parser.add_argument("--adaptive", action="store_true",
-                        help="tune the draft length to the acceptance history, from --num-draft (default 4) "
+                        help=f"tune the draft length to the acceptance history, from --num-draft (default {START_DRAFT}) "
                         "up to --max-draft")
     parser.add_argument("--draft-p-min", type=float, default=0.0, metavar="P",
                         help="stop a round's draft after a step where the drafter's top probability "
@@ -72,7 +73,15 @@ def draft_policy(args: argparse.Namespace) -> DraftPolicy:
     default = DraftPolicy()
     flags = [part(name, getattr(args, flag)) for name, flag in DRAFT_FLAGS.items()
              if getattr(args, flag) != getattr(default, name)]
-    return DraftPolicy.parse("+".join([str(args.num_draft), *flags]))
+    return DraftPolicy.parse("+".join([str(num_draft(args)), *flags]))
+
+
+def num_draft(args: argparse.Namespace) -> str:
+    """--num-draft as given; when not, the automatic length, which beat every fixed default on a
+    CPU and on a GPU (docs/benchmarks.md), or with --adaptive, where that one starts."""
+    if args.num_draft is not None:
+        return args.num_draft
+    return str(START_DRAFT) if getattr(args, "adaptive", False) else AUTO
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, per_request: bool = False) -> None:

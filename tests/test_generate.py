@@ -45,7 +45,8 @@ def test_json_output_end_to_end(model_dirs, tokenizer, target):
     stats = data["stats"]
     assert stats["generation_tokens"] == len(data["tokens"])
     assert stats["accepted"] == data["sources"].count("draft")
-    assert not stats["auto"] and stats["host_syncs"] == stats["rounds"]  # one sync a round
+    # The automatic length by default: one sync a round, one more where it timed drafting apart.
+    assert stats["auto"] and stats["host_syncs"] == stats["rounds"] + stats["timed_rounds"]
     # Something was generated, and as much as the stats say: all 24 tokens, or
     # fewer only where the target's own next token is an end token.
     n = len(data["tokens"])
@@ -112,7 +113,8 @@ def test_plain_text_output_and_stats(capsys, model_dirs, drafter):
 
 def test_sampling_flags_and_seed(capsys, model_dirs):
     args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
-            "--max-tokens", 16, "--temp", 0.8, "--top-p", 0.9, "--top-k", 40, "--seed", 3, "--json")
+            "--max-tokens", 16, "--temp", 0.8, "--top-p", 0.9, "--top-k", 40, "--seed", 3, "--json",
+            "--num-draft", 4)  # a fixed length repeats the text (the automatic one, the distribution)
     first = json.loads(cli(capsys, *args)[1])
     second = json.loads(cli(capsys, *args)[1])
     assert first["tokens"] == second["tokens"]
@@ -133,11 +135,13 @@ def test_seed_minus_one_is_a_random_seed_and_one_out_of_range_is_one_line(capsys
     assert cli(capsys, *args, "--seed", 2 ** 64 - 1)[0] == 0
 
 
-def test_the_draft_length_is_four_unless_auto_is_asked_for(capsys, model_dirs):
+def test_the_draft_length_is_automatic_unless_one_is_asked_for(capsys, model_dirs):
     args = ("--target", model_dirs["target"], "--drafter", model_dirs["drafter"], "--prompt", PROMPT,
             "--max-tokens", 24)
     default = json.loads(cli(capsys, *args, "--json")[1])["stats"]
-    assert not default["auto"] and default["draft_histogram"][4] >= default["rounds"] - 2
+    assert default["auto"]
+    adaptive = json.loads(cli(capsys, *args, "--adaptive", "--json")[1])["stats"]  # which starts at 4
+    assert not adaptive["auto"] and adaptive["num_draft"] == 4 and adaptive["draft_histogram"][4] >= 1
     auto = json.loads(cli(capsys, *args, "--num-draft", "auto", "--json")[1])["stats"]
     assert auto["auto"] and sum(auto["draft_histogram"]) == auto["rounds"]
     # One sync a round, and one more in the rounds the automatic length timed its drafting apart.

@@ -24,11 +24,11 @@ def rounds_of(*sizes: int) -> list[RoundEvent]:
 
 
 def test_idle_and_started_say_how_the_answer_drafts():
-    assert idle_figures(ChatSettings(drafter="noisy")).draft == "4"
-    assert idle_figures(ChatSettings(drafter="noisy", policy=DraftPolicy(num_draft=None))).draft == "auto"
+    assert idle_figures(ChatSettings(drafter="noisy")).draft == "auto"
+    assert idle_figures(ChatSettings(drafter="noisy", policy=DraftPolicy(num_draft=4))).draft == "4"
     assert idle_figures(ChatSettings(drafter="noisy", speculation=False)).draft == "off"
     assert idle_figures(ChatSettings(drafter="ngram"), baseline_tps=3.0) == Figures(
-        drafter="prompt lookup", draft="4", baseline_tps=3.0)
+        drafter="prompt lookup", draft="auto", baseline_tps=3.0)
     config = ChatSettings(policy=DraftPolicy(num_draft=None)).generation_config()
     started = started_figures(Started(prompt_tokens=30, reused=12, drafter="noisy", config=config))
     assert started == Figures(drafter="noisy", draft="auto", prompt_tokens=30, reused=12)

@@ -102,7 +102,7 @@ def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine)
     # Rewound to the shared prefix, no further: what it still holds is reused.
     assert cache_length(model.cache) == min(shared, held)
     # And it drafts on from there: the next answer is the target's own greedy one.
-    updates = answer(session, "and then?", ChatSettings(max_tokens=16))
+    updates = answer(session, "and then?", ChatSettings(max_tokens=16, policy=DraftPolicy(num_draft=4)))  # drafts every round
     prompt, last = session._last[0], updates[-1]
     plain = Engine(session.engine.target, NoDrafter(), session.engine.tokenizer)
     expected = [e.token for e in plain.generate(prompt, GenerationConfig(max_tokens=16)).token_events()]

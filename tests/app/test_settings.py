@@ -21,10 +21,10 @@ def test_speculation_off_means_no_drafter_but_keeps_the_choice():
     assert (config.sampling.temp, config.policy.num_draft, config.stop) == (0.5, 3, ("x",))
 
 
-def test_the_draft_length_is_four_unless_auto_is_chosen():
-    assert not ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "4"
-    auto = ChatSettings(policy=DraftPolicy(num_draft=None))
-    assert auto.generation_config().policy.auto and auto.draft_label == "auto"
+def test_the_draft_length_is_automatic_unless_one_is_chosen():
+    assert ChatSettings().generation_config().policy.auto and ChatSettings().draft_label == "auto"
+    fixed = ChatSettings(policy=DraftPolicy(num_draft=4))
+    assert not fixed.generation_config().policy.auto and fixed.draft_label == "4"
 
 
 def test_the_draft_field_reads_the_draft_policy_grammar_and_keeps_only_a_length():

@@ -58,7 +58,9 @@ def test_the_default_draft_policy_and_sampling_come_from_the_shared_flags():
     args = build_parser().parse_args(["--num-draft", "auto", "--lookup", "3", "--top-k", "20", "--temp", "0.5"])
     assert draft_policy(args) == DraftPolicy(num_draft=None, lookup=3)
     assert sampling_params(args) == SamplingParams(0.5, top_k=20)
-    assert draft_policy(build_parser().parse_args([])) == DraftPolicy()
+    assert draft_policy(build_parser().parse_args([])) == DraftPolicy(num_draft=None)  # the automatic length
+    assert draft_policy(build_parser().parse_args(["--adaptive"])) == DraftPolicy(num_draft=4, adaptive=True)
+    assert draft_policy(build_parser().parse_args(["--num-draft", "3"])) == DraftPolicy(num_draft=3)
 
 
 def test_a_usage_error_is_one_line_and_exit_2(capsys):

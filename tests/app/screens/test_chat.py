@@ -151,7 +151,7 @@ def test_settings_change_the_next_answers_parameters(fake_engine):
             await send(pilot, "two")
             await answered(pilot, 2)
             first, second = engine.calls
-            assert first.config.sampling.temp == 0 and first.config.policy.num_draft == 4  # the default
+            assert first.config.sampling.temp == 0 and first.config.policy.num_draft is None  # the default: auto
             assert (second.config.sampling.temp, second.config.sampling.top_p) == (0.7, 0.9)
             assert (second.config.policy.num_draft, second.config.max_tokens) == (2, 50)
             assert isinstance(second.drafter, NoDrafter)
