@@ -27,7 +27,8 @@ class Round:
     than drafted. `draft_s` is the proposing alone, when the round
     timed it apart with one more sync; otherwise None. `probe` is, for a
     probed round, the chance the target would have accepted the probe's
-    token (1 or 0 at temperature 0)."""
+    token (1 or 0 at temperature 0). `ahead`: its first row was scored by the round before (a
+    look-ahead), so its own forward scored its drafts alone, one row fewer than its width says."""
 
     tokens: tuple[int, ...]
     drafted: int
@@ -35,6 +36,7 @@ class Round:
     draft_s: float | None = None
     probe: float | None = None
     predicted: bool = False
+    ahead: bool = False
 
     @property
     def accepted(self) -> int:

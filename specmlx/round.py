@@ -84,7 +84,8 @@ def run_round(state: Decoding, plan: Plan, ahead: Ahead | None = None,
     # 5. commit: both caches drop the rejected tail, an O(1) offset move (a look-ahead keeps its token)
     engine.rewind(len(state.tokens) + accepted + (nxt is not None))
     done = Round(tuple(proposal_[:accepted]) + (following,), draft.size, proposed.looked_up,
-                 draft_done - start if timed else None, probed[0] if probed else None, draft.predicted)
+                 draft_done - start if timed else None, probed[0] if probed else None, draft.predicted,
+                 ahead is not None)
     if state.constraint is not None:
         state.constraint.advance(done.tokens)
     rec.draft_s += draft_done - start

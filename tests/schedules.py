@@ -12,6 +12,7 @@ class Alternating:
 
     def __init__(self, k: int, guess: bool = True) -> None:
         self.k, self.guess, self.rounds = k, guess, 0
+        self.done: list[Round] = []  # the rounds it was shown
 
     def plan(self, room: int) -> Plan:
         self.rounds += 1
@@ -21,7 +22,7 @@ class Alternating:
         return self.guess
 
     def update(self, done: Round, seconds: float) -> None:
-        pass
+        self.done.append(done)
 
     def estimate(self) -> None:
         return None

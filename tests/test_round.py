@@ -186,3 +186,15 @@ def test_a_model_drafter_at_a_fixed_length_does_not_look_ahead(monkeypatch, toke
     tokens, rounds, stats = generate(target, ModelDrafter(noisy_drafter, vocab), prompt, 3, lookup=2)
     assert tokens == reference_greedy(target, prompt, 30)
     assert started == [] and stats.host_syncs == stats.rounds
+
+
+@pytest.mark.parametrize("guess", [True, False])
+def test_a_round_says_whether_its_first_row_was_scored_ahead(monkeypatch, tokenizer, vocab, target, noisy_drafter,
+                                                             guess):
+    """The schedule is told which drafting rounds scored their drafts alone (`Round.ahead`): their time
+    is no measure of their width (`schedule.auto`)."""
+    schedule = Alternating(2, guess)
+    monkeypatch.setattr("specmlx.decoding.schedule_for", lambda engine, policy: schedule)
+    engine = Engine(target, ModelDrafter(noisy_drafter, vocab), eos_token_ids=[])
+    list(engine.generate(tokenizer.encode(PROMPTS[0]), GenerationConfig(max_tokens=12)))
+    assert [d.ahead for d in schedule.done[:4]] == [False, guess, False, guess]  # plain rounds look ahead

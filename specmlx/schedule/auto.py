@@ -151,6 +151,8 @@ class AutoDraft:
             self.owed = max(self.owed, self.costs.probe)  # the budget's turn comes a probe's cost after the last
             self.acceptance.observe_first(done.probe)
             self.hit = done.probe >= 0.5
+        elif done.ahead and done.drafted:  # its forward scored one row fewer than its width: no measure of it
+            self.costs.last = None
         elif not (self._behind and done.steps):  # catching up is no drafter step
             self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
         if done.probe is None and not done.looked_up:  # a copy from the context says nothing of the drafter

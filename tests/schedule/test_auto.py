@@ -307,3 +307,16 @@ def test_a_verify_past_the_cliff_is_seen_for_what_it_costs():
     assert auto.costs.verify(4) == pytest.approx(CLIFF[4], rel=0.1) and auto.costs.verify(4) > auto.costs.verify(3) + 0.3
     line = {k: 1.0 + (auto.costs.jump + k * auto.costs.width if k else 0.0) for k in CLIFF}
     assert best_fixed(0.8, 0.05, line)[0] > 3
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_drafting_round_after_a_look_ahead_prices_no_width(ahead):
+    """Its last token's row came with the round before (a look-ahead), so its forward scored its two
+    drafts alone and took what a plain round takes: priced so, a width costs no more than drafting's
+    steps, and a drafter right one time in twenty drafts on."""
+    auto = AutoDraft(limit=4)
+    auto.calibration = []
+    for done, seconds in ((Round((1,), 0, False), 1.0), (Round((1,), 2, False, ahead=ahead), 1.0)):
+        auto._behind = False  # the drafter caught up: its steps count
+        auto.update(done, seconds)
+    assert (2 in auto.costs.verified) is not ahead
