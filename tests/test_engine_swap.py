@@ -148,8 +148,8 @@ def test_a_drafter_that_cannot_read_this_target_is_refused_and_changes_nothing(g
 
 
 class OldPlain:
-    """A drafter written to the protocol before `draft_model`, `reads_target_cache`, `adopt`,
-    `held_bytes` and `bytes_per_token`."""
+    """A drafter written to the protocol before `draft_model`, `reads_target_cache`, `may_propose`,
+    `adopt`, `held_bytes` and `bytes_per_token`."""
     name, drafts = "old", True
 
     def prefill(self, tokens):
@@ -180,6 +180,9 @@ class Head(OldHead):
     """The same brought up to date: it holds nothing."""
     draft_model, reads_target_cache = None, False
 
+    def may_propose(self, tokens):
+        return True
+
     def adopt(self, source, length):
         return 0
 
@@ -190,7 +193,7 @@ class Head(OldHead):
         return 0
 
 
-NEW_MEMBERS = "draft_model, reads_target_cache, adopt, held_bytes, bytes_per_token"
+NEW_MEMBERS = "draft_model, reads_target_cache, may_propose, adopt, held_bytes, bytes_per_token"
 
 
 @pytest.mark.parametrize("old", [OldPlain, OldHead], ids=["plain", "hidden"])

@@ -72,7 +72,8 @@ def test_sharded_output_equals_one_process(capsys, dirs, plain, sharding):
 def test_rank_0_alone_decides_how_much_to_draft(capsys, dirs, tmp_path, plain, flags):
     """Draft lengths that rank 0 decides from its wall clock (auto) or its drafter's
     confidence (p-min), and lookups, reach the other rank with each round's announcement."""
-    out = sharded(dirs, tmp_path, "drafter", "tensor", *flags)
+    fixed_length = () if flags[0] == "--num-draft" else ("--num-draft", "4")  # the default is auto
+    out = sharded(dirs, tmp_path, "drafter", "tensor", *flags, *fixed_length)
     assert out["tokens"] == plain["tensor"]
     # ... and the flag was obeyed, not ignored.
     stats = out["stats"]
@@ -87,7 +88,8 @@ def test_rank_0_alone_decides_how_much_to_draft(capsys, dirs, tmp_path, plain, f
     # Greedy, with the drafter's own deterministic drafts: rounds repeat exactly
     # in one process with the flag, and differ from drafting 4 every round.
     rounds = ("rounds", "drafted", "accepted", "accepted_histogram", "draft_histogram", "plain_rounds")
-    args = ("--target", dirs["target"], "--drafter", dirs["drafter"], "--prompt", PROMPT, "--max-tokens", TOKENS)
+    args = ("--target", dirs["target"], "--drafter", dirs["drafter"], "--prompt", PROMPT, "--max-tokens", TOKENS,
+            "--num-draft", "4")  # a fixed length: the automatic one (the default) reads wall times
     alone = single(capsys, *args, *flags)["stats"]
     fixed = single(capsys, *args)["stats"]
     assert {k: stats[k] for k in rounds} == {k: alone[k] for k in rounds}
@@ -98,10 +100,10 @@ def test_rank_0_alone_decides_how_much_to_draft(capsys, dirs, tmp_path, plain, f
 
 
 def test_a_seeded_sampled_run_repeats_exactly(capsys, dirs, tmp_path):
-    args = ("--temp", "0.7", "--seed", "11")
+    args = ("--temp", "0.7", "--seed", "11", "--num-draft", "4")  # a fixed length repeats the text
     first = sharded(dirs, tmp_path, "drafter", "tensor", *args)
     again = sharded(dirs, tmp_path, "drafter", "tensor", *args)
-    other = sharded(dirs, tmp_path, "drafter", "tensor", "--temp", "0.7", "--seed", "12")
+    other = sharded(dirs, tmp_path, "drafter", "tensor", "--temp", "0.7", "--seed", "12", "--num-draft", "4")
     assert first["tokens"] == again["tokens"]
     assert first["tokens"] != other["tokens"]  # the seed matters: the check above could fail
     alone = single(capsys, "--target", dirs["target"], "--drafter", dirs["drafter"], "--prompt", PROMPT,
