@@ -177,11 +177,12 @@ def copied_draft(tokens: Sequence[int], num_draft: int, room: int, policy: Draft
 
 def proposes_nothing_next(state: Decoding) -> bool:
     """Whether the next round, drafting or not, is sure to propose nothing whatever token this one
-    commits: no prediction to copy (one may realign anywhere), and neither the context's lookup
-    nor the drafter may match (`Drafter.may_propose`). Known before this round's graph is built."""
+    commits: no prediction to copy (one may realign anywhere), and neither the drafter nor the
+    context's lookup may match (`Drafter.may_propose`). Known before this round's graph is built;
+    asked every round, so the drafter first: a model answers at once, where a lookup searches the context."""
     policy, tokens = state.config.policy, state.tokens
-    return (state.prediction is None and not (policy.lookup and may_match(tokens, policy.lookup))
-            and not state.engine.drafter.may_propose(tokens))
+    return (state.prediction is None and not state.engine.drafter.may_propose(tokens)
+            and not (policy.lookup and may_match(tokens, policy.lookup)))
 
 
 def score(engine: Parts, tokens: list[int], draft: mx.array,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from statistics import median
 from time import perf_counter
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -164,10 +164,12 @@ def rows_used(drafted_histograms: Iterable[Sequence[int]]) -> set[int]:
     return {n + 1 for histogram in drafted_histograms for n, count in enumerate(histogram) if count}
 
 
-def with_rows(calibration: Calibration, target: nn.Module, prompt: Sequence[int], rows: Iterable[int]) -> Calibration:
+def with_rows(calibration: Calibration, target: nn.Module, prompt: Sequence[int], rows: Iterable[int],
+              say: Callable[[str], None] = lambda line: None) -> Calibration:
     """`calibration` with the target's forward timed at each of `rows` it lacks (the widths runs used)."""
     missing = sorted(set(rows) - set(calibration.verify_step_s) - {1})
     if not missing:
         return calibration
+    say(f"timing the target's forward of {', '.join(map(str, missing))} tokens (widths the rounds used)")
     timed = {r: time_target_step(target, prompt, calibration.steps, r) for r in missing}
     return replace(calibration, verify_step_s=dict(sorted((calibration.verify_step_s | timed).items())))

@@ -272,10 +272,7 @@ def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt]
 def time_widths(prepared: Prepared, measurements: list[Measurement]) -> Calibration:
     """The calibration with the target's forward at every verify width the rounds used, for their host work."""
     rows = rows_used(m.drafted_histogram for m in measurements)
-    missing = sorted(rows - set(prepared.calibration.verify_step_s) - {1})
-    if missing:
-        log(f"timing the target's forward of {', '.join(map(str, missing))} tokens (widths the rounds used)")
-    return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows)
+    return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows, log)
 
 
 def measure(prepared: Prepared, group: Group | None) -> tuple[list[Measurement], Calibration | None]:
