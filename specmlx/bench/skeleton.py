@@ -11,6 +11,7 @@ drafts with the target's own skeleton (it agrees at T=0 and costs what the targe
 from __future__ import annotations
 
 import json
+import shutil
 import zlib
 from dataclasses import fields, replace
 from pathlib import Path
@@ -162,6 +163,23 @@ class Skeleton:
 
     def peers(self, target: LoadedModel) -> Peers:
         return ALONE
+
+
+WEIGHTS = ("config.json", "model.safetensors.index.json")  # besides *.safetensors: what a skeleton replaces
+
+
+def save_skeleton(target: LoadedModel, head_dim: int, dest: Path) -> Path:
+    """The skeleton target as a model directory (its weights, its config, the real tokenizer
+    files), for a server that loads only from disk (mlx_lm.server) to run the same model."""
+    from mlx_lm.utils import save_config, save_model
+
+    dest.mkdir(parents=True, exist_ok=True)
+    save_model(dest, target.model)
+    save_config(skeleton_config(read_config(target.path), head_dim), dest / "config.json")
+    for file in target.path.iterdir():
+        if file.is_file() and file.suffix != ".safetensors" and file.name not in WEIGHTS:
+            shutil.copyfile(file, dest / file.name)
+    return dest
 
 
 def local_path(source: str) -> Path:

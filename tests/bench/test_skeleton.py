@@ -135,3 +135,29 @@ def test_an_mtp_head_is_rebuilt_as_wide_as_the_skeleton_target_and_drafts(dirs, 
     engine = Engine(target.model, drafter, target.tokenizer)
     generation = engine.generate(tokenizer.encode("def add(a, b):"), GenerationConfig(max_tokens=6))
     assert len(list(generation.token_events())) == 6 and generation.stats.drafted > 0
+
+
+def test_a_saved_skeleton_loads_in_mlx_lm_as_the_same_model(dirs, tmp_path):
+    """mlx_lm.server loads only from disk: the saved skeleton is the same model, logits and all."""
+    from mlx_lm import load
+
+    from specmlx.bench.skeleton import save_skeleton
+
+    built = Skeleton(head_dim=4).load_target(str(dirs["target"]), dirs["target"], lambda _: None)
+    saved = save_skeleton(built, 4, tmp_path / "saved")
+    model, tokenizer = load(str(saved))
+    tokens = mx.array([built.tokenizer.encode("def add(a, b):")])
+    assert tokenizer.encode("def add(a, b):") == built.tokenizer.encode("def add(a, b):")
+    assert mx.allclose(model(tokens), built.model(tokens), atol=1e-5).item()
+    assert "quantization" not in json.loads((saved / "config.json").read_text())
+
+
+def test_the_serve_bench_serves_skeletons_with_skeleton(dirs):
+    from argparse import Namespace
+
+    from specmlx.bench.serve.sweep import load_served
+
+    args = Namespace(target=str(dirs["target"]), skeleton=4)
+    loaded = load_served(args, [SELF, None], lambda _: None)
+    assert loaded.target.model.args.hidden_size == 16
+    assert loaded.drafters[0].draft_model is loaded.target.model

@@ -34,13 +34,14 @@ from ...cli import run_cli
 from ...drafters import NGRAM, NONE
 from ...engine import Engine, GenerationConfig
 from ...errors import SpecmlxError
-from ...loading import load_models
 from ...mlx_thread import MLXThread
 from ...prompting import encode_chat, packaged_prompts_path, read_prompts
 from ...serve.run import Background
 from ...serve.builder import build
 from .clients import load_clients, percentile, streamed
-from .sweep import MIN_BATCH, ROWS, sweep
+from ..cli import check_skeleton
+from ..skeleton import HEAD_DIM
+from .sweep import MIN_BATCH, ROWS, load_served, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sweep without its mlx_lm.server row")
     p.add_argument("--rows", type=rows_spec, default=ROWS, metavar="NAMES",
                    help=f"the sweep's rows, comma-separated, of {', '.join(ROWS)} (default: all)")
+    p.add_argument("--skeleton", type=int, nargs="?", const=HEAD_DIM, metavar="HEAD_DIM",
+                   help="serve skeletons of the models instead of their weights: real layers, heads, vocabulary "
+                        f"and tokenizer at hidden = heads x HEAD_DIM (default {HEAD_DIM}), random weights; steps "
+                        "of milliseconds, as on a Mac's GPU (mlx_lm.server serves the same skeleton, saved)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     return p
 
@@ -153,7 +158,7 @@ def bench(args: argparse.Namespace) -> int:
     rows = read_prompts(args.prompts or packaged_prompts_path())
     mlx = MLXThread()
     say = lambda step: print(f"{step}...", file=sys.stderr)  # noqa: E731
-    loaded = mlx.call(load_models, args.target, [args.drafter, NGRAM, NONE], say)
+    loaded = mlx.call(load_served, args, [args.drafter, NGRAM, NONE], say)
     target, drafters = loaded.target, loaded.drafters
     built = build(mlx, target, drafters, max_tokens=args.max_tokens, slots=2, max_queue=args.max_queue)
     figures: dict = {"target": target.name, "drafter": drafters[0].name, "max_tokens": args.max_tokens}
@@ -179,6 +184,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def run(args: argparse.Namespace) -> int:
+    if args.skeleton is not None:
+        check_skeleton(args.skeleton, distributed=False)
+    return run_sweep(args) if isinstance(args.clients, list) else bench(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_cli("specmlx bench serve", lambda: run_sweep(args) if isinstance(args.clients, list) else bench(args))
+    return run_cli("specmlx bench serve", lambda: run(args))

@@ -40,7 +40,9 @@ from typing import Sequence
 from ...blas import describe
 from ...drafters import NONE
 from ...errors import SpecmlxError
-from ...loading import load_models
+from ...loading import Loaded, load_models
+from ...presets import default_preset_name
+from ..skeleton import Skeleton, save_skeleton, skeleton_specs
 from ...mlx_thread import MLXThread
 from ...policy import START_DRAFT, DraftPolicy
 from ...prompting import packaged_prompts_path, read_prompts
@@ -198,7 +200,11 @@ def serve_and_run(args, mlx: MLXThread, loaded, clients: list[int], texts: list[
         ways = ways_of(urls, target.name, max_batch, drafters[0].name)
         if args.mlx_lm and "mlx-lm" in args.rows:
             log = Path(tempfile.mkstemp(prefix="mlx_lm_server.", suffix=".log")[1])
-            server = MlxLmServer(target.path, max_batch, args.max_tokens, log)
+            path = target.path
+            if args.skeleton is not None:  # mlx_lm.server loads from disk: the same skeleton, saved
+                saved = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skeleton.")))
+                path = mlx.call(save_skeleton, target, args.skeleton, saved)
+            server = MlxLmServer(path, max_batch, args.max_tokens, log)
             ways.append(Way("mlx-lm", f"mlx_lm.server (decode-concurrency {max_batch}, prompt-concurrency "
                             f"{PROMPT_CONCURRENCY}), no drafter", stack.enter_context(server), "default_model",
                             drafts=False))
@@ -211,6 +217,16 @@ def serve_and_run(args, mlx: MLXThread, loaded, clients: list[int], texts: list[
     return out
 
 
+def load_served(args, specs: list[str | None], say) -> Loaded:
+    """The target and drafters: their weights, or with `--skeleton` their skeletons (`self` drafts
+    with the target's own)."""
+    if args.skeleton is None:
+        return load_models(args.target, specs, say)
+    target = args.target or default_preset_name()
+    specs = [spec if spec is None else skeleton_specs(target, [spec])[0] for spec in specs]
+    return load_models(target, specs, say, Skeleton(args.skeleton))
+
+
 def sweep(args, clients: list[int]) -> dict:
     """Load the pair once, run the sweep, print its table; the figures (`--json` writes them)."""
     prompts = args.prompts or packaged_prompts_path()
@@ -218,9 +234,9 @@ def sweep(args, clients: list[int]) -> dict:
     max_batch = args.max_batch or max(MIN_BATCH, *clients)
     mlx = MLXThread()
     say = lambda step: print(f"{step}...", file=sys.stderr)  # noqa: E731
-    loaded = mlx.call(load_models, args.target, [args.drafter, NONE], say)
+    loaded = mlx.call(load_served, args, [args.drafter, NONE], say)
     began = time.perf_counter()
-    figures = {"target": loaded.target.name, "target_path": str(loaded.target.path),
+    figures = {"target": loaded.target.name, "target_path": str(loaded.target.path), "skeleton": args.skeleton,
                "drafter": loaded.drafters[0].name, "prompts": str(prompts), "max_tokens": args.max_tokens,
                "requests_per_client": 1, "max_batch": max_batch, "blas": describe(), "clients": clients}
     figures |= serve_and_run(args, mlx, loaded, clients, texts, max_batch)
