@@ -11,9 +11,10 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import KVCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
 
 from .errors import SpecmlxError
+from .recurrent import RecurrentCache, reachable
 
 PREFILL_STEP = 512
 
@@ -25,18 +26,34 @@ def make_cache(model: nn.Module, name: str = "model") -> list[Any]:
     so cannot be trimmed once full. A full KVCache keeps the whole window and
     stays exact, because mlx-lm's sliding layers also pass `window_size` to
     their attention mask. It costs memory linear in the context, not the window.
+    A recurrent layer's ArraysCache becomes a `RecurrentCache`, rewound by restoring a kept state
+    and replaying accepted positions (`recurrent.py`).
     """
-    cache = [
-        KVCache() if isinstance(layer, RotatingKVCache) else layer
-        for layer in make_prompt_cache(model)
-    ]
+    cache = [_rewindable(layer) for layer in make_prompt_cache(model)]
     stuck = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
     if stuck:
+        kind = getattr(model, "model_type", type(model).__name__)
         raise SpecmlxError(
-            f"{name} uses caches that cannot be rewound ({', '.join(stuck)}); "
-            "speculative decoding needs a transformer with KV caches"
+            f"{name} ({kind}) uses caches that cannot be rewound ({', '.join(stuck)}); "
+            "speculative decoding needs KV caches or recurrent layers held in an ArraysCache"
         )
     return cache
+
+
+def refuse_recurrent(model: nn.Module, what: str) -> None:
+    """Refuse, in one line, a model with recurrent layers where `what` does not rewind them yet."""
+    if any(type(layer) is ArraysCache for layer in make_prompt_cache(model)):
+        kind = getattr(model, "model_type", type(model).__name__)
+        raise SpecmlxError(f"{what} does not yet support targets with recurrent layers ({kind}); "
+                           "a single stream (`specmlx generate`) does")
+
+
+def _rewindable(layer: Any) -> Any:
+    if isinstance(layer, RotatingKVCache):
+        return KVCache()
+    if type(layer) is ArraysCache:  # subclasses may keep more than slots a forward replaces
+        return RecurrentCache(len(layer.cache))
+    return layer
 
 
 def cache_length(cache: list[Any]) -> int:
@@ -64,11 +81,13 @@ def kv_bytes_per_token(model: nn.Module) -> int:
 
 
 def rewind(cache: list[Any], length: int) -> None:
-    """Keep only the first `length` tokens; a no-op if it holds fewer."""
-    excess = cache_length(cache) - length
-    if excess > 0:
+    """Keep only the first `length` tokens; a no-op if it holds fewer. A recurrent layer may reach
+    only fewer (`recurrent.reachable`): then every layer holds that many, and the caller feeds the rest."""
+    held = cache_length(cache)
+    length = reachable(cache, min(length, held))
+    if length < held or any(hasattr(layer, "reachable") for layer in cache):
         for layer in cache:
-            layer.trim(excess)
+            layer.trim(held - length)
 
 
 def clear(cache: list[Any]) -> None:

@@ -22,6 +22,13 @@ def text_model(model: nn.Module) -> nn.Module:
     return getattr(model, "language_model", model)
 
 
+def inner_model(model: nn.Module) -> nn.Module | None:
+    """The decoder inside `model`: mlx-lm names it `model` (Nemotron-H: `backbone`)."""
+    text = text_model(model)
+    inner = getattr(text, "model", None)
+    return inner if inner is not None else getattr(text, "backbone", None)
+
+
 def check_exposes_hidden(model: nn.Module, name: str = "target") -> None:
     """Refuse, by architecture name, a model this module cannot split."""
     inner = getattr(text_model(model), "model", None)

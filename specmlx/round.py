@@ -26,6 +26,7 @@ from .grammar import Constraint
 from .hidden import decoder_taps, head
 from .parts import Parts
 from .plan import Plan, Round
+from .replay import recording
 from .policy import LOOKUP_NGRAM, DraftPolicy
 from .sampling import SamplingParams, warp
 from .schedule.widths import cut
@@ -196,7 +197,8 @@ def score(engine: Parts, tokens: list[int], draft: mx.array,
     fed = mx.concatenate([mx.array(tokens[scored:], dtype=mx.uint32), draft])
     if ahead is not None and not fed.size:
         return None, ahead.logits
-    hidden, taps = decoder_taps(engine.target, fed[None], engine.cache, engine.fused_layers)
+    with recording(engine.target, engine.cache):  # a recurrent layer's rewind replays what it accepts
+        hidden, taps = decoder_taps(engine.target, fed[None], engine.cache, engine.fused_layers)
     hidden = hidden[0]
     logits = head(engine.target, hidden[-(draft.shape[0] + (ahead is None)) :])
     if engine.reads_hidden:
@@ -220,8 +222,9 @@ def start_ahead(engine: Parts, outputs: list[mx.array], following: mx.array) -> 
 def look_ahead(engine: Parts, following: mx.array) -> Ahead:
     """Feed the round's own next token (lazy) to the target: the next position's logits."""
     scored = engine.cache_length()
-    hidden, taps = decoder_taps(engine.target, following.reshape(1, 1).astype(mx.uint32), engine.cache,
-                                engine.fused_layers)
+    with recording(engine.target, engine.cache):
+        hidden, taps = decoder_taps(engine.target, following.reshape(1, 1).astype(mx.uint32), engine.cache,
+                                    engine.fused_layers)
     if engine.reads_hidden:
         engine.drafter.observe(scored, hidden[0], None if taps is None else taps[0])
     return Ahead(head(engine.target, hidden[0]))

@@ -9,8 +9,8 @@ from .errors import SpecmlxError
 
 
 def vocab_size(model: nn.Module) -> int:
-    """Width of the model's logits, read from its mlx-lm `ModelArgs`."""
-    size = getattr(getattr(model, "args", None), "vocab_size", None)
+    """Width of the model's logits, read from its mlx-lm `ModelArgs` (or their text config's)."""
+    size = _setting(model, "vocab_size")
     if not isinstance(size, int) or size <= 0:
         raise SpecmlxError(f"cannot tell the vocabulary size of {type(model).__module__}")
     return size
@@ -34,9 +34,15 @@ def fit_vocab(logits: mx.array, size: int) -> mx.array:
 def context_window(model: nn.Module) -> int | None:
     """How many positions the model was built for (`max_position_embeddings`
     in its config, or its text config's), or None when the config does not say."""
-    args = getattr(model, "args", None)
-    size = getattr(args, "max_position_embeddings", None)
-    text = getattr(args, "text_config", None)  # multimodal wrappers keep the text model's config apart
-    if size is None and isinstance(text, dict):
-        size = text.get("max_position_embeddings")
+    size = _setting(model, "max_position_embeddings")
     return size if isinstance(size, int) and size > 0 else None
+
+
+def _setting(model: nn.Module, name: str) -> object:
+    """A setting of the model's `ModelArgs`, or of its text config's (multimodal wrappers, Qwen3.5)."""
+    args = getattr(model, "args", None)
+    value = getattr(args, name, None)
+    text = getattr(args, "text_config", None)  # multimodal wrappers keep the text model's config apart
+    if value is None and isinstance(text, dict):
+        value = text.get(name)
+    return value

@@ -3,7 +3,7 @@
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models.cache import ArraysCache, KVCache
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache
 
 from specmlx.cache import cache_length, clear, make_cache, prefill, rewind, take_rows
 from specmlx.errors import SpecmlxError
@@ -38,18 +38,20 @@ def test_sliding_window_caches_become_full_caches(vocab):
     assert all(isinstance(c, KVCache) for c in make_cache(model))
 
 
-class RecurrentModel(nn.Module):
-    """Stands in for a state-space model: its state cannot be trimmed."""
+class CompositeModel(nn.Module):
+    """Stands in for a layer that runs attention and a state-space mixer side by side (Falcon-H1):
+    its cache is a list of caches, which nothing here rewinds."""
 
+    model_type = "falcon_h1"
     layers = [None]
 
     def make_cache(self):
-        return [ArraysCache(size=2)]
+        return [CacheList(KVCache(), ArraysCache(size=2))]
 
 
 def test_a_cache_that_cannot_rewind_is_refused_up_front():
-    with pytest.raises(SpecmlxError, match="cannot be rewound.*ArraysCache"):
-        make_cache(RecurrentModel(), name="target x")
+    with pytest.raises(SpecmlxError, match=r"target x \(falcon_h1\) uses caches that cannot be rewound \(CacheList\)"):
+        make_cache(CompositeModel(), name="target x")
 
 
 def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from ..cache import refuse_recurrent
 from ..compat import check_vocab_fits
 from ..drafters import Drafter
 from ..errors import SpecmlxError, first_line
@@ -45,6 +46,7 @@ def sharding_of(path: Path, wanted: str = AUTO) -> str:
     kinds = [k for k, ok in ((TENSOR, hasattr(model, "shard")),
                              (PIPELINE, hasattr(getattr(model, "model", None), "pipeline"))) if ok]
     kind = getattr(model, "model_type", type(model).__name__)
+    refuse_recurrent(model, "--distributed")
     if not kinds:
         raise SpecmlxError(f"{kind} models cannot be sharded (mlx-lm gives them neither shard() nor pipeline())")
     if wanted == AUTO:

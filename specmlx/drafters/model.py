@@ -8,6 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..cache import cache_length, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill, rewind
+from ..replay import recording
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
 from .base import AlwaysMayPropose, Draft
@@ -50,9 +51,8 @@ class ModelDrafter(AlwaysMayPropose):
         return kv_bytes_per_token(self.model)
 
     def prefill(self, tokens: Sequence[int]) -> None:
-        start = min(cache_length(self.cache), len(tokens) - 1)
-        rewind(self.cache, start)
-        prefill(self.model, self.cache, tokens[start:-1])
+        rewind(self.cache, min(cache_length(self.cache), len(tokens) - 1))
+        prefill(self.model, self.cache, tokens[cache_length(self.cache) : -1])  # a recurrent cache may hold fewer
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
@@ -66,7 +66,8 @@ class ModelDrafter(AlwaysMayPropose):
         return draft_loop(self._step, unseen, None, num_draft, sampling, key, p_min, allowed)
 
     def _step(self, fed: mx.array, state: None, greedy: bool) -> tuple[Scores, None]:
-        logits = self.model(fed[None], cache=self.cache)[0, -1]
+        with recording(self.model, self.cache):  # a recurrent drafter's rewind replays what was accepted
+            logits = self.model(fed[None], cache=self.cache)[0, -1]
         return Scores(fit_vocab(logits, self.vocab_size)), None
 
     def rewind(self, length: int) -> None:

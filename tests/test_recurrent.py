@@ -1,0 +1,112 @@
+"""Recurrent layers rewound exactly: after any round, every layer of a hybrid target (and of a
+hybrid drafter) holds what a fresh prefill of the committed tokens gives."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from specmlx.cache import cache_length, make_cache, prefill, rewind
+from specmlx.drafters import ModelDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
+from specmlx.recurrent import RecurrentCache
+from specmlx.replay import recording
+
+from . import tiny, tiny_hybrid
+
+VOCAB = 64
+PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3
+BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_next": tiny_hybrid.tiny_qwen3_next}
+
+
+def layer_states(cache: list) -> list[mx.array]:
+    """Every array a layer holds for the positions it holds: a KV layer's rows, a recurrent layer's slots."""
+    out = []
+    for layer in cache:
+        if isinstance(layer, RecurrentCache):
+            out += [slot for slot in layer.cache if slot is not None]
+        else:
+            out += [layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :]]
+    return out
+
+
+def assert_holds(model, cache: list, tokens: list[int]) -> None:
+    """`cache` holds what a fresh prefill of `tokens` gives, within float32 tolerance."""
+    assert cache_length(cache) == len(tokens)
+    fresh = make_cache(model)
+    prefill(model, fresh, tokens)
+    for got, want in zip(layer_states(cache), layer_states(fresh), strict=True):
+        assert got.shape == want.shape
+        assert mx.allclose(got, want, atol=1e-5, rtol=1e-4).item()
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def pair(request):
+    target = BUILDS[request.param](VOCAB, seed=1)
+    drafter = tiny.perturbed(target, target.args, noise=0.5, seed=3)  # agrees often, not always
+    return target, drafter
+
+
+def test_every_layer_holds_a_fresh_prefill_of_the_committed_tokens_after_each_round(pair):
+    target, drafter = pair
+    engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
+    tokens, partial = list(PROMPT), 0
+    for event in engine.generate(PROMPT, GenerationConfig(max_tokens=48, policy=DraftPolicy(num_draft=4))):
+        tokens += [t.token for t in event.tokens]
+        partial += 0 < event.accepted < event.drafted
+        assert_holds(target, engine.cache, tokens[: engine.cache_length()])
+        assert_holds(drafter, engine.drafter.cache, tokens[: cache_length(engine.drafter.cache)])
+    assert partial  # rounds that kept some drafts and rejected others: the replay ran
+
+
+def test_a_rewind_inside_a_recorded_forward_equals_a_prefill(pair):
+    target, _ = pair
+    cache = make_cache(target)
+    prefill(target, cache, PROMPT)
+    block = [11, 12, 13, 14, 15]
+    with recording(target, cache):
+        target(mx.array([block]), cache=cache)
+    for keep in (4, 2, 0):  # each rewind still reaches inside the same forward
+        rewind(cache, len(PROMPT) + keep)
+        assert_holds(target, cache, PROMPT + block[:keep])
+
+
+def test_a_state_one_position_late_is_told_apart(pair):
+    """The check above can fail: the state after one more position is not the fresh prefill's."""
+    target, _ = pair
+    cache = make_cache(target)
+    prefill(target, cache, PROMPT)
+    with recording(target, cache):
+        target(mx.array([[11, 12, 13]]), cache=cache)
+    rewind(cache, len(PROMPT) + 2)
+    with pytest.raises(AssertionError):
+        assert_holds(target, cache, PROMPT + [11])
+    recurrent = [layer for layer in cache if isinstance(layer, RecurrentCache)]
+    for layer in recurrent:
+        layer.offset -= 1  # a restore one position late, counted as the earlier one
+    for layer in cache:
+        if not isinstance(layer, RecurrentCache):
+            layer.trim(1)
+    with pytest.raises(AssertionError):
+        assert_holds(target, cache, PROMPT + [11])
+
+
+def test_a_rewind_below_what_was_recorded_drops_everything(pair):
+    """An unrecorded forward (a prefill) cannot be rewound into: the cache holds nothing, and the
+    caller feeds it again."""
+    target, _ = pair
+    cache = make_cache(target)
+    prefill(target, cache, PROMPT)
+    rewind(cache, len(PROMPT) - 3)
+    assert cache_length(cache) == 0
+    prefill(target, cache, PROMPT[:-3])
+    assert_holds(target, cache, PROMPT[:-3])
+
+
+def test_marks_stay_few_over_many_rounds(pair):
+    target, drafter = pair
+    engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
+    list(engine.generate(PROMPT, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=3))))
+    for cache in (engine.cache, engine.drafter.cache):
+        assert max(len(layer._marks) for layer in cache if isinstance(layer, RecurrentCache)) <= 3

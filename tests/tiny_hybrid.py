@@ -1,0 +1,50 @@
+"""Tiny random hybrid models (attention and recurrent layers) of mlx-lm's classes, with the real
+configs' structure: Qwen3.5 and Qwen3-Next (three Gated DeltaNet layers to one attention layer,
+more value heads than key heads, a 4-wide short convolution, partial rotary attention with a gate;
+Qwen3-Next's MoE with a shared expert)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models import qwen3_5, qwen3_next
+
+
+def qwen3_5_config(vocab_size: int, layers: int = 4) -> dict:
+    """Qwen3.5's `config.json` in miniature: its settings under `text_config`, as the checkpoints ship."""
+    return {"model_type": "qwen3_5", "text_config": {
+        "model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6,
+        "vocab_size": vocab_size, "max_position_embeddings": 4096, "linear_num_value_heads": 4,
+        "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "tie_word_embeddings": False,
+        "rope_parameters": {"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}}
+
+
+def qwen3_next_args(vocab_size: int, layers: int = 4) -> qwen3_next.ModelArgs:
+    return qwen3_next.ModelArgs(
+        model_type="qwen3_next", hidden_size=64, num_hidden_layers=layers, intermediate_size=128,
+        num_attention_heads=4, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        decoder_sparse_step=1, shared_expert_intermediate_size=32, mlp_only_layers=[], moe_intermediate_size=32,
+        rms_norm_eps=1e-6, vocab_size=vocab_size, num_key_value_heads=2, rope_theta=10000.0,
+        partial_rotary_factor=0.25, max_position_embeddings=4096, head_dim=16, full_attention_interval=4)
+
+
+def sharpened(model: nn.Module, sharpness: float = 4.0) -> nn.Module:
+    """Embeddings and head scaled so next-token distributions are peaked like a trained model's."""
+    scaled = {k: v * sharpness for k, v in tree_flatten(model.parameters()) if "embed_tokens" in k or "lm_head" in k}
+    model.load_weights(list(scaled.items()), strict=False)
+    mx.eval(model.parameters())
+    return model
+
+
+def tiny_qwen3_5(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(qwen3_5.Model(qwen3_5.ModelArgs.from_dict(qwen3_5_config(vocab_size, layers))))
+
+
+def tiny_qwen3_next(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(qwen3_next.Model(qwen3_next_args(vocab_size, layers)))
