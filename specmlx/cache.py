@@ -44,8 +44,8 @@ def refuse_recurrent(model: nn.Module, what: str) -> None:
     """Refuse, in one line, a model with recurrent layers where `what` does not rewind them yet."""
     if any(type(layer) is ArraysCache for layer in make_prompt_cache(model)):
         kind = getattr(model, "model_type", type(model).__name__)
-        raise SpecmlxError(f"{what} does not yet support targets with recurrent layers ({kind}); "
-                           "a single stream (`specmlx generate`) does")
+        raise SpecmlxError(f"{what}: targets with recurrent layers ({kind}) are not supported yet; "
+                           "a single stream (`specmlx generate`) runs them")
 
 
 def _rewindable(layer: Any) -> Any:

@@ -48,3 +48,14 @@ def tiny_qwen3_5(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
 def tiny_qwen3_next(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
     mx.random.seed(seed)
     return sharpened(qwen3_next.Model(qwen3_next_args(vocab_size, layers)))
+
+
+def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path):
+    """An mlx-lm model directory of a tiny Qwen3.5, its config as the checkpoints write it."""
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (path / "config.json").write_text(json.dumps(qwen3_5_config(vocab_size, len(model.layers))))
+    tokenizer.save_pretrained(str(path))
+    return path

@@ -1,0 +1,87 @@
+"""Hybrid targets (attention and Gated DeltaNet layers) in a single stream: greedy speculative
+output is the target's own, whatever drafts, and a chat's next turn reuses what the caches hold."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from specmlx.batch.batch import Batch
+from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
+from specmlx.policy import DraftPolicy
+from specmlx.serve.slots import Slots
+
+from . import tiny, tiny_hybrid
+
+VOCAB = 64
+PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2]
+BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_next": tiny_hybrid.tiny_qwen3_next}
+
+
+def greedy_alone(model, prompt: list[int], n: int) -> list[int]:
+    """The target alone, as mlx-lm runs it: its own caches, one token a step."""
+    cache = make_prompt_cache(model)
+    logits = model(mx.array([prompt]), cache=cache)[0, -1]
+    out = []
+    for _ in range(n):
+        out.append(mx.argmax(logits).item())
+        logits = model(mx.array([[out[-1]]]), cache=cache)[0, -1]
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def target(request):
+    return BUILDS[request.param](VOCAB, seed=1)
+
+
+def drafters(target):
+    yield ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), VOCAB, name="hybrid")
+    yield ModelDrafter(tiny.tiny_qwen(VOCAB, seed=4), VOCAB, name="transformer")
+    yield ModelDrafter(target, VOCAB, name="itself")
+    yield PromptLookupDrafter()
+
+
+@pytest.mark.parametrize("num_draft", [1, 4])
+def test_greedy_output_is_the_target_alone_with_every_drafter(target, num_draft):
+    want = greedy_alone(target, PROMPT, 40)
+    for drafter in drafters(target):
+        engine = Engine(target, drafter, eos_token_ids=[])
+        generation = engine.generate(PROMPT, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=num_draft)))
+        assert [e.token for e in generation.token_events()] == want, drafter.name
+
+
+def test_a_drafter_of_itself_is_always_accepted(target):
+    engine = Engine(target, ModelDrafter(target, VOCAB), eos_token_ids=[])
+    generation = engine.generate(PROMPT, GenerationConfig(max_tokens=20, policy=DraftPolicy(num_draft=4)))
+    list(generation)
+    assert generation.stats.accepted == generation.stats.drafted > 0
+
+
+def test_a_next_turn_continues_from_what_the_caches_hold(target):
+    engine = Engine(target, ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), VOCAB),
+                    eos_token_ids=[])
+    config = GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=3))
+    first = [e.token for e in engine.generate(PROMPT, config).token_events()]
+    held = engine.cache_length()
+    assert held == len(PROMPT) + len(first) - 1
+    turn = PROMPT + first[:-2] + [4, 8]  # the answer's end rendered anew: the last round's forward is rewound into
+    engine.rewind(engine.reusable(turn))
+    assert engine.cache_length() == held - 1
+    second = [e.token for e in engine.generate(turn, config).token_events()]
+    assert second == greedy_alone(target, turn, 12)
+
+
+def test_without_a_drafter(target):
+    engine = Engine(target, NoDrafter(), eos_token_ids=[])
+    assert [e.token for e in engine.generate(PROMPT, GenerationConfig(max_tokens=16)).token_events()] == \
+        greedy_alone(target, PROMPT, 16)
+
+
+def test_the_batch_and_kept_conversations_refuse_a_hybrid_target_in_one_line(target):
+    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \(qwen3_(5|next)\) are not supported yet"):
+        Batch(target, len(target.layers))
+    with pytest.raises(SpecmlxError, match=r"^the server's kept conversations: targets with recurrent layers"):
+        Slots(target, None, {"none": NoDrafter()})
