@@ -29,17 +29,25 @@ def inner_model(model: nn.Module) -> nn.Module | None:
     return inner if inner is not None else getattr(text, "backbone", None)
 
 
+def embeddings(model: nn.Module) -> nn.Module:
+    """The decoder's input embedding table (Nemotron-H names it `embeddings`)."""
+    inner = inner_model(model)
+    table = getattr(inner, "embed_tokens", None)
+    return table if table is not None else getattr(inner, "embeddings")
+
+
 def check_exposes_hidden(model: nn.Module, name: str = "target") -> None:
     """Refuse, by architecture name, a model this module cannot split."""
-    inner = getattr(text_model(model), "model", None)
-    if inner is None or not hasattr(inner, "embed_tokens") or not hasattr(inner, "norm"):
+    inner = inner_model(model)
+    if (inner is None or not (hasattr(inner, "embed_tokens") or hasattr(inner, "embeddings"))
+            or not (hasattr(inner, "norm") or hasattr(inner, "norm_f"))):
         kind = getattr(model, "model_type", type(model).__name__)
         raise SpecmlxError(f"{name} ({kind}) does not expose its hidden states to MTP drafters")
 
 
 def decoder(model: nn.Module, tokens: mx.array, cache: list[Any] | None) -> mx.array:
     """Final-normed hidden states, (B, L, H), filling `cache` as the full call would."""
-    return text_model(model).model(tokens, cache=cache)
+    return inner_model(model)(tokens, cache=cache)
 
 
 class _Tap:
@@ -66,7 +74,7 @@ def decoder_taps(model: nn.Module, tokens: mx.array, cache: list[Any] | None,
         return decoder(model, tokens, cache), None
     if list(layers) != sorted(set(layers)):
         raise SpecmlxError(f"tapped layers must ascend without repeats: {layers}")
-    inner = text_model(model).model
+    inner = inner_model(model)
     originals = list(inner.layers)
     sink: list[mx.array] = []
     try:
@@ -90,7 +98,7 @@ def head(model: nn.Module, hidden: mx.array) -> mx.array:
     if tied is None:
         tied = not hasattr(model, "lm_head")
     if tied:
-        logits = model.model.embed_tokens.as_linear(hidden)
+        logits = embeddings(model).as_linear(hidden)
     else:
         logits = model.lm_head(hidden)
     softcap = getattr(model, "final_logit_softcapping", None)
@@ -101,4 +109,4 @@ def head(model: nn.Module, hidden: mx.array) -> mx.array:
 
 def embed(model: nn.Module, tokens: mx.array) -> mx.array:
     """The target's input embedding rows, unscaled (each drafter scales as it was trained)."""
-    return text_model(model).model.embed_tokens(tokens)
+    return embeddings(model)(tokens)

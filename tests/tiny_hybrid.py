@@ -1,14 +1,15 @@
 """Tiny random hybrid models (attention and recurrent layers) of mlx-lm's classes, with the real
 configs' structure: Qwen3.5 and Qwen3-Next (three Gated DeltaNet layers to one attention layer,
 more value heads than key heads, a 4-wide short convolution, partial rotary attention with a gate;
-Qwen3-Next's MoE with a shared expert)."""
+Qwen3-Next's MoE with a shared expert), Nemotron-H (Mamba-2 mixers in grouped heads, MLP blocks
+and an attention block in its `hybrid_override_pattern`, an untied head)."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from mlx_lm.models import qwen3_5, qwen3_next
+from mlx_lm.models import nemotron_h, qwen3_5, qwen3_next
 
 
 def qwen3_5_config(vocab_size: int, layers: int = 4) -> dict:
@@ -32,9 +33,18 @@ def qwen3_next_args(vocab_size: int, layers: int = 4) -> qwen3_next.ModelArgs:
         partial_rotary_factor=0.25, max_position_embeddings=4096, head_dim=16, full_attention_interval=4)
 
 
+def nemotron_h_args(vocab_size: int, pattern: str = "M-M*M-") -> nemotron_h.ModelArgs:
+    return nemotron_h.ModelArgs(
+        model_type="nemotron_h", vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+        max_position_embeddings=4096, num_attention_heads=4, num_key_value_heads=2, attention_bias=False,
+        mamba_num_heads=8, mamba_head_dim=16, mamba_proj_bias=False, ssm_state_size=16, conv_kernel=4, n_groups=2,
+        mlp_bias=False, layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True,
+        hybrid_override_pattern=list(pattern), head_dim=16)
+
+
 def sharpened(model: nn.Module, sharpness: float = 4.0) -> nn.Module:
     """Embeddings and head scaled so next-token distributions are peaked like a trained model's."""
-    scaled = {k: v * sharpness for k, v in tree_flatten(model.parameters()) if "embed_tokens" in k or "lm_head" in k}
+    scaled = {k: v * sharpness for k, v in tree_flatten(model.parameters()) if any(n in k for n in ("embed_tokens", "embeddings", "lm_head"))}
     model.load_weights(list(scaled.items()), strict=False)
     mx.eval(model.parameters())
     return model
@@ -48,6 +58,11 @@ def tiny_qwen3_5(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
 def tiny_qwen3_next(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
     mx.random.seed(seed)
     return sharpened(qwen3_next.Model(qwen3_next_args(vocab_size, layers)))
+
+
+def tiny_nemotron_h(vocab_size: int, seed: int) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(nemotron_h.Model(nemotron_h_args(vocab_size)))
 
 
 def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path):
