@@ -28,6 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..cache import make_cache, prefill, rewind
+from ..replay import recording
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
 from ..policy import DraftPolicy
@@ -74,7 +75,8 @@ def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int, rows: 
     times = []
     for i in range(WARMUP + steps):
         start = perf_counter()
-        mx.eval(model(last, cache=cache))
+        with recording(model, cache):  # as a verify records a recurrent layer's forward, to rewind it
+            mx.eval(model(last, cache=cache))
         if i >= WARMUP:
             times.append(perf_counter() - start)
         rewind(cache, len(prompt) - 1)
