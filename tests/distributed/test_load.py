@@ -31,3 +31,12 @@ def test_a_kind_the_architecture_lacks_is_refused_naming_what_it_has(tmp_path, t
     path = tiny.save_model(tiny.build(args, seed=0), args, tokenizer, tmp_path / "llama")
     with pytest.raises(SpecmlxError, match=r"^llama models cannot be sharded by pipeline; they support tensor$"):
         sharding_of(path, PIPELINE)
+
+
+def test_a_hybrid_target_is_refused_in_one_line(tmp_path, tokenizer, vocab):
+    from .. import tiny_hybrid
+
+    path = tiny_hybrid.save_qwen3_5(tiny_hybrid.tiny_qwen3_5(vocab, seed=0), vocab, tokenizer, tmp_path / "q35")
+    with pytest.raises(SpecmlxError, match=r"^--distributed: targets with recurrent layers \(qwen3_5\) are not "
+                       r"supported yet; a single stream \(`specmlx generate`\) runs them$"):
+        sharding_of(path)
