@@ -18,7 +18,8 @@ from . import tiny, tiny_hybrid
 
 VOCAB = 64
 PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2]
-BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_next": tiny_hybrid.tiny_qwen3_next,
+BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
+          "qwen3_next": tiny_hybrid.tiny_qwen3_next,
           "nemotron_h": tiny_hybrid.tiny_nemotron_h}
 
 
@@ -82,7 +83,7 @@ def test_without_a_drafter(target):
 
 
 def test_the_batch_and_kept_conversations_refuse_a_hybrid_target_in_one_line(target):
-    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \((qwen3_5|qwen3_next|nemotron_h)\) are not supported yet"):
+    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \((qwen3_5|qwen3_5_moe|qwen3_next|nemotron_h)\) are not supported yet"):
         Batch(target, len(target.layers))
     with pytest.raises(SpecmlxError, match=r"^the server's kept conversations: targets with recurrent layers"):
         Slots(target, None, {"none": NoDrafter()})

@@ -17,7 +17,8 @@ from . import tiny, tiny_hybrid
 
 VOCAB = 64
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3
-BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_next": tiny_hybrid.tiny_qwen3_next,
+BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
+          "qwen3_next": tiny_hybrid.tiny_qwen3_next,
           "nemotron_h": tiny_hybrid.tiny_nemotron_h}
 
 

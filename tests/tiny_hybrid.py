@@ -1,7 +1,7 @@
 """Tiny random hybrid models (attention and recurrent layers) of mlx-lm's classes, with the real
 configs' structure: Qwen3.5 and Qwen3-Next (three Gated DeltaNet layers to one attention layer,
 more value heads than key heads, a 4-wide short convolution, partial rotary attention with a gate;
-Qwen3-Next's MoE with a shared expert), Nemotron-H (Mamba-2 mixers in grouped heads, MLP blocks
+Qwen3.5's and Qwen3-Next's MoE with a shared expert), Nemotron-H (Mamba-2 mixers in grouped heads, MLP blocks
 and an attention block in its `hybrid_override_pattern`, an untied head)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from mlx_lm.models import nemotron_h, qwen3_5, qwen3_next
+from mlx_lm.models import nemotron_h, qwen3_5, qwen3_5_moe, qwen3_next
 
 
 def qwen3_5_config(vocab_size: int, layers: int = 4) -> dict:
@@ -21,6 +21,15 @@ def qwen3_5_config(vocab_size: int, layers: int = 4) -> dict:
         "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
         "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "tie_word_embeddings": False,
         "rope_parameters": {"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}}
+
+
+def qwen3_5_moe_config(vocab_size: int, layers: int = 4) -> dict:
+    """Qwen3.5's MoE form: routed experts and a gated shared expert in every layer."""
+    config = qwen3_5_config(vocab_size, layers)
+    config["model_type"] = "qwen3_5_moe"
+    config["text_config"].update(model_type="qwen3_5_moe_text", num_experts=4, num_experts_per_tok=2,
+                                 moe_intermediate_size=32, shared_expert_intermediate_size=32)
+    return config
 
 
 def qwen3_next_args(vocab_size: int, layers: int = 4) -> qwen3_next.ModelArgs:
@@ -53,6 +62,11 @@ def sharpened(model: nn.Module, sharpness: float = 4.0) -> nn.Module:
 def tiny_qwen3_5(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
     mx.random.seed(seed)
     return sharpened(qwen3_5.Model(qwen3_5.ModelArgs.from_dict(qwen3_5_config(vocab_size, layers))))
+
+
+def tiny_qwen3_5_moe(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(qwen3_5_moe.Model(qwen3_5_moe.ModelArgs.from_dict(qwen3_5_moe_config(vocab_size, layers))))
 
 
 def tiny_qwen3_next(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
