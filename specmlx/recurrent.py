@@ -70,8 +70,9 @@ class RecurrentCache(ArraysCache):
         if self.reachable(length) != length:
             raise ValueError(f"cannot rewind a recurrent layer from {self.offset} to {length} positions")
         at = max((i for i, m in enumerate(self._marks) if m.offset <= length), default=None)
-        if at is None:
-            self._marks, self.cache, self.offset = [Mark(0, (None,) * len(self.cache))], [None] * len(self.cache), 0
+        if at is None:  # below every mark: the state of no position at all (mlx-lm's layers read None as zeros)
+            self.cache, self.offset = [None] * len(self.cache), 0
+            self._marks = [Mark(0, tuple(self.cache))]
             return n
         mark = self._marks[at]
         self._marks = self._marks[max(0, at - 1) : at + 1]

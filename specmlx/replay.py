@@ -20,7 +20,7 @@ import mlx.nn as nn
 
 from .errors import SpecmlxError
 from .hidden import inner_model
-from .recurrent import Replay, rewindable
+from .recurrent import rewindable
 
 
 def _submodules(module: nn.Module) -> list[str]:
