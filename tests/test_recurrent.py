@@ -112,3 +112,20 @@ def test_marks_stay_few_over_many_rounds(pair):
     list(engine.generate(PROMPT, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=3))))
     for cache in (engine.cache, engine.drafter.cache):
         assert max(len(layer._marks) for layer in cache if isinstance(layer, RecurrentCache)) <= 3
+
+
+def test_a_generation_that_ends_inside_a_round_leaves_the_committed_tokens(pair):
+    """An end token among the accepted drafts ends the generation there: the caches rewind inside
+    the round's own forward, past the round's rewind."""
+    target, drafter = pair
+    engine = Engine(target, ModelDrafter(target, VOCAB), eos_token_ids=[])  # a drafter of itself: all accepted
+    config = GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=4))
+    alone = [e.token for e in engine.generate(PROMPT, config).token_events()]
+    end = next(t for t in alone[2:] if t not in alone[:2])  # first emitted mid-answer
+    engine = Engine(target, ModelDrafter(target, VOCAB), eos_token_ids=[end])
+    out = [e.token for e in engine.generate(PROMPT, config).token_events()]
+    assert out == alone[: alone.index(end)]  # the end token itself is not emitted
+    committed = PROMPT + alone[: alone.index(end) + 1]
+    assert len(PROMPT) + len(out) <= engine.cache_length() <= len(committed)
+    assert_holds(target, engine.cache, committed[: engine.cache_length()])
+    assert_holds(target, engine.drafter.cache, committed[: cache_length(engine.drafter.cache)])
