@@ -82,8 +82,6 @@ def test_a_state_one_position_late_is_told_apart(pair):
     with recording(target, cache):
         target(mx.array([[11, 12, 13]]), cache=cache)
     rewind(cache, len(PROMPT) + 2)
-    with pytest.raises(AssertionError):
-        assert_holds(target, cache, PROMPT + [11])
     recurrent = [layer for layer in cache if isinstance(layer, RecurrentCache)]
     for layer in recurrent:
         layer.offset -= 1  # a restore one position late, counted as the earlier one
