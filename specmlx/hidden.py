@@ -40,7 +40,7 @@ def check_exposes_hidden(model: nn.Module, name: str = "target") -> None:
     """Refuse, by architecture name, a model this module cannot split."""
     inner = inner_model(model)
     if (inner is None or not (hasattr(inner, "embed_tokens") or hasattr(inner, "embeddings"))
-            or not (hasattr(inner, "norm") or hasattr(inner, "norm_f"))):
+            or not any(hasattr(inner, n) for n in ("norm", "norm_f", "embedding_norm"))):
         kind = getattr(model, "model_type", type(model).__name__)
         raise SpecmlxError(f"{name} ({kind}) does not expose its hidden states to MTP drafters")
 

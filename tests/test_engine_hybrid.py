@@ -20,7 +20,8 @@ VOCAB = 64
 PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2]
 BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
           "qwen3_next": tiny_hybrid.tiny_qwen3_next,
-          "nemotron_h": tiny_hybrid.tiny_nemotron_h}
+          "nemotron_h": tiny_hybrid.tiny_nemotron_h, "granitemoehybrid": tiny_hybrid.tiny_granite_hybrid,
+          "lfm2": tiny_hybrid.tiny_lfm2, "mamba2": tiny_hybrid.tiny_mamba2}
 
 
 def greedy_alone(model, prompt: list[int], n: int) -> list[int]:
@@ -83,7 +84,7 @@ def test_without_a_drafter(target):
 
 
 def test_the_batch_and_kept_conversations_refuse_a_hybrid_target_in_one_line(target):
-    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \((qwen3_5|qwen3_5_moe|qwen3_next|nemotron_h)\) are not supported yet"):
+    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \(\w+\) are not supported yet"):
         Batch(target, len(target.layers))
     with pytest.raises(SpecmlxError, match=r"^the server's kept conversations: targets with recurrent layers"):
         Slots(target, None, {"none": NoDrafter()})

@@ -19,7 +19,8 @@ VOCAB = 64
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3
 BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
           "qwen3_next": tiny_hybrid.tiny_qwen3_next,
-          "nemotron_h": tiny_hybrid.tiny_nemotron_h}
+          "nemotron_h": tiny_hybrid.tiny_nemotron_h, "granitemoehybrid": tiny_hybrid.tiny_granite_hybrid,
+          "lfm2": tiny_hybrid.tiny_lfm2, "mamba2": tiny_hybrid.tiny_mamba2}
 
 
 def layer_states(cache: list) -> list[mx.array]:
@@ -46,7 +47,8 @@ def assert_holds(model, cache: list, tokens: list[int]) -> None:
 @pytest.fixture(scope="module", params=sorted(BUILDS))
 def pair(request):
     target = BUILDS[request.param](VOCAB, seed=1)
-    drafter = tiny.perturbed(target, target.args, noise=0.5, seed=3)  # agrees often, not always
+    noise = 0.2 if request.param == "lfm2" else 0.5  # its tied head is more sensitive to noise on its weights
+    drafter = tiny.perturbed(target, target.args, noise=noise, seed=3)  # agrees often, not always
     return target, drafter
 
 

@@ -2,14 +2,16 @@
 configs' structure: Qwen3.5 and Qwen3-Next (three Gated DeltaNet layers to one attention layer,
 more value heads than key heads, a 4-wide short convolution, partial rotary attention with a gate;
 Qwen3.5's and Qwen3-Next's MoE with a shared expert), Nemotron-H (Mamba-2 mixers in grouped heads, MLP blocks
-and an attention block in its `hybrid_override_pattern`, an untied head)."""
+and an attention block in its `hybrid_override_pattern`, an untied head), and by the same mechanism
+Granite 4 hybrids (Mamba-2 and attention), LFM2 (short gated convolutions and attention) and
+Mamba-2 alone."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from mlx_lm.models import nemotron_h, qwen3_5, qwen3_5_moe, qwen3_next
+from mlx_lm.models import granitemoehybrid, lfm2, mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_next
 
 
 def qwen3_5_config(vocab_size: int, layers: int = 4) -> dict:
@@ -51,6 +53,31 @@ def nemotron_h_args(vocab_size: int, pattern: str = "M-M*M-") -> nemotron_h.Mode
         hybrid_override_pattern=list(pattern), head_dim=16)
 
 
+def granite_hybrid_args(vocab_size: int) -> granitemoehybrid.ModelArgs:
+    return granitemoehybrid.ModelArgs(
+        model_type="granitemoehybrid", vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=4, max_position_embeddings=4096, num_attention_heads=4, num_key_value_heads=2,
+        attention_bias=False, embedding_multiplier=12.0, attention_multiplier=0.25, logits_scaling=4.0,
+        residual_multiplier=0.25, layer_types=["mamba", "mamba", "attention", "mamba"], rms_norm_eps=1e-5,
+        mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+        mamba_conv_bias=True, mamba_proj_bias=False, tie_word_embeddings=False)
+
+
+def lfm2_args(vocab_size: int) -> lfm2.ModelArgs:
+    return lfm2.ModelArgs(
+        model_type="lfm2", vocab_size=vocab_size, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, norm_eps=1e-5, conv_bias=False, conv_L_cache=3,
+        block_dim=64, block_multiple_of=16, block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=False,
+        full_attn_idxs=[2], block_ff_dim=128)
+
+
+def mamba2_args(vocab_size: int) -> mamba2.ModelArgs:
+    return mamba2.ModelArgs(
+        model_type="mamba2", num_heads=8, head_dim=16, vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+        state_size=16, num_hidden_layers=3, layer_norm_epsilon=1e-5, conv_kernel=4, n_groups=2, use_bias=False,
+        use_conv_bias=True, tie_word_embeddings=False, time_step_limit=(0.0, float("inf")), time_step_rank="auto")
+
+
 def sharpened(model: nn.Module, sharpness: float = 4.0) -> nn.Module:
     """Embeddings and head scaled so next-token distributions are peaked like a trained model's."""
     scaled = {k: v * sharpness for k, v in tree_flatten(model.parameters()) if any(n in k for n in ("embed_tokens", "embeddings", "lm_head"))}
@@ -77,6 +104,26 @@ def tiny_qwen3_next(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
 def tiny_nemotron_h(vocab_size: int, seed: int) -> nn.Module:
     mx.random.seed(seed)
     return sharpened(nemotron_h.Model(nemotron_h_args(vocab_size)))
+
+
+def tiny_granite_hybrid(vocab_size: int, seed: int) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(granitemoehybrid.Model(granite_hybrid_args(vocab_size)))
+
+
+def tiny_lfm2(vocab_size: int, seed: int) -> nn.Module:
+    """Its head is its embedding table: its blocks' output projections are scaled up so that the last
+    token's own embedding does not decide every next token."""
+    mx.random.seed(seed)
+    model = lfm2.Model(lfm2_args(vocab_size))
+    model.load_weights([(k, 3 * v) for k, v in tree_flatten(model.parameters())
+                        if k.endswith("proj.weight") or ".w2." in k], strict=False)
+    return sharpened(model)
+
+
+def tiny_mamba2(vocab_size: int, seed: int) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(mamba2.Model(mamba2_args(vocab_size)))
 
 
 def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path):
