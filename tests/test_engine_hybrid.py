@@ -88,3 +88,17 @@ def test_the_batch_and_kept_conversations_refuse_a_hybrid_target_in_one_line(tar
         Batch(target, len(target.layers))
     with pytest.raises(SpecmlxError, match=r"^the server's kept conversations: targets with recurrent layers"):
         Slots(target, None, {"none": NoDrafter()})
+
+
+def test_a_round_still_waits_once(target, monkeypatch):
+    """The replay is lazy: it runs with the next round's graph, not in a wait of its own."""
+    engine = Engine(target, ModelDrafter(tiny.perturbed(target, target.args, noise=0.3, seed=3), VOCAB),
+                    eos_token_ids=[])
+    waits = []
+    evaluate = mx.eval
+    monkeypatch.setattr(mx, "eval", lambda *a, **k: (waits.append(1), evaluate(*a, **k))[1])
+    generation = engine.generate(PROMPT, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    counts = [len(waits) for _ in generation]  # waits so far, at each round's event
+    assert 0 < generation.stats.accepted < generation.stats.drafted
+    assert all(b - a == 1 for a, b in zip(counts, counts[1:]))  # after the prefill's, one a round
+    assert generation.stats.host_syncs == generation.stats.rounds
