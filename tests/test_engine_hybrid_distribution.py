@@ -1,6 +1,7 @@
 """Above temperature 0 a hybrid target's output distribution is its own: seeded speculative runs
-over a five-token vocabulary, with rejections that rewind its Gated DeltaNet layers, match the
-exact distribution by a chi-square test; a rewind one position late is caught by the same test."""
+over a five-token vocabulary, with rejections that rewind its recurrent layers (Gated DeltaNet,
+Mamba-2), match the exact distribution by a chi-square test; a rewind one position late is
+caught by the same test."""
 
 from __future__ import annotations
 
@@ -17,14 +18,19 @@ from .test_engine_distribution import LENGTH, VOCAB, chi_square_pvalue, exact_di
 SAMPLING = SamplingParams(temp=1.0)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_hybrid.sharpened(tiny_hybrid.tiny_qwen3_5(VOCAB, seed=7), 0.5)  # sharpness 2 in all
+def hybrid_pair(build):
+    target = tiny_hybrid.sharpened(build(VOCAB, seed=7), 0.5)  # sharpness 2 in all
     return target, tiny.perturbed(target, target.args, noise=0.6, seed=8)
 
 
-def test_a_hybrid_drafter_keeps_the_hybrid_target_distribution(pair):
-    target, drafter = pair
+@pytest.fixture(scope="module")
+def pair():
+    return hybrid_pair(tiny_hybrid.tiny_qwen3_5)
+
+
+@pytest.mark.parametrize("build", [tiny_hybrid.tiny_qwen3_5, tiny_hybrid.tiny_nemotron_h], ids=["qwen3_5", "nemotron_h"])
+def test_a_hybrid_drafter_keeps_the_hybrid_target_distribution(build):
+    target, drafter = hybrid_pair(build)
     engine = Engine(target, ModelDrafter(drafter, VOCAB), eos_token_ids=[])
     samples, rounds_per_run = sample_sequences(engine, SAMPLING)
     assert 1 < rounds_per_run < LENGTH  # multi-round, with both accepts and rejections
