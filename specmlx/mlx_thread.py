@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -79,3 +80,14 @@ def _release_streams() -> None:
 
     mx.synchronize()
     mx.clear_streams()
+
+
+@contextmanager
+def closed_on_error(mlx: MLXThread) -> Iterator[MLXThread]:
+    """`mlx`, closed if the block raises: an owner that fails before it hands the thread on
+    (a server that fails to start) would otherwise leave its streams, and abort at exit."""
+    try:
+        yield mlx
+    except BaseException:
+        mlx.close()
+        raise

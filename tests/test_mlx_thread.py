@@ -2,9 +2,10 @@
 
 import threading
 
+import mlx.core as mx
 import pytest
 
-from specmlx.mlx_thread import MLXThread
+from specmlx.mlx_thread import MLXThread, closed_on_error
 
 
 def test_calls_and_iteration_run_on_one_thread_and_close_there():
@@ -37,3 +38,16 @@ def test_exceptions_come_back_to_the_caller():
         mlx.call(lambda: 1 / 0)
     assert mlx.call(lambda: mlx.call(lambda: 7)) == 7  # nested calls do not deadlock
     mlx.close()
+
+
+def test_a_thread_is_closed_when_its_owner_fails_before_handing_it_on():
+    with pytest.raises(ValueError):
+        with closed_on_error(MLXThread()) as failed:
+            failed.call(lambda: mx.eval(mx.ones(2)))
+            raise ValueError("the server could not start")
+    with pytest.raises(RuntimeError):  # closed: it takes no more work
+        failed.call(lambda: 1)
+    with closed_on_error(MLXThread()) as kept:
+        pass
+    assert kept.call(lambda: 2) == 2
+    kept.close()

@@ -30,16 +30,14 @@ from ..config import GenerationConfig
 from ..errors import SpecmlxError
 from ..loading import load_models
 from ..memory import GB
-from ..mlx_thread import MLXThread
+from ..mlx_thread import MLXThread, closed_on_error
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
                        sampling_params)
-from ..policy import DraftPolicy
-from ..sampling import SamplingParams
 from ..warmup import warm_up_at_load
 from .limits import Access
 from .run import Server, bind
-from .mirror import NO_MIRROR
-from .builder import MAX_BATCH, build
+from .mirror import NO_MIRROR, Mirror
+from .builder import MAX_BATCH, Built, build
 from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
 API_KEY_ENV = "SPECMLX_API_KEY"
@@ -137,20 +135,22 @@ def serve(args: argparse.Namespace) -> int:
         if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             loaded = load_models(args.preset or args.target, specs, placement=where)
             return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name)
-        mlx = MLXThread()  # with ranks, every collective of rank 0 runs on this one thread, in order
-        loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
-        mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy, loaded.peers.one_process, say)
-        return listen(args, allowed, sock, mlx, loaded.target, loaded.drafters, defaults_policy, sampling,
-                      lockstep_of(loaded.peers))
+        with closed_on_error(MLXThread()) as mlx:  # with ranks, every collective of rank 0 runs on it, in order
+            loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
+            mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy,
+                     loaded.peers.one_process, say)
+            lockstep = lockstep_of(loaded.peers)
+            mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
+            built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
+                          max_tokens=args.max_tokens, access=allowed, slots=args.slots,
+                          cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
+                          mirror=mirror, max_batch=args.max_batch)
+        return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
 
 
-def listen(args: argparse.Namespace, allowed: Access, sock, mlx: MLXThread, target, drafters,
-           defaults_policy: DraftPolicy, sampling: SamplingParams, lockstep: Lockstep | None) -> int:
+def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror: Mirror, target, drafters,
+           lockstep: Lockstep | None) -> int:
     """Serve until Ctrl+C (exit 0), or until a sharded target loses a rank (one line, exit 2)."""
-    mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
-    built = build(mlx, target, drafters, policy=defaults_policy, sampling=sampling, max_tokens=args.max_tokens,
-                  access=allowed, slots=args.slots, cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                  mirror=mirror, max_batch=args.max_batch)
     worker = built.worker
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"

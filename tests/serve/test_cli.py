@@ -127,3 +127,21 @@ def test_any_origin_without_a_key_is_refused_before_loading(capsys, tmp_path):
     allowed = access(build_parser().parse_args(["--cors-origin", "*"]), ("k",))
     assert allowed.cors_origins == ("*",) and allowed.loopback
     assert not access(build_parser().parse_args(["--host", "0.0.0.0"]), ()).loopback
+
+
+def test_a_server_that_cannot_start_after_loading_says_one_line_and_exits_2(tmp_path, tokenizer, vocab):
+    """A hybrid target (kept conversations cannot rewind it yet): one line, exit 2, no traceback and
+    no abort at exit (the MLX thread that loaded it is closed on the way out)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests import tiny_hybrid
+
+    path = tiny_hybrid.save_qwen3_5(tiny_hybrid.tiny_qwen3_5(vocab, seed=1), vocab, tokenizer, tmp_path / "q35")
+    done = subprocess.run([sys.executable, "-m", "specmlx", "serve", "--target", str(path), "--drafter", "none",
+                           "--port", "0"], capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"SPECMLX_WARM_UP": "0"})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "recurrent layers (qwen3_5)" in lines[0] and lines[0].startswith("specmlx serve: error:")
