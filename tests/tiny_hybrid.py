@@ -135,3 +135,18 @@ def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path):
     (path / "config.json").write_text(json.dumps(qwen3_5_config(vocab_size, len(model.layers))))
     tokenizer.save_pretrained(str(path))
     return path
+
+
+def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1):
+    """Random MTP layers of the target's own layout (`specmlx.models.qwen3_5_mtp`), its norms'
+    weights spread around 1 so that a norm left out or shifted twice shows."""
+    from specmlx.hidden import text_model
+    from specmlx.models.qwen3_5_mtp import NativeMTP
+
+    mx.random.seed(seed)
+    model = NativeMTP(text_model(target).args, layers)
+    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
+             if k.endswith("norm.weight")]
+    model.load_weights(norms, strict=False)
+    mx.eval(model.parameters())
+    return model

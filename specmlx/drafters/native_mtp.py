@@ -1,0 +1,43 @@
+"""Drafting with the MTP layers a checkpoint ships (`specmlx.models.qwen3_5_mtp`).
+
+It runs as specmlx's own MTP head does (`drafters.mtp`): its KV cache runs one behind the
+target, each round first feeds the positions verification added with the target's real hidden
+states, and k > 1 drafts chain its own features. Two things differ: its logits are the target's
+whole head (the layers were trained with it), and it is built to the target it ships with.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..errors import SpecmlxError
+from ..hidden import embed, head
+from .labels import MTP
+from .loop import Scores
+from .mtp import MTPDrafter
+from ..models.qwen3_5_mtp import NativeMTP
+
+
+class NativeMTPDrafter(MTPDrafter):
+    def __init__(self, model: NativeMTP, vocab_size: int, name: str = MTP) -> None:
+        super().__init__(model, vocab_size, name)
+
+    def fresh(self) -> "NativeMTPDrafter":
+        return NativeMTPDrafter(self.model, self.vocab_size, self.name)
+
+    def attach(self, target: nn.Module, cache: list) -> None:
+        if self.model.config.target_vocab_size != self.vocab_size:
+            raise SpecmlxError(f"MTP layers {self.name} score {self.model.config.target_vocab_size} tokens, "
+                               f"but this target has {self.vocab_size} logits")
+        self.target = target
+
+    def logits(self, features: mx.array) -> mx.array:
+        """The target's own head on the features, cut or padded to its logit width."""
+        return head(self.target, features)[..., : self.vocab_size]
+
+    def _step(self, ids: mx.array, hidden: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
+        """Feed (embed(ids), hidden) rows; the features are the next step's hidden, and the target's
+        head scores them in either mode (no cheaper argmax: the whole vocabulary is drafted)."""
+        features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
+        return Scores(logits=self.logits(features[0])), features

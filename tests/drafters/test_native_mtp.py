@@ -1,0 +1,89 @@
+"""The MTP layers a Qwen3.5 / Qwen3-Next checkpoint ships, drafting through the engine for its
+hybrid target: greedy output is the target's own, its cache holds only real positions after each
+generation, and above temperature 0 the target's distribution is kept."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from specmlx.cache import cache_length
+from specmlx.drafters import Draft
+from specmlx.drafters.native_mtp import NativeMTPDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.policy import DraftPolicy
+from specmlx.sampling import SamplingParams
+
+from .. import tiny_hybrid
+from ..test_engine_distribution import chi_square_pvalue, exact_distribution, sample_sequences
+from ..test_engine_hybrid import PROMPT, VOCAB, greedy_alone
+
+BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
+          "qwen3_next": tiny_hybrid.tiny_qwen3_next}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def target(request):
+    return BUILDS[request.param](VOCAB, seed=1)
+
+
+@pytest.mark.parametrize("num_draft", [1, 3])
+def test_greedy_output_is_the_target_alone(target, num_draft):
+    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    generation = engine.generate(PROMPT, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=num_draft)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 40)
+    assert generation.stats.drafted > 0
+
+
+def test_the_automatic_length_stays_exact(target):
+    engine = Engine(target, NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB), eos_token_ids=[])
+    generation = engine.generate(PROMPT, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=None)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 30)
+
+
+def test_after_a_generation_its_cache_holds_only_real_positions(target):
+    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    for max_tokens in (7, 19):
+        list(engine.generate(PROMPT, GenerationConfig(max_tokens=max_tokens, policy=DraftPolicy(num_draft=3))))
+        assert drafter.history.length == engine.cache_length()
+        assert cache_length(drafter.cache) <= drafter.real <= len(engine.context) - 1
+
+
+def test_a_fresh_drafter_shares_the_layers_and_starts_empty(target):
+    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB, name="mtp")
+    other = drafter.fresh()
+    assert other.model is drafter.model and other.name == "mtp" and other.history.length == 0
+
+
+SAMPLING = SamplingParams(temp=1.0)
+SMALL = 5  # the chi-square test's vocabulary (test_engine_distribution)
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    target = tiny_hybrid.sharpened(tiny_hybrid.tiny_qwen3_5(SMALL, seed=7), 0.5)
+    return target, tiny_hybrid.tiny_native_mtp(target, seed=8)
+
+
+def test_the_target_distribution_is_kept_above_temperature_0(small_pair):
+    target, mtp = small_pair
+    samples, rounds_per_run = sample_sequences(Engine(target, NativeMTPDrafter(mtp, SMALL), eos_token_ids=[]),
+                                               SAMPLING)
+    assert 1 < rounds_per_run < 3  # multi-round, with both accepts and rejections
+    assert chi_square_pvalue(samples, exact_distribution(target, SAMPLING)) > 1e-3
+
+
+class Misreporting(NativeMTPDrafter):
+    """The planted bias: samples from q but reports q as uniform."""
+
+    def draft(self, tokens, num_draft, sampling, key, p_min=0.0, allowed=None) -> Draft:
+        draft = super().draft(tokens, num_draft, sampling, key, p_min, allowed)
+        return draft if draft.probs is None else Draft(draft.tokens, mx.full(draft.probs.shape, 1 / SMALL))
+
+
+def test_the_check_detects_a_planted_bias(small_pair):
+    target, mtp = small_pair
+    samples, _ = sample_sequences(Engine(target, Misreporting(mtp, SMALL), eos_token_ids=[]), SAMPLING)
+    assert chi_square_pvalue(samples, exact_distribution(target, SAMPLING)) < 1e-3
