@@ -29,21 +29,22 @@ def target(request):
 
 @pytest.mark.parametrize("num_draft", [1, 3])
 def test_greedy_output_is_the_target_alone(target, num_draft):
-    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB)
+    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True), VOCAB)
     engine = Engine(target, drafter, eos_token_ids=[])
     generation = engine.generate(PROMPT, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=num_draft)))
     assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 40)
-    assert generation.stats.drafted > 0
+    assert 0 < generation.stats.accepted < generation.stats.drafted  # rounds rewound at every depth
 
 
 def test_the_automatic_length_stays_exact(target):
-    engine = Engine(target, NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB), eos_token_ids=[])
+    mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
+    engine = Engine(target, NativeMTPDrafter(mtp, VOCAB), eos_token_ids=[])
     generation = engine.generate(PROMPT, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=None)))
     assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 30)
 
 
 def test_after_a_generation_its_cache_holds_only_real_positions(target):
-    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB)
+    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True), VOCAB)
     engine = Engine(target, drafter, eos_token_ids=[])
     for max_tokens in (7, 19):
         list(engine.generate(PROMPT, GenerationConfig(max_tokens=max_tokens, policy=DraftPolicy(num_draft=3))))
