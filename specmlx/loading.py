@@ -19,14 +19,16 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import mlx.nn as nn
 
 from .compat import check_compatible, check_vocab_fits
-from .drafters import BUILTIN, NGRAM, NONE, Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .drafters import BUILTIN, MTP, NGRAM, NONE, Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .drafters.gemma4_assistant import Gemma4AssistantDrafter
 from .drafters.mtp import MTPDrafter
+from .drafters.native_mtp import NativeMTPDrafter
 from .errors import SpecmlxError, first_line
 from .hub import download, is_repo_id
 from .memory import check_fits
 from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .models.mtp import is_mtp_dir, load_mtp
+from .models.qwen3_5_mtp import has_native_mtp, load_native_mtp
 from .paths import models_dir
 from .peers import ALONE, Peers
 from .presets import default_preset_name, fetched_path, get_preset, is_preset
@@ -110,19 +112,31 @@ def resolve_drafter(spec: str | None, target: str) -> DrafterSource:
     """What to draft with: `spec`, a preset's drafter, or prompt lookup.
 
     A preset name stands for that preset's own drafter, and with a preset target
-    a drafter role of that preset (e.g. `mtp`) for that drafter; with no spec, a
-    preset target brings its drafter and any other target gets prompt lookup.
+    a drafter role of that preset (e.g. `mtp`) for that drafter; `mtp` with a target
+    directory that ships MTP layers stands for them; with no spec, a preset target
+    brings its drafter and any other target gets prompt lookup.
     """
     if spec is None:
         return resolve_drafter(target, target) if is_preset(target) else DrafterSource(NGRAM, NGRAM)
     if is_preset(target) and spec in {d.role for d in get_preset(target).drafters}:
         return DrafterSource(str(fetched_path(get_preset(target), spec)), spec)  # `--drafter mtp`
+    if spec == MTP and not Path(spec).exists():
+        if not ships_mtp(target):
+            raise SpecmlxError(f"--drafter mtp: {target} ships no MTP layers specmlx can run (Qwen3.5 and "
+                               "Qwen3-Next directories that kept their mtp.* weights: specmlx convert keeps them)")
+        return DrafterSource(target, MTP)
     if is_preset(spec):
         preset = get_preset(spec)
         if preset.drafter in BUILTIN:
             return DrafterSource(preset.drafter, preset.drafter)
         return DrafterSource(str(fetched_path(preset, preset.drafter)), preset.drafter)
     return DrafterSource(spec, display_name(spec))
+
+
+def ships_mtp(target: str) -> bool:
+    """Whether a local target directory holds MTP layers of its own (`models.qwen3_5_mtp`)."""
+    path = Path(target).expanduser()
+    return path.is_dir() and has_native_mtp(path)
 
 
 def load_drafter(drafter: DrafterSource, target: LoadedModel, path: Path | None = None) -> Drafter:
@@ -135,6 +149,8 @@ def load_drafter(drafter: DrafterSource, target: LoadedModel, path: Path | None 
     width = vocab_size(target.model)
     if is_mtp_dir(path):
         return MTPDrafter(load_mtp(path), width, name=drafter.name)
+    if drafter.name == MTP and has_native_mtp(path):  # the target's own MTP layers (`resolve_drafter`)
+        return NativeMTPDrafter(load_native_mtp(path, target.model), width, name=drafter.name)
     if is_gemma4_assistant_dir(path):
         return Gemma4AssistantDrafter(load_gemma4_assistant(path), width, name=drafter.name)
     model = load(drafter.source, path)
@@ -156,7 +172,7 @@ def load_tokenizer(source: str, path: Path) -> Any:
 
 def is_head_dir(path: Path) -> bool:
     """An MTP-style head: it reads the target, may ship no tokenizer, and is checked on attach."""
-    return is_mtp_dir(path) or is_gemma4_assistant_dir(path)
+    return is_mtp_dir(path) or is_gemma4_assistant_dir(path) or has_native_mtp(path)
 
 
 def check_pair(target: str, drafter: DrafterSource,
@@ -176,7 +192,8 @@ def check_resolved(target: str, target_path: Path, drafter: DrafterSource, draft
     if drafter_path is not None and not is_head_dir(drafter_path):
         check_compatible(load_tokenizer(target, target_path), load_tokenizer(drafter.source, drafter_path),
                          target, drafter.source)  # errors name what the user typed, in full
-    fits(target_path, drafter_path)
+    same = drafter_path is not None and drafter_path.resolve() == target_path.resolve()
+    fits(target_path, None if same else drafter_path)  # the target's own MTP layers are in its files
 
 
 class Placement(Protocol):

@@ -126,13 +126,19 @@ def tiny_mamba2(vocab_size: int, seed: int) -> nn.Module:
     return sharpened(mamba2.Model(mamba2_args(vocab_size)))
 
 
-def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path):
-    """An mlx-lm model directory of a tiny Qwen3.5, its config as the checkpoints write it."""
+def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path, mtp: nn.Module | None = None):
+    """An mlx-lm model directory of a tiny Qwen3.5, its config as the checkpoints write it; with
+    `mtp`, its MTP layers too, under `mtp.` as an MLX conversion that kept them holds them."""
     import json
 
     path.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(model.parameters())))
-    (path / "config.json").write_text(json.dumps(qwen3_5_config(vocab_size, len(model.layers))))
+    weights = dict(tree_flatten(model.parameters()))
+    config = qwen3_5_config(vocab_size, len(model.layers))
+    if mtp is not None:
+        weights.update({f"mtp.{k}": v for k, v in tree_flatten(mtp.parameters())})
+        config["text_config"]["mtp_num_hidden_layers"] = len(mtp.layers)
+    mx.save_safetensors(str(path / "model.safetensors"), weights)
+    (path / "config.json").write_text(json.dumps(config))
     tokenizer.save_pretrained(str(path))
     return path
 

@@ -103,22 +103,22 @@ def has_native_mtp(folder: Path) -> bool:
         return False
     if config.get("model_type") not in MODEL_TYPES or mtp_layer_count(config) == 0:
         return False
-    return any(k.startswith(PREFIX) for file in folder.glob("*.safetensors") for k in _names(file))
+    return any(k.startswith(PREFIX) for file in folder.glob("*.safetensors") for k in _shapes(file))
 
 
-def _names(file: Path) -> list[str]:
-    """A safetensors file's tensor names from its header alone (no tensor is read)."""
+def _shapes(file: Path) -> dict[str, list[int]]:
+    """A safetensors file's tensor shapes by name, from its header alone (no tensor is read)."""
     with open(file, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        return [k for k in json.loads(f.read(size)) if k != "__metadata__"]
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
 
 
 def hf_layout(folder: Path) -> bool:
     """mlx-lm's own test: a short convolution still in Hugging Face's layout (kernel last, wider than 1)."""
     for file in sorted(folder.glob("*.safetensors")):
-        for k, v in mx.load(str(file)).items():
+        for k, shape in _shapes(file).items():
             if "conv1d.weight" in k:
-                return v.shape[-1] != 1
+                return shape[-1] != 1
     return False
 
 
