@@ -143,6 +143,9 @@ def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path, mtp: nn.Mod
     return path
 
 
+MTP_NORMS = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")  # every RMSNorm of the MTP layers
+
+
 def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool = False):
     """Random MTP layers of the target's own layout (`specmlx.models.qwen3_5_mtp`), its norms'
     weights spread around 1 so that a norm left out or shifted twice shows. `guesses`: `fc` passes
@@ -154,7 +157,7 @@ def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool
     mx.random.seed(seed)
     model = NativeMTP(text_model(target).args, layers)
     norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
-             if k.endswith("norm.weight")]
+             if k.endswith(MTP_NORMS)]
     model.load_weights(norms, strict=False)
     if guesses:
         width = model.fc.weight.shape[0]
@@ -162,3 +165,28 @@ def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool
         model.load_weights([("fc.weight", fc), ("norm.weight", inner_model(target).norm.weight)], strict=False)
     mx.eval(model.parameters())
     return model
+
+
+_HF_NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight",
+             ".k_norm.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "mtp.norm.weight")
+
+
+def save_qwen3_5_hf(model: nn.Module, mtp: nn.Module, vocab_size: int, tokenizer, path):
+    """A tiny Qwen3.5 with its MTP layers as Hugging Face's checkpoints hold them: `model.language_model.`
+    names, zero-centred norms (weight - 1), the short convolution's kernel last, `mtp.*` beside."""
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    weights = {}
+    named = [(k.replace("language_model.model.", "model.language_model.").replace("language_model.lm_head", "lm_head"), v)
+             for k, v in tree_flatten(model.parameters())] + [(f"mtp.{k}", v) for k, v in tree_flatten(mtp.parameters())]
+    for k, v in named:
+        if "conv1d.weight" in k:
+            v = v.moveaxis(2, 1)
+        weights[k] = v - 1.0 if k.endswith(_HF_NORMS) and v.ndim == 1 else v
+    config = qwen3_5_config(vocab_size, len(model.layers))
+    config["text_config"]["mtp_num_hidden_layers"] = len(mtp.layers)
+    mx.save_safetensors(str(path / "model.safetensors"), weights)
+    (path / "config.json").write_text(json.dumps(config))
+    tokenizer.save_pretrained(str(path))
+    return path

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 from pathlib import Path
 
 from specmlx.convert.atomic import check_destination, staged_path
+from specmlx.convert.native_mtp import FILE, keep_native_mtp, ships_other_mtp
 from specmlx.convert.options import OutputFormat
 from specmlx.errors import SpecmlxError, first_line
 from specmlx.hub import download
@@ -40,7 +42,22 @@ def convert_hf(source: str | Path, out: Path, fmt: OutputFormat, force: bool = F
         except (ValueError, FileNotFoundError, KeyError) as exc:
             # mlx-lm's ways of saying "unknown model_type", "no safetensors", "weights do not fit".
             raise SpecmlxError(f"cannot convert {source}: {first_line(exc)}") from exc
+        _keep_mtp(local, work, fmt)
     return out
+
+
+def _keep_mtp(local: Path, work: Path, fmt: OutputFormat) -> None:
+    """The checkpoint's own MTP layers, which mlx-lm drops, kept (or their loss said)."""
+    try:
+        kept = keep_native_mtp(local, work, fmt)
+    except ValueError as exc:  # tensors that do not fit the config's MTP layers
+        raise SpecmlxError(f"cannot keep the MTP layers of {local}: {first_line(exc)}") from exc
+    if kept:
+        print(f"kept the checkpoint's MTP layers ({kept} mtp.* tensors, {FILE}): --drafter mtp drafts with them",
+              file=sys.stderr)
+    elif ships_other_mtp(local):
+        print("dropped the checkpoint's mtp.* tensors: specmlx runs the MTP layers of Qwen3.5 and Qwen3-Next only",
+              file=sys.stderr)
 
 
 @contextlib.contextmanager

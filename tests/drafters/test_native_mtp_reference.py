@@ -108,3 +108,27 @@ def test_mlx_vlm_keeping_its_drafted_entries_drifts(pair):
     rounds = run_rounds(*pair, rebuild=False)
     far = [max(float(mx.abs(x.reshape(-1) - y.reshape(-1)).max()) for x, y in zip(r[2], r[3])) for r in rounds]
     assert far[0] < ATOL and max(far) > 1e-2
+
+
+def test_hugging_faces_layout_is_read_as_mlx_vlm_reads_it(pair):
+    """`mtp.*` names with zero-centred norms (and, for the MoE, one tensor an expert's projection as
+    Qwen3-Next ships or a fused `gate_up_proj` as Qwen3.5 does): the same tensors as mlx-vlm's sanitize."""
+    from specmlx.models.qwen3_5_mtp import sanitize
+
+    target, mtp, text_config = pair
+    hf = {f"mtp.{k}": v - 1.0 if k.endswith(tiny_hybrid.MTP_NORMS) else v for k, v in weights_of(mtp).items()}
+    fused = {}
+    for k, v in hf.items():  # Qwen3.5-MoE's fused experts
+        if ".switch_mlp.gate_proj.weight" in k:
+            base = k.replace(".switch_mlp.gate_proj.weight", "")
+            fused[f"{base}.experts.gate_up_proj"] = mx.concatenate([v, hf[f"{base}.switch_mlp.up_proj.weight"]], axis=-2)
+            fused[f"{base}.experts.down_proj"] = hf[f"{base}.switch_mlp.down_proj.weight"]
+        elif ".switch_mlp." not in k:
+            fused[k] = v
+    reference = vlm_drafter(text_config, weights_of(mtp), target)
+    theirs = reference.sanitize(dict(fused))
+    mine = sanitize(fused, shift_norms=True)
+    assert sorted(mine) == sorted(theirs)
+    for k in mine:
+        assert mx.array_equal(mine[k], theirs[k]), k
+    assert all(mx.allclose(mine[k], v, atol=1e-6) for k, v in weights_of(mtp).items())

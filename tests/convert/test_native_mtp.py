@@ -1,0 +1,50 @@
+"""`specmlx convert` keeps the MTP layers a Qwen3.5 checkpoint ships (mlx-lm drops them), and says so:
+converted from Hugging Face's layout, they load as the layers they were, and draft exactly."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from specmlx.convert import convert
+from specmlx.drafters.native_mtp import NativeMTPDrafter
+from specmlx.engine import Engine, GenerationConfig
+from specmlx.loading import load_pair
+from specmlx.policy import DraftPolicy
+
+from .. import tiny_hybrid
+from ..test_engine_hybrid import greedy_alone
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, tokenizer, vocab):
+    target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
+    path = tiny_hybrid.save_qwen3_5_hf(target, mtp, vocab, tokenizer, tmp_path_factory.mktemp("hf") / "q35")
+    return target, mtp, path
+
+
+def test_the_mtp_layers_are_kept_as_they_were(source, tmp_path, capsys):
+    target, mtp, path = source
+    out = convert(path, tmp_path / "out", dtype="float32", progress=False)
+    assert "kept the checkpoint's MTP layers" in capsys.readouterr().err
+    loaded, drafter = load_pair(str(out), "mtp")
+    assert isinstance(drafter, NativeMTPDrafter)
+    want = dict(tree_flatten(mtp.parameters()))
+    for name, value in tree_flatten(drafter.model.parameters()):
+        assert mx.allclose(value, want[name], atol=1e-6), name
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    assert greedy_alone(loaded.model, prompt, 8) == greedy_alone(target, prompt, 8)
+
+
+def test_quantized_they_draft_exactly(source, tmp_path):
+    _, _, path = source
+    out = convert(path, tmp_path / "q", q_bits=4, q_group_size=32, progress=False)
+    loaded, drafter = load_pair(str(out), "mtp")
+    assert "scales" in dict(drafter.model.fc.parameters())
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
+        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(loaded.model, prompt, 24)
+    assert generation.stats.drafted > 0
