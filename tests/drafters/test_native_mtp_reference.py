@@ -125,10 +125,18 @@ def test_hugging_faces_layout_is_read_as_mlx_vlm_reads_it(pair):
             fused[f"{base}.experts.down_proj"] = hf[f"{base}.switch_mlp.down_proj.weight"]
         elif ".switch_mlp." not in k:
             fused[k] = v
+    split = {}
+    for k, v in hf.items():  # Qwen3-Next's experts, one tensor each
+        if ".switch_mlp." in k:
+            base, projection = k.split(".switch_mlp.")
+            split.update({f"{base}.experts.{e}.{projection}": v[e] for e in range(v.shape[0])})
+        else:
+            split[k] = v
     reference = vlm_drafter(text_config, weights_of(mtp), target)
-    theirs = reference.sanitize(dict(fused))
-    mine = sanitize(fused, shift_norms=True)
-    assert sorted(mine) == sorted(theirs)
-    for k in mine:
-        assert mx.array_equal(mine[k], theirs[k]), k
-    assert all(mx.allclose(mine[k], v, atol=1e-6) for k, v in weights_of(mtp).items())
+    for layout in (fused, split):
+        theirs = reference.sanitize(dict(layout))
+        mine = sanitize(layout, shift_norms=True)
+        assert sorted(mine) == sorted(theirs)
+        for k in mine:
+            assert mx.array_equal(mine[k], theirs[k]), k
+        assert all(mx.allclose(mine[k], v, atol=1e-6) for k, v in weights_of(mtp).items())
