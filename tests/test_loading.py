@@ -108,3 +108,41 @@ def test_a_head_for_another_target_is_one_line(tmp_path, model_dirs, capsys):
     assert main(["--target", str(model_dirs["target"]), "--drafter", str(tmp_path / "mtp"),
                  "--prompt", "x", "--max-tokens", "4"]) == 2
     assert "was trained for a target with 100 logits" in capsys.readouterr().err
+
+
+def test_a_qwen3_next_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_path, tokenizer, vocab, monkeypatch):
+    """An MLX Qwen3-Next directory with `mtp.*` in a file beside the target's (`num_nextn_predict_layers`): `mtp`
+    resolves to the target's own layers, its files are counted once by the memory check, and they draft."""
+    import dataclasses
+    import json
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from specmlx.drafters.native_mtp import NativeMTPDrafter
+    from specmlx.engine import Engine, GenerationConfig
+    from specmlx.policy import DraftPolicy
+
+    from . import tiny_hybrid
+    from .test_engine_hybrid import greedy_alone
+
+    target = tiny_hybrid.tiny_qwen3_next(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
+    path = tmp_path / "q3next"
+    path.mkdir()
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(target.parameters())))
+    # Beside the target's files, as `specmlx convert` writes them: mlx-lm loads `model*.safetensors` only.
+    mx.save_safetensors(str(path / "mtp.safetensors"), {f"mtp.{k}": v for k, v in tree_flatten(mtp.parameters())})
+    config = dataclasses.asdict(tiny_hybrid.qwen3_next_args(vocab)) | {"num_nextn_predict_layers": 1}
+    (path / "config.json").write_text(json.dumps(config))
+    tokenizer.save_pretrained(str(path))
+    counted = []
+    monkeypatch.setattr(memory, "weights_bytes", lambda p: counted.append(p) or 0)
+    assert loading.resolve_drafter("mtp", str(path)) == loading.DrafterSource(str(path), "mtp")
+    loaded, drafter = loading.load_pair(str(path), "mtp")
+    assert isinstance(drafter, NativeMTPDrafter) and counted == [path]
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
+        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
+    assert 0 < generation.stats.accepted
