@@ -33,7 +33,7 @@ class NativeMTPDrafter(MTPDrafter):
         self.target = target
 
     def logits(self, features: mx.array) -> mx.array:
-        """The target's own head on the features, cut or padded to its logit width."""
+        """The target's own head on the features, cut to its logit width."""
         return head(self.target, features)[..., : self.vocab_size]
 
     def _step(self, ids: mx.array, hidden: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
