@@ -146,3 +146,36 @@ def test_a_qwen3_next_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_pa
         prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
     assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
     assert 0 < generation.stats.accepted
+
+
+def test_a_nemotron_h_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_path, tokenizer, vocab):
+    """Nemotron-H's MTP block (`mtp_hybrid_override_pattern`: attention, MoE) in a file beside the target's."""
+    import json
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from specmlx.drafters.native_mtp import NativeMTPDrafter
+    from specmlx.engine import Engine, GenerationConfig
+    from specmlx.policy import DraftPolicy
+
+    from . import tiny_hybrid
+    from .test_engine_hybrid import greedy_alone
+
+    target = tiny_hybrid.tiny_nemotron_h_moe(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=True)
+    path = tmp_path / "nemotron"
+    path.mkdir()
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(target.parameters())))
+    mx.save_safetensors(str(path / "mtp.safetensors"), {f"mtp.{k}": v for k, v in tree_flatten(mtp.parameters())})
+    (path / "config.json").write_text(json.dumps(tiny_hybrid.nemotron_h_moe_config(vocab)))
+    tokenizer.save_pretrained(str(path))
+    loaded, drafter = loading.load_pair(str(path), "mtp")
+    assert isinstance(drafter, NativeMTPDrafter)
+    want = dict(tree_flatten(mtp.parameters()))
+    assert all(mx.array_equal(v, want[k]) for k, v in tree_flatten(drafter.model.parameters()))
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
+        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
+    assert generation.stats.drafted > 0

@@ -147,15 +147,15 @@ MTP_NORMS = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")  # ev
 
 
 def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool = False):
-    """Random MTP layers of the target's own layout (`specmlx.models.qwen3_5_mtp`), its norms'
+    """Random Qwen3.5 MTP layers of the target's own layout (`specmlx.models.qwen3_5_mtp`), its norms'
     weights spread around 1 so that a norm left out or shifted twice shows. `guesses`: `fc` passes
     the token's embedding through and its final norm is the target's, so that, the sharpened
     target's next token following mostly from its last, about a quarter of its drafts are accepted."""
     from specmlx.hidden import inner_model, text_model
-    from specmlx.models.qwen3_5_mtp import NativeMTP
+    from specmlx.models.qwen3_5_mtp import Qwen3_5MTP
 
     mx.random.seed(seed)
-    model = NativeMTP(text_model(target).args, layers)
+    model = Qwen3_5MTP(text_model(target).args, layers)
     norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
              if k.endswith(MTP_NORMS)]
     model.load_weights(norms, strict=False)
@@ -190,3 +190,45 @@ def save_qwen3_5_hf(model: nn.Module, mtp: nn.Module, vocab_size: int, tokenizer
     (path / "config.json").write_text(json.dumps(config))
     tokenizer.save_pretrained(str(path))
     return path
+
+
+NEMOTRON_MTP_PATTERN = "*E"  # the MTP block Nemotron 3 checkpoints declare: attention, then MoE
+
+
+def nemotron_h_moe_config(vocab_size: int) -> dict:
+    """Nemotron-H with a MoE block in its pattern and an MTP block (`mtp_hybrid_override_pattern`)."""
+    import dataclasses
+
+    config = dataclasses.asdict(nemotron_h_args(vocab_size, "M-M*ME"))
+    config.update(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                  moe_shared_expert_intermediate_size=32, n_group=1, topk_group=1, norm_topk_prob=True,
+                  routed_scaling_factor=1.0, num_nextn_predict_layers=1,
+                  mtp_hybrid_override_pattern=NEMOTRON_MTP_PATTERN)
+    return {k: v for k, v in config.items() if v is not None and k != "num_hidden_layers"}  # as a config.json has it
+
+
+def tiny_nemotron_h_moe(vocab_size: int, seed: int) -> nn.Module:
+    mx.random.seed(seed)
+    return sharpened(nemotron_h.Model(nemotron_h.ModelArgs.from_dict(nemotron_h_moe_config(vocab_size))))
+
+
+def tiny_nemotron_h_mtp(target: nn.Module, seed: int, guesses: bool = False):
+    """Random Nemotron-H MTP blocks of the target's layout, norms spread around 1; `guesses` as for
+    `tiny_native_mtp`, the blocks' outputs scaled down so that the token's embedding carries through."""
+    from specmlx.hidden import inner_model
+    from specmlx.models.nemotron_h_mtp import NemotronHMTP
+
+    mx.random.seed(seed)
+    model = NemotronHMTP(target.args, NEMOTRON_MTP_PATTERN)
+    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
+             if k.endswith(("norm.weight", "layernorm.weight"))]
+    model.load_weights(norms, strict=False)
+    if guesses:
+        width = model.layers[0].eh_proj.weight.shape[0]
+        proj = mx.concatenate([mx.eye(width), 0.3 * model.layers[0].eh_proj.weight[:, width:]], axis=1)
+        quiet = [(k, 0.1 * v) for k, v in tree_flatten(model.parameters()) if k.endswith(("o_proj.weight", "fc2.weight",
+                                                                                          "down_proj.weight"))]
+        model.load_weights([("layers.0.eh_proj.weight", proj), *quiet,
+                            ("layers.1.final_layernorm.weight", inner_model(target).norm_f.weight)], strict=False)
+    mx.eval(model.parameters())
+    return model

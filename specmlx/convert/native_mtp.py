@@ -2,7 +2,7 @@
 
 mlx-lm's sanitize drops every `mtp.` tensor. After it has written the target, this module reads
 them from the source (Hugging Face's layout, or an MLX conversion that kept them), builds
-`models.qwen3_5_mtp.NativeMTP` on the converted target's own args, casts and quantizes them as
+them (`models.native_mtp`) on the converted target's own args, casts and quantizes them as
 the target was, and writes them to `mtp.safetensors` under their `mtp.` names, in the converted
 directory's convention (mlx-lm's norms), where `--drafter mtp` finds them.
 """
@@ -17,21 +17,19 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map
 
 from specmlx.convert.options import OutputFormat
-from specmlx.hidden import text_model
-from specmlx.models.qwen3_5_mtp import (MODEL_TYPES, PREFIX, NativeMTP, has_native_mtp, hf_layout, mtp_layer_count,
-                                        mtp_weights, sanitize)
+from specmlx.models.native_mtp import PREFIX, architectures, build_native_mtp, has_native_mtp, mtp_weights
 
 FILE = "mtp.safetensors"
 _UNQUANTIZED = ("mlp.gate", "shared_expert_gate")  # routers, kept wide as mlx-lm keeps them (8-bit there)
 
 
 def ships_other_mtp(source: Path) -> bool:
-    """MTP tensors of an architecture `models.qwen3_5_mtp` does not build (dropped, and said so)."""
+    """MTP tensors of an architecture `models.native_mtp` does not build (dropped, and said so)."""
     try:
         model_type = json.loads((source / "config.json").read_text()).get("model_type")
     except (OSError, ValueError):
         return False
-    return model_type not in MODEL_TYPES and bool(mtp_weights(source))
+    return model_type not in architectures() and bool(mtp_weights(source))
 
 
 def keep_native_mtp(source: Path, work: Path, fmt: OutputFormat) -> int:
@@ -42,9 +40,7 @@ def keep_native_mtp(source: Path, work: Path, fmt: OutputFormat) -> int:
     from mlx_lm.utils import dequantize_model, load_model
 
     target, _ = load_model(work, lazy=True)
-    config = json.loads((source / "config.json").read_text())
-    model = NativeMTP(text_model(target).args, mtp_layer_count(config))
-    weights = sanitize(mtp_weights(source), shift_norms=hf_layout(source))
+    model, weights, config = build_native_mtp(source, target)
     quantized = config.get("quantization")
     if quantized and any(k.endswith(".scales") for k in weights):  # an MLX conversion's quantized layers
         nn.quantize(model, group_size=quantized["group_size"], bits=quantized["bits"],

@@ -1,4 +1,4 @@
-"""Drafting with the MTP layers a checkpoint ships (`specmlx.models.qwen3_5_mtp`).
+"""Drafting with the MTP layers a checkpoint ships (`specmlx.models.native_mtp`).
 
 It runs as specmlx's own MTP head does (`drafters.mtp`): its KV cache runs one behind the
 target, each round first feeds the positions verification added with the target's real hidden
@@ -16,11 +16,10 @@ from ..hidden import embed, head
 from .labels import MTP
 from .loop import Scores
 from .mtp import MTPDrafter
-from ..models.qwen3_5_mtp import NativeMTP
 
 
 class NativeMTPDrafter(MTPDrafter):
-    def __init__(self, model: NativeMTP, vocab_size: int, name: str = MTP) -> None:
+    def __init__(self, model: nn.Module, vocab_size: int, name: str = MTP) -> None:
         super().__init__(model, vocab_size, name)
 
     def fresh(self) -> "NativeMTPDrafter":

@@ -7,17 +7,13 @@ full-attention decoder layers (mlx-lm's classes, so gates, partial rotary and Mo
 target's). The target's own head turns the features into logits, and the features stand in
 for the target's next hidden state when steps are chained.
 
-The weights live in the target's directory, under `mtp.` (mlx-lm's loaders drop them), in the
-same convention as the directory's other weights: Hugging Face's zero-centred norms where the
-checkpoint is in Hugging Face's layout, mlx-lm's where it is an MLX conversion.
+Found and loaded by `native_mtp.py`. Hugging Face stores the norms zero-centred (weight - 1),
+as it does the target's; an MLX conversion stores them as mlx-lm's RMSNorm wants them.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -26,28 +22,15 @@ from mlx_lm.models import qwen3_5, qwen3_next
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from ..errors import SpecmlxError
-from ..hidden import text_model
+from .native_mtp_config import PREFIX, NativeMTPConfig
 
-PREFIX = "mtp."
-MODEL_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 # Norms Hugging Face stores zero-centred (weight - 1); mlx-lm's RMSNorm wants the weight itself.
 _NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", ".q_norm.weight", ".k_norm.weight",
           "norm.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight")
 _EXPERT = re.compile(r"(.*)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.(weight|scales|biases)$")
 
 
-@dataclass(frozen=True)
-class NativeMTPConfig:
-    """What a drafter built on these layers checks against its target (`drafters.mtp.MTPDrafter.attach`)."""
-
-    target_hidden_size: int
-    target_vocab_size: int
-    num_layers: int
-    fused_layers: tuple[int, ...] = ()  # it reads the final hidden state alone
-
-
-class NativeMTP(nn.Module):
+class Qwen3_5MTP(nn.Module):
     """Qwen3.5 / Qwen3-Next MTP layers; `args` are the target's text model's mlx-lm args."""
 
     def __init__(self, args: Any, num_layers: int) -> None:
@@ -81,47 +64,6 @@ class NativeMTP(nn.Module):
         return [KVCache() for _ in self.layers]
 
 
-def mtp_layer_count(config: dict) -> int:
-    """How many MTP layers a `config.json` declares (Qwen3.5 under `text_config`); 0 for none."""
-    text = config.get("text_config", config)
-    return int(text.get("mtp_num_hidden_layers", text.get("num_nextn_predict_layers", 0)) or 0)
-
-
-def mtp_weights(folder: Path) -> dict[str, mx.array]:
-    """Every `mtp.*` tensor in the directory's safetensors files, names as stored."""
-    found: dict[str, mx.array] = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        found.update({k: v for k, v in mx.load(str(file)).items() if k.startswith(PREFIX)})
-    return found
-
-
-def has_native_mtp(folder: Path) -> bool:
-    """Whether a model directory holds MTP layers of an architecture this module builds."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    if config.get("model_type") not in MODEL_TYPES or mtp_layer_count(config) == 0:
-        return False
-    return any(k.startswith(PREFIX) for file in folder.glob("*.safetensors") for k in _shapes(file))
-
-
-def _shapes(file: Path) -> dict[str, list[int]]:
-    """A safetensors file's tensor shapes by name, from its header alone (no tensor is read)."""
-    with open(file, "rb") as f:
-        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
-
-
-def hf_layout(folder: Path) -> bool:
-    """mlx-lm's own test: a short convolution still in Hugging Face's layout (kernel last, wider than 1)."""
-    for file in sorted(folder.glob("*.safetensors")):
-        for k, shape in _shapes(file).items():
-            if "conv1d.weight" in k:
-                return shape[-1] != 1
-    return False
-
-
 def sanitize(weights: dict[str, mx.array], shift_norms: bool) -> dict[str, mx.array]:
     """`mtp.*` tensors -> this module's names: the prefix dropped, zero-centred norms shifted where
     `shift_norms`, and experts stacked as mlx-lm's `switch_mlp` (fused `gate_up_proj` or one per expert)."""
@@ -144,24 +86,3 @@ def sanitize(weights: dict[str, mx.array], shift_norms: bool) -> dict[str, mx.ar
     for (base, projection, suffix), keys in groups.items():
         out[f"{base}.switch_mlp.{projection}.{suffix}"] = mx.stack([out.pop(keys[e]) for e in sorted(keys)])
     return out
-
-
-def load_native_mtp(folder: Path, target: nn.Module) -> NativeMTP:
-    """The MTP layers in a target's directory, built to the loaded `target`'s own args (and
-    quantized as its layers are)."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-        weights = sanitize(mtp_weights(folder), shift_norms=hf_layout(folder))
-    except (OSError, ValueError) as err:
-        raise SpecmlxError(f"{folder}: cannot read its MTP layers ({err})") from None
-    model = NativeMTP(text_model(target).args, mtp_layer_count(config))
-    quantization = config.get("quantization")
-    if quantization and any(k.endswith(".scales") for k in weights):
-        nn.quantize(model, group_size=quantization["group_size"], bits=quantization["bits"],
-                    class_predicate=lambda path, _: f"{path}.scales" in weights)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as err:
-        raise SpecmlxError(f"{folder}: its MTP layers do not match its config ({err})") from None
-    mx.eval(model.parameters())
-    return model

@@ -1,4 +1,4 @@
-"""The MTP layers a Qwen3.5 / Qwen3-Next checkpoint ships, drafting through the engine for its
+"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H checkpoint ships, drafting through the engine for its
 hybrid target: greedy output is the target's own, its cache holds only real positions after each
 generation, and above temperature 0 the target's distribution is kept."""
 
@@ -19,7 +19,7 @@ from ..test_engine_distribution import chi_square_pvalue, exact_distribution, sa
 from ..test_engine_hybrid import PROMPT, VOCAB, greedy_alone
 
 BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
-          "qwen3_next": tiny_hybrid.tiny_qwen3_next}
+          "qwen3_next": tiny_hybrid.tiny_qwen3_next, "nemotron_h": tiny_hybrid.tiny_nemotron_h_moe}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -27,9 +27,16 @@ def target(request):
     return BUILDS[request.param](VOCAB, seed=1)
 
 
+def layers(target, guesses: bool = True):
+    """The MTP layers of the target's architecture, random (`guesses`: some drafts accepted)."""
+    if target.model_type == "nemotron_h":
+        return tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=guesses)
+    return tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=guesses)
+
+
 @pytest.mark.parametrize("num_draft", [1, 3])
 def test_greedy_output_is_the_target_alone(target, num_draft):
-    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True), VOCAB)
+    drafter = NativeMTPDrafter(layers(target), VOCAB)
     engine = Engine(target, drafter, eos_token_ids=[])
     generation = engine.generate(PROMPT, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=num_draft)))
     assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 40)
@@ -37,14 +44,14 @@ def test_greedy_output_is_the_target_alone(target, num_draft):
 
 
 def test_the_automatic_length_stays_exact(target):
-    mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
+    mtp = layers(target)
     engine = Engine(target, NativeMTPDrafter(mtp, VOCAB), eos_token_ids=[])
     generation = engine.generate(PROMPT, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=None)))
     assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 30)
 
 
 def test_after_a_generation_its_cache_holds_only_real_positions(target):
-    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True), VOCAB)
+    drafter = NativeMTPDrafter(layers(target), VOCAB)
     engine = Engine(target, drafter, eos_token_ids=[])
     for max_tokens in (7, 19):
         list(engine.generate(PROMPT, GenerationConfig(max_tokens=max_tokens, policy=DraftPolicy(num_draft=3))))
@@ -53,7 +60,7 @@ def test_after_a_generation_its_cache_holds_only_real_positions(target):
 
 
 def test_a_fresh_drafter_shares_the_layers_and_starts_empty(target):
-    drafter = NativeMTPDrafter(tiny_hybrid.tiny_native_mtp(target, seed=2), VOCAB, name="mtp")
+    drafter = NativeMTPDrafter(layers(target, guesses=False), VOCAB, name="mtp")
     other = drafter.fresh()
     assert other.model is drafter.model and other.name == "mtp" and other.history.length == 0
 

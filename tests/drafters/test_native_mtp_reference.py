@@ -1,5 +1,5 @@
-"""specmlx's native Qwen3.5 MTP drafter against mlx-vlm's (`vlm_qwen3_5_mtp.py`), the same weights
-on the same tiny Qwen3.5 target: draft logits and tokens at T=0 agree at every draft step, over a
+"""specmlx's native MTP drafter against mlx-vlm's (`vlm_mtp.py`), the same weights on the same
+tiny Qwen3.5, Qwen3.5-MoE or Nemotron-H (MoE) target: draft logits and tokens at T=0 agree at every draft step, over a
 prompt long enough that the target's Gated DeltaNet state carries it, round after round.
 
 Where they part: after a round whose drafts were partly accepted, mlx-vlm keeps the MTP cache
@@ -21,7 +21,7 @@ from specmlx.hidden import decoder, head
 from specmlx.sampling import SamplingParams
 
 from .. import tiny_hybrid
-from .vlm_qwen3_5_mtp import Recorded, drafter as vlm_drafter, weights_of
+from .vlm_mtp import Recorded, drafter as vlm_drafter, weights_of
 
 VOCAB = 128
 PROMPT = [(7 * i + 3) % VOCAB for i in range(48)]
@@ -32,15 +32,18 @@ ACCEPTED = [2, 0, 4, 1, 3, 0, 4, 2]
 ATOL = 1e-4
 
 
-CONFIGS = {"qwen3_5": (tiny_hybrid.tiny_qwen3_5, tiny_hybrid.qwen3_5_config),
-           "qwen3_5_moe": (tiny_hybrid.tiny_qwen3_5_moe, tiny_hybrid.qwen3_5_moe_config)}
+CONFIGS = {"qwen3_5": (tiny_hybrid.tiny_qwen3_5, lambda v: tiny_hybrid.qwen3_5_config(v)["text_config"]),
+           "qwen3_5_moe": (tiny_hybrid.tiny_qwen3_5_moe, lambda v: tiny_hybrid.qwen3_5_moe_config(v)["text_config"]),
+           "nemotron_h": (tiny_hybrid.tiny_nemotron_h_moe, tiny_hybrid.nemotron_h_moe_config)}
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def pair(request):
     build, config = CONFIGS[request.param]
     target = build(VOCAB, seed=11)
-    return target, tiny_hybrid.tiny_native_mtp(target, seed=12), config(VOCAB)["text_config"]
+    if request.param == "nemotron_h":
+        return target, tiny_hybrid.tiny_nemotron_h_mtp(target, seed=12), config(VOCAB)
+    return target, tiny_hybrid.tiny_native_mtp(target, seed=12), config(VOCAB)
 
 
 class Mine:
@@ -111,11 +114,13 @@ def test_mlx_vlm_keeping_its_drafted_entries_drifts(pair):
 
 
 def test_hugging_faces_layout_is_read_as_mlx_vlm_reads_it(pair):
-    """`mtp.*` names with zero-centred norms (and, for the MoE, one tensor an expert's projection as
+    """Qwen3.5 / Qwen3-Next: `mtp.*` names with zero-centred norms (and, for the MoE, one tensor an expert's projection as
     Qwen3-Next ships or a fused `gate_up_proj` as Qwen3.5 does): the same tensors as mlx-vlm's sanitize."""
     from specmlx.models.qwen3_5_mtp import sanitize
 
     target, mtp, text_config = pair
+    if text_config["model_type"] == "nemotron_h":
+        pytest.skip("Nemotron-H's layout: test_nemotron_h_layout_is_read_as_mlx_vlm_reads_it")
     hf = {f"mtp.{k}": v - 1.0 if k.endswith(tiny_hybrid.MTP_NORMS) else v for k, v in weights_of(mtp).items()}
     fused = {}
     for k, v in hf.items():  # Qwen3.5-MoE's fused experts
@@ -140,3 +145,26 @@ def test_hugging_faces_layout_is_read_as_mlx_vlm_reads_it(pair):
         for k in mine:
             assert mx.array_equal(mine[k], theirs[k]), k
         assert all(mx.allclose(mine[k], v, atol=1e-6) for k, v in weights_of(mtp).items())
+
+
+def test_nemotron_h_layout_is_read_as_mlx_vlm_reads_it():
+    """Nemotron-H's `mtp.*` tensors, experts one tensor each and attention's K/V scales beside them:
+    the same tensors as mlx-vlm's sanitize (which reads them with the prefix already split off)."""
+    from specmlx.models.nemotron_h_mtp import sanitize
+
+    target = tiny_hybrid.tiny_nemotron_h_moe(VOCAB, seed=11)
+    mtp = tiny_hybrid.tiny_nemotron_h_mtp(target, seed=12)
+    stored = {"layers.0.mixer.k_proj.k_scale": mx.array(1.0)}
+    for k, v in weights_of(mtp).items():
+        if ".switch_mlp." in k:
+            base, name = k.split(".switch_mlp.")
+            projection = {"fc1.weight": "up_proj.weight", "fc2.weight": "down_proj.weight"}[name]
+            stored.update({f"{base}.experts.{e}.{projection}": v[e] for e in range(v.shape[0])})
+        else:
+            stored[k] = v
+    reference = vlm_drafter(tiny_hybrid.nemotron_h_moe_config(VOCAB), weights_of(mtp), target)
+    theirs = reference.sanitize(dict(stored))
+    mine = sanitize({f"mtp.{k}": v for k, v in stored.items()})
+    assert sorted(mine) == sorted(theirs) == sorted(weights_of(mtp))
+    for k in mine:
+        assert mx.array_equal(mine[k], theirs[k]) and mx.array_equal(mine[k], weights_of(mtp)[k]), k
