@@ -1,12 +1,21 @@
 """A pair is checked (tokenizers, then memory) before any weights load."""
 
+import dataclasses
+import json
+
+import mlx.core as mx
 import pytest
+from mlx.utils import tree_flatten
 
 from specmlx import loading, memory
+from specmlx.drafters.native_mtp import NativeMTPDrafter
+from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.peers import ALONE
+from specmlx.policy import DraftPolicy
 
-from . import tiny
+from . import tiny, tiny_hybrid
+from .test_engine_hybrid import greedy_alone
 
 
 @pytest.fixture
@@ -110,32 +119,24 @@ def test_a_head_for_another_target_is_one_line(tmp_path, model_dirs, capsys):
     assert "was trained for a target with 100 logits" in capsys.readouterr().err
 
 
+def save_with_mtp(target, mtp, config: dict, tokenizer, path):
+    """An MLX model directory with the MTP layers in a file beside the target's, as `specmlx convert`
+    writes them (mlx-lm loads `model*.safetensors` only)."""
+    path.mkdir()
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(target.parameters())))
+    mx.save_safetensors(str(path / "mtp.safetensors"), {f"mtp.{k}": v for k, v in tree_flatten(mtp.parameters())})
+    (path / "config.json").write_text(json.dumps(config))
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
 def test_a_qwen3_next_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_path, tokenizer, vocab, monkeypatch):
     """An MLX Qwen3-Next directory with `mtp.*` in a file beside the target's (`num_nextn_predict_layers`): `mtp`
     resolves to the target's own layers, its files are counted once by the memory check, and they draft."""
-    import dataclasses
-    import json
-
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    from specmlx.drafters.native_mtp import NativeMTPDrafter
-    from specmlx.engine import Engine, GenerationConfig
-    from specmlx.policy import DraftPolicy
-
-    from . import tiny_hybrid
-    from .test_engine_hybrid import greedy_alone
-
     target = tiny_hybrid.tiny_qwen3_next(vocab, seed=1)
     mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
-    path = tmp_path / "q3next"
-    path.mkdir()
-    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(target.parameters())))
-    # Beside the target's files, as `specmlx convert` writes them: mlx-lm loads `model*.safetensors` only.
-    mx.save_safetensors(str(path / "mtp.safetensors"), {f"mtp.{k}": v for k, v in tree_flatten(mtp.parameters())})
     config = dataclasses.asdict(tiny_hybrid.qwen3_next_args(vocab)) | {"num_nextn_predict_layers": 1}
-    (path / "config.json").write_text(json.dumps(config))
-    tokenizer.save_pretrained(str(path))
+    path = save_with_mtp(target, mtp, config, tokenizer, tmp_path / "q3next")
     counted = []
     monkeypatch.setattr(memory, "weights_bytes", lambda p: counted.append(p) or 0)
     assert loading.resolve_drafter("mtp", str(path)) == loading.DrafterSource(str(path), "mtp")
@@ -150,26 +151,9 @@ def test_a_qwen3_next_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_pa
 
 def test_a_nemotron_h_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_path, tokenizer, vocab):
     """Nemotron-H's MTP block (`mtp_hybrid_override_pattern`: attention, MoE) in a file beside the target's."""
-    import json
-
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    from specmlx.drafters.native_mtp import NativeMTPDrafter
-    from specmlx.engine import Engine, GenerationConfig
-    from specmlx.policy import DraftPolicy
-
-    from . import tiny_hybrid
-    from .test_engine_hybrid import greedy_alone
-
     target = tiny_hybrid.tiny_nemotron_h_moe(vocab, seed=1)
     mtp = tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=True)
-    path = tmp_path / "nemotron"
-    path.mkdir()
-    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(target.parameters())))
-    mx.save_safetensors(str(path / "mtp.safetensors"), {f"mtp.{k}": v for k, v in tree_flatten(mtp.parameters())})
-    (path / "config.json").write_text(json.dumps(tiny_hybrid.nemotron_h_moe_config(vocab)))
-    tokenizer.save_pretrained(str(path))
+    path = save_with_mtp(target, mtp, tiny_hybrid.nemotron_h_moe_config(vocab), tokenizer, tmp_path / "nemotron")
     loaded, drafter = loading.load_pair(str(path), "mtp")
     assert isinstance(drafter, NativeMTPDrafter)
     want = dict(tree_flatten(mtp.parameters()))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mlx.core as mx
+
 PREFIX = "mtp."
 
 
@@ -16,3 +18,13 @@ class NativeMTPConfig:
     target_vocab_size: int
     num_layers: int
     fused_layers: tuple[int, ...] = ()  # it reads the final hidden state alone
+
+
+class WholeVocabulary:
+    """`draft_ids` of layers that score every token (through the target's own head)."""
+
+    config: NativeMTPConfig
+
+    @property
+    def draft_ids(self) -> mx.array:
+        return mx.arange(self.config.target_vocab_size, dtype=mx.int32)

@@ -18,13 +18,13 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.nemotron_h import NemotronHBlock
 
-from .native_mtp_config import PREFIX, NativeMTPConfig
+from .native_mtp_config import PREFIX, NativeMTPConfig, WholeVocabulary
 
 _EXPERT = re.compile(r"(.*)\.experts\.(\d+)\.(up_proj|down_proj)\.weight$")
 _STACKED = {"up_proj": "fc1", "down_proj": "fc2"}  # mlx-lm's names for the stacked experts
 
 
-class NemotronHMTP(nn.Module):
+class NemotronHMTP(WholeVocabulary, nn.Module):
     """Nemotron-H MTP blocks; `args` are the target's mlx-lm args, `pattern` the MTP's block types."""
 
     def __init__(self, args: Any, pattern: str) -> None:
@@ -37,11 +37,6 @@ class NemotronHMTP(nn.Module):
         first.hnorm = nn.RMSNorm(width, eps=eps)
         first.eh_proj = nn.Linear(2 * width, width, bias=False)
         last.final_layernorm = nn.RMSNorm(width, eps=eps)
-        self._draft_ids = mx.arange(args.vocab_size, dtype=mx.int32)  # the whole vocabulary
-
-    @property
-    def draft_ids(self) -> mx.array:
-        return self._draft_ids
 
     def __call__(self, embeddings: mx.array, hidden: mx.array, cache: list[Any] | None = None) -> mx.array:
         """(B, L, H) embeddings of tokens t+1 and the target's hidden states at t -> features at t+1."""

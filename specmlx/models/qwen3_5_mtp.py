@@ -22,7 +22,7 @@ from mlx_lm.models import qwen3_5, qwen3_next
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from .native_mtp_config import PREFIX, NativeMTPConfig
+from .native_mtp_config import PREFIX, NativeMTPConfig, WholeVocabulary
 
 # Norms Hugging Face stores zero-centred (weight - 1); mlx-lm's RMSNorm wants the weight itself.
 _NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", ".q_norm.weight", ".k_norm.weight",
@@ -30,7 +30,7 @@ _NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", ".q_nor
 _EXPERT = re.compile(r"(.*)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.(weight|scales|biases)$")
 
 
-class Qwen3_5MTP(nn.Module):
+class Qwen3_5MTP(WholeVocabulary, nn.Module):
     """Qwen3.5 / Qwen3-Next MTP layers; `args` are the target's text model's mlx-lm args."""
 
     def __init__(self, args: Any, num_layers: int) -> None:
@@ -44,11 +44,6 @@ class Qwen3_5MTP(nn.Module):
         self.fc = nn.Linear(2 * width, width, bias=False)
         self.layers = [layer(args, full) for _ in range(num_layers)]
         self.norm = nn.RMSNorm(width, eps=eps)
-        self._draft_ids = mx.arange(args.vocab_size, dtype=mx.int32)  # the whole vocabulary
-
-    @property
-    def draft_ids(self) -> mx.array:
-        return self._draft_ids
 
     def __call__(self, embeddings: mx.array, hidden: mx.array, cache: list[Any] | None = None) -> mx.array:
         """(B, L, H) embeddings of tokens t+1 and the target's hidden states at t -> features at t+1."""
