@@ -48,3 +48,20 @@ def test_quantized_they_draft_exactly(source, tmp_path):
         prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
     assert [e.token for e in generation.token_events()] == greedy_alone(loaded.model, prompt, 24)
     assert generation.stats.drafted > 0
+
+
+def test_a_nemotron_h_conversion_that_kept_them_is_converted_again_with_them(tmp_path, tokenizer, vocab):
+    """An MLX Nemotron-H directory with `mtp.safetensors` (what this converter writes), quantized anew."""
+    from ..test_loading import save_with_mtp
+
+    target = tiny_hybrid.tiny_nemotron_h_moe(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=True)
+    path = save_with_mtp(target, mtp, tiny_hybrid.nemotron_h_moe_config(vocab), tokenizer, tmp_path / "nemotron")
+    out = convert(path, tmp_path / "q", q_bits=8, q_group_size=32, progress=False)
+    loaded, drafter = load_pair(str(out), "mtp")
+    assert "scales" in dict(drafter.model.layers[0].eh_proj.parameters())
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
+        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(loaded.model, prompt, 24)
+    assert generation.stats.drafted > 0
