@@ -22,6 +22,7 @@ from ..hidden import text_model
 from . import nemotron_h_mtp, qwen3_5_mtp
 from .native_mtp_config import PREFIX
 
+
 @dataclass(frozen=True)
 class Architecture:
     """How one architecture's MTP layers are built from the target's args and its `config.json`,
@@ -46,10 +47,12 @@ def mtp_layer_count(config: dict) -> int:
 
 
 def mtp_weights(folder: Path) -> dict[str, mx.array]:
-    """Every `mtp.*` tensor in the directory's safetensors files, names as stored."""
+    """Every `mtp.*` tensor in the directory's safetensors files, names as stored; only the files
+    whose headers name one are opened (a checkpoint's shards run to tens of gigabytes)."""
     found: dict[str, mx.array] = {}
     for file in sorted(folder.glob("*.safetensors")):
-        found.update({k: v for k, v in mx.load(str(file)).items() if k.startswith(PREFIX)})
+        if any(k.startswith(PREFIX) for k in _shapes(file)):
+            found.update({k: v for k, v in mx.load(str(file)).items() if k.startswith(PREFIX)})
     return found
 
 
