@@ -69,10 +69,10 @@ SAMPLING = SamplingParams(temp=1.0)
 SMALL = 5  # the chi-square test's vocabulary (test_engine_distribution)
 
 
-@pytest.fixture(scope="module")
-def small_pair():
-    target = tiny_hybrid.sharpened(tiny_hybrid.tiny_qwen3_5(SMALL, seed=7), 0.5)
-    return target, tiny_hybrid.tiny_native_mtp(target, seed=8)
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h"])
+def small_pair(request):
+    target = tiny_hybrid.sharpened(BUILDS[request.param](SMALL, seed=7), 0.5)
+    return target, layers(target, guesses=False)
 
 
 def test_the_target_distribution_is_kept_above_temperature_0(small_pair):
