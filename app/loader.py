@@ -12,10 +12,10 @@ from functools import partial
 from typing import Callable
 
 from specmlx import presets
-from specmlx.drafters import Drafter
+from specmlx.drafters import MTP, Drafter
 from specmlx.engine import Engine
 from specmlx.errors import SpecmlxError
-from specmlx.loading import LoadedModel, check_pair, load_drafter, load_pair, resolve_drafter
+from specmlx.loading import LoadedModel, check_pair, load_drafter, load_pair, resolve_drafter, ships_mtp
 from specmlx.log import user_error
 from specmlx.warmup import warm_up_at_load
 
@@ -50,14 +50,18 @@ def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda s
 
 
 def preset_drafters(preset: str, target: LoadedModel) -> dict[str, Loader]:
-    """Every drafter of the target's preset, by name, each loaded when first chosen."""
+    """Every drafter of the target's preset, by name, each loaded when first chosen; for a target
+    directory that ships MTP layers of its own (`preset` is then that directory), those, as `mtp`."""
+    if ships_mtp(preset):
+        return {MTP: partial(load_later, preset, MTP, target)}
     if not presets.is_preset(preset):
         return {}
     return {d.role: partial(load_later, preset, d.role, target) for d in presets.get_preset(preset).drafters}
 
 
 def load_later(preset: str, role: str, target: LoadedModel) -> Drafter:
-    """One drafter of the preset, checked against the target as at startup, then loaded."""
+    """One drafter of the preset (or the target directory's own MTP layers), checked against the
+    target as at startup, then loaded."""
     drafter = resolve_drafter(role, preset)
     _, path = check_pair(preset, drafter)
     return load_drafter(drafter, target, path)

@@ -82,3 +82,19 @@ def test_the_presets_other_drafter_loads_when_first_chosen_and_drafts(tmp_path, 
     started, *_, finished = answer(session, "def add(a, b):", ChatSettings(max_tokens=12, drafter="mtp"))
     assert isinstance(session.engine.drafter, MTPDrafter) and started.drafter == finished.stats.drafter == "mtp"
     assert finished.stats.drafted > 0
+
+
+def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokenizer, vocab):
+    """`mtp` is offered beside the drafter loaded with it, and loads when first chosen."""
+    from specmlx.drafters.native_mtp import NativeMTPDrafter
+    from specmlx.loading import load_pair
+
+    from .. import tiny_hybrid
+
+    target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_native_mtp(target, seed=2)
+    path = tiny_hybrid.save_qwen3_5(target, vocab, tokenizer, tmp_path / "q35", mtp=mtp)
+    loaded, _ = load_pair(str(path), "ngram")
+    offered = preset_drafters(str(path), loaded)
+    assert list(offered) == ["mtp"]
+    assert isinstance(offered["mtp"](), NativeMTPDrafter)
