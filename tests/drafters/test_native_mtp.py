@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
+from mlx_lm.models.cache import make_prompt_cache
 
 from specmlx.cache import cache_length
 from specmlx.drafters import Draft
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.hidden import decoder, embed
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 
@@ -57,6 +59,26 @@ def test_after_a_generation_its_cache_holds_only_real_positions(target):
         list(engine.generate(PROMPT, GenerationConfig(max_tokens=max_tokens, policy=DraftPolicy(num_draft=3))))
         assert drafter.history.length == engine.cache_length()
         assert cache_length(drafter.cache) <= drafter.real <= len(engine.context) - 1
+
+
+def test_after_each_round_its_cache_holds_what_a_fresh_feed_of_the_committed_tokens_gives(target):
+    """Entry j of its cache: token j+1 and the target's hidden state at j, as one forward over the
+    committed tokens (with the target's hidden states of a fresh prefill) computes them, within
+    float32 tolerance. A rewind one position late, or entries left from the MTP's own features, fail."""
+    drafter = NativeMTPDrafter(layers(target), VOCAB)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    rounds = 0
+    for _ in engine.generate(PROMPT, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=3))):
+        n = cache_length(drafter.cache)
+        context = engine.context
+        hidden = decoder(target, mx.array([context[:n]]), make_prompt_cache(target))
+        fresh = drafter.model.make_cache()
+        drafter.model(embed(target, mx.array(context[1 : n + 1]))[None], hidden, fresh)
+        for mine, want in zip(drafter.cache, fresh):
+            assert mx.allclose(mine.keys[..., :n, :], want.keys[..., :n, :], atol=1e-4)
+            assert mx.allclose(mine.values[..., :n, :], want.values[..., :n, :], atol=1e-4)
+        rounds += n > 0
+    assert rounds > 5
 
 
 def test_a_fresh_drafter_shares_the_layers_and_starts_empty(target):
