@@ -18,10 +18,12 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.nemotron_h import NemotronHBlock
 
+from ..errors import SpecmlxError
 from .native_mtp_config import PREFIX, NativeMTPConfig, WholeVocabulary
 
 _EXPERT = re.compile(r"(.*)\.experts\.(\d+)\.(up_proj|down_proj)\.weight$")
 _STACKED = {"up_proj": "fc1", "down_proj": "fc2"}  # mlx-lm's names for the stacked experts
+_KINDS = "*E-"  # attention, MoE, MLP: the blocks an MTP step can run (only attention keeps a cache)
 
 
 class NemotronHMTP(WholeVocabulary, nn.Module):
@@ -29,6 +31,9 @@ class NemotronHMTP(WholeVocabulary, nn.Module):
 
     def __init__(self, args: Any, pattern: str) -> None:
         super().__init__()
+        if not pattern or set(pattern) - set(_KINDS):  # a Mamba block would need a state rewound as well
+            raise SpecmlxError(f"Nemotron-H MTP blocks {pattern!r}: specmlx runs attention, MoE and MLP blocks "
+                               f"({_KINDS}) only")
         width, eps = args.hidden_size, args.layer_norm_epsilon
         self.config = NativeMTPConfig(width, args.vocab_size, len(pattern))
         self.layers = [NemotronHBlock(args, kind) for kind in pattern]

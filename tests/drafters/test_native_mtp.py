@@ -12,7 +12,9 @@ from specmlx.cache import cache_length
 from specmlx.drafters import Draft
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.engine import Engine, GenerationConfig
+from specmlx.errors import SpecmlxError
 from specmlx.hidden import decoder, embed
+from specmlx.models.nemotron_h_mtp import NemotronHMTP
 from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 
@@ -117,3 +119,10 @@ def test_the_check_detects_a_planted_bias(small_pair):
     target, mtp = small_pair
     samples, _ = sample_sequences(Engine(target, Misreporting(mtp, SMALL), eos_token_ids=[]), SAMPLING)
     assert chi_square_pvalue(samples, exact_distribution(target, SAMPLING)) < 1e-3
+
+
+
+def test_nemotron_h_mtp_blocks_with_a_mamba_mixer_are_refused():
+    target = BUILDS["nemotron_h"](VOCAB, seed=1)
+    with pytest.raises(SpecmlxError, match=r"^Nemotron-H MTP blocks 'M\*': specmlx runs attention, MoE and MLP"):
+        NemotronHMTP(target.args, "M*")
