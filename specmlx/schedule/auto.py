@@ -21,15 +21,15 @@ drafting: a cheap drafter whose text turned easy (code after prose, a copied
 block), or that had a bad streak, is soon drafting again, and nothing drafts
 on hope alone (drafting below break-even is what made the unbounded head slow).
 
-A fresh controller calibrates on its first rounds (`CALIBRATION`): plain rounds,
-the last of which probes (again, until a probe is answered). Plain rounds cost
-what the target alone does; the probe times a drafter step against the plain
-round before it and tells one acceptance, so a drafter that cannot pay (as dear
-as the target, or never right) costs one probe and no verify width. Only then
-may it draft, and a draft widens one length of the set at a time beyond the
-widest drafted so far (`_candidates`): an untried width is guessed low
-(`costs.py`), and on a machine where every scored row costs a step, a jump to
-a wide guess cost several target steps of a short answer. They are the
+A fresh controller calibrates on its first rounds: `CALIBRATION` plain rounds,
+then probes until `CALIBRATION_PROBES` are answered, or until one shows that no
+draft could pay even if always right (a drafter as dear as the target: it costs
+one probe and no verify width). Plain rounds cost what the target alone does;
+the probes time a drafter step (`costs.py`) and tell its acceptance before any
+draft. Drafts then widen one length of the set at a time past the widest
+drafted so far (`_reach`): an untried width is guessed low (`costs.py`), and
+where every scored row costs a step (this CPU under load), jumping to a wide
+guess cost several target steps of a short answer. They are the
 answer's own rounds and so never delay its first token.
 
 The choice reads only finished rounds and wall times, never the pending
@@ -71,7 +71,7 @@ class AutoEstimate:
 class AutoDraft:
     def __init__(self, limit: int, start: int = 4) -> None:
         """`limit`: the longest draft; `start`: the policy's start, which it reports and does not draft
-        (its drafts widen from one, `_candidates`)."""
+        (its drafts widen from one, `_reach`)."""
         self.limit = limit
         self.acceptance = Acceptance(limit)
         self.costs = Costs()
@@ -126,7 +126,7 @@ class AutoDraft:
         if self.hit:  # the answer stands until a probe or a drafting round changes what is known
             step = self.costs.step
             run = CHAIN_MAX if step <= 0 else min(CHAIN_MAX, int(CHAIN_BUDGET / step))
-            self.hit = run > 0 and _argmax(self._accepted(run).rates(), self.costs, self._candidates(cap)) > 0
+            self.hit = run > 0 and _argmax(self._accepted(run).rates(), self.costs, self._reach(cap)) > 0
         return self.hit
 
     def _accepted(self, probes: int) -> Acceptance:
@@ -144,7 +144,7 @@ class AutoDraft:
         if cap <= 0 or self.calibration > 1:  # its next round calibrates: plain, or a probe
             return True
         rates = (self._accepted(1) if self._probing else self.acceptance).rates()
-        return _argmax(rates, self.costs, self._candidates(cap)) == 0
+        return _argmax(rates, self.costs, self._reach(cap)) == 0
 
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""
@@ -155,7 +155,7 @@ class AutoDraft:
             self.acceptance.observe_first(done.probe)
             self.hit = done.probe >= 0.5
             if self.calibration:  # answered: it ends once drafting cannot pay even if always right, or its probes are done
-                always = _argmax([1.0] * self.limit, self.costs, self._candidates(self.limit))
+                always = _argmax([1.0] * self.limit, self.costs, self._reach(self.limit))
                 self.calibration = 0 if always == 0 else self.calibration - 1
         elif done.ahead and done.drafted:  # its forward scored one row fewer than its width: no measure of it
             self.costs.last = None
@@ -175,11 +175,11 @@ class AutoDraft:
         self._copied = done.looked_up and done.accepted > 0
 
     def _best(self, cap: int) -> int:
-        """The k of most tokens per second, as measured, among the widths it may try (`_candidates`)."""
-        return _argmax(self.acceptance.rates(), self.costs, self._candidates(cap))
+        """The k of most tokens per second, as measured, among the widths it may try (`_reach`)."""
+        return _argmax(self.acceptance.rates(), self.costs, self._reach(cap))
 
-    def _candidates(self, cap: int) -> int:
-        """The widest draft it may plan: one length of the set past the widest drafted so far, within
+    def _reach(self, cap: int) -> int:
+        """The longest draft it may plan: one length of the set past the widest drafted so far, within
         `cap`. A wider guess is tried once its neighbour paid, each try measuring one more width."""
         return min(cap, _next_width(self.widest))
 
