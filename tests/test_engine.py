@@ -83,7 +83,7 @@ def test_greedy_output_with_the_automatic_length_equals_the_targets_own(
     engine = Engine(target, drafter_for(drafter_name, request, vocab), eos_token_ids=[])
     if COSTS[costs] is not None:
         engine.auto_draft().costs = FixedCosts(*COSTS[costs])
-    lengths = []
+    lengths, probes = [], 0
     for text in PROMPTS * 2:  # the controller keeps what it learned from one answer to the next
         prompt = tokenizer.encode(text)
         generation = engine.generate(prompt, GenerationConfig(max_tokens=40, policy=DraftPolicy(num_draft=None)))
@@ -93,10 +93,13 @@ def test_greedy_output_with_the_automatic_length_equals_the_targets_own(
         assert stats.host_syncs == stats.rounds + stats.timed_rounds
         assert sum(stats.draft_histogram) == stats.rounds == len(rounds)
         lengths += [r.num_draft for r in rounds]
+        probes += sum(r.probe is not None for r in rounds)
     if drafter_name == "none":
         assert set(lengths) == {0}
-    else:
+    elif costs == "cheap":
         assert len(set(lengths)) > 1 and max(lengths) > 0
+    else:  # a drafter as dear as the target (plain-heavy, or a tiny model on the clock) may be probed alone
+        assert max(lengths) > 0 or probes > 0
 
 
 def test_greedy_exact_on_more_random_targets(tokenizer, vocab):

@@ -145,9 +145,9 @@ def test_the_draft_length_is_automatic_unless_one_is_asked_for(capsys, model_dir
     auto = json.loads(cli(capsys, *args, "--num-draft", "auto", "--json")[1])["stats"]
     assert auto["auto"] and sum(auto["draft_histogram"]) == auto["rounds"]
     # One sync a round, and one more in the rounds the automatic length timed its drafting apart.
-    assert 0 < auto["timed_rounds"] <= auto["rounds"] // 8 + 2
+    assert 0 <= auto["timed_rounds"] <= auto["rounds"] // 8 + 2  # none where the tiny drafter never pays
     assert auto["host_syncs"] == auto["rounds"] + auto["timed_rounds"]
-    assert auto["draft_histogram"][1] >= 2 and auto["draft_histogram"][0] >= 1  # the first rounds calibrate
+    assert auto["draft_histogram"][0] >= 3 and auto["probes"] >= 1  # the first rounds calibrate: plain, then probes
     assert auto["estimate"]["costs"]["base_s"] > 0 and len(auto["estimate"]["acceptance"]) == 12
     fixed = json.loads(cli(capsys, *args, "--num-draft", 3, "--json")[1])["stats"]
     assert not fixed["auto"] and fixed["estimate"] is None

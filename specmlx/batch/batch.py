@@ -21,13 +21,13 @@ first token. The row waits outside its drafter's group (`deferred`), though
 the plans count it in it; before the round that first has it draft or probe,
 its drafter is fed what it skipped, on its own, and joins the group
 (`_catch_up`), and only at a batch size where drafting was measured, never to
-try a guess: the rows already fed try it first (the choice counts the deferred
-ones, whose drafting may be what would pay), and their round measures it. A row that leaves before then keeps a drafter holding a prefix
+try a guess. A row that leaves before then keeps a drafter holding a prefix
 of its context, which its next turn's prefill completes.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from time import perf_counter
 
 import mlx.nn as nn
@@ -164,14 +164,12 @@ class Batch:
             return [m.plan() for m in members]
         fixed = [None if m.auto else m.plan() for m in members]
         lanes = [self._lane(m, plan, len(members), alone) for m, plan in zip(members, fixed)]
+        if len(members) not in self.costs.step:
+            # Drafting at this size is a guess until a round measures it: a deferred row would feed its
+            # drafter the whole prompt to try it. Rows already fed try it (and measure it) first.
+            lanes = [replace(lane, cap=0) if m in self.deferred else lane for m, lane in zip(members, lanes)]
         verify = lambda n: self.costs.verify_s(n, alone)  # noqa: E731
         ks = choose(lanes, verify)
-        rows = len(members)
-        if self.deferred and rows not in self.costs.step:
-            # Drafting at this size is a guess until rounds measure it, and a deferred row would feed its
-            # drafter the whole prompt to try it. The choice counts it (drafting may pay only if every row
-            # drafts): a plain round measures the size, then the rows already fed draft, measuring theirs.
-            ks = [0 if m in self.deferred or rows not in self.costs.forward else k for m, k in zip(members, ks)]
         # A row probes only if drafting could pay at all, were every draft accepted: under a load
         # that compute binds, no acceptance would, and a model drafter's probe costs a forward over
         # every token it skipped.

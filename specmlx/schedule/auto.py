@@ -21,13 +21,15 @@ drafting: a cheap drafter whose text turned easy (code after prose, a copied
 block), or that had a bad streak, is soon drafting again, and nothing drafts
 on hope alone (drafting below break-even is what made the unbounded head slow).
 
-A fresh controller calibrates on its first rounds (`CALIBRATION`): one round
-plainly, one draft of one token to catch the drafter up, one more timed apart
-(a drafter step and a verify width), then, unless drafting already clearly
-loses, one round of its start length (a wider verify). With a drafter that
-cannot pay, as dear as the target or never right, this costs about two target
-steps; a drafter that pays widens or narrows its draft on the choices
-themselves, each new width measured by the round that tries it. They are the
+A fresh controller calibrates on its first rounds: `CALIBRATION` plain rounds,
+then probes until `CALIBRATION_PROBES` are answered, or until one shows that no
+draft could pay even if always right (a drafter as dear as the target: it costs
+one probe and no verify width). Plain rounds cost what the target alone does;
+the probes time a drafter step (`costs.py`) and tell its acceptance before any
+draft. Drafts then widen one length of the set at a time past the widest
+drafted so far (`_reach`): an untried width is guessed low (`costs.py`), and
+where every scored row costs a step (this CPU under load), jumping to a wide
+guess cost several target steps of a short answer. They are the
 answer's own rounds and so never delay its first token.
 
 The choice reads only finished rounds and wall times, never the pending
@@ -46,13 +48,14 @@ from dataclasses import dataclass
 from ..plan import Plan, Round
 from .acceptance import Acceptance, expected_tokens
 from .costs import CostEstimate, Costs
-from .widths import widest, within
+from .widths import WIDTHS, within
 
 PROBE_BUDGET = 0.01  # share of the time spent probing, in plain rounds a round
 CHAIN_BUDGET = 2.0  # target steps a run of probes after an accepted one may spend to tip the choice
 CHAIN_MAX = 8  # probes such a run looks ahead, at most
 TIMED_EVERY = 8  # a drafting round in this many is timed apart, to follow the drafter's step cost
-CALIBRATION = (0, 1, 1)  # draft lengths of a fresh controller's first rounds, then its start's if it may pay
+CALIBRATION = 2  # plain rounds of a fresh controller before its first probe: the one before the probe is in pace
+CALIBRATION_PROBES = 3  # probes it answers before drafting, unless one shows that drafting cannot pay even if right
 SLACK = 1e-9  # float sums of the budget that should meet it exactly do
 
 
@@ -67,10 +70,13 @@ class AutoEstimate:
 
 class AutoDraft:
     def __init__(self, limit: int, start: int = 4) -> None:
+        """`limit`: the longest draft; `start`: the policy's start, which it reports and does not draft
+        (its drafts widen from one, `_reach`)."""
         self.limit = limit
         self.acceptance = Acceptance(limit)
         self.costs = Costs()
-        self.calibration = [min(k, start) for k in CALIBRATION] + [start]  # its rounds still to run
+        self.calibration = CALIBRATION + CALIBRATION_PROBES  # its rounds to run: plain, then probes until answered
+        self.widest = 0  # the widest draft it has drafted: a draft widens one length of the set past it
         self.idle = 0  # rounds since the drafter last drafted or probed
         self.hit = False  # the last probe would have been accepted, or the last round drafted
         self.owed = 0.0  # probe time not yet repaid, in plain rounds
@@ -95,22 +101,19 @@ class AutoDraft:
     def plan(self, room: int) -> Plan:
         """The next round, drafting at most `room` tokens."""
         cap = min(self.limit, room)
-        calibrating = bool(self.calibration)  # its plain round times a plain round: no probe
-        if cap <= 0:
-            k = 0
-        elif calibrating:
-            k = widest(min(self.calibration.pop(0), cap))
-            if k > 1 and self._best(cap) == 0:  # drafting clearly loses: no wider draft to measure
-                k, self.calibration = 0, []
-        else:
-            k = self._best(cap)
+        calibrating = bool(self.calibration) and cap > 0
+        k = 0 if calibrating or cap <= 0 else self._best(cap)
         # A drafter left out of two rounds or more, or not yet used in this generation, has tokens to catch up on.
         self._behind = self._first or self.idle >= 2 or self._copied
         timed = False
         if k > 0 and not self._behind:  # counted as planned: a draft that comes back empty still counts
             timed = not self.costs.timed or self.drafting % TIMED_EVERY == 0
             self.drafting += 1
-        probe = k == 0 and cap > 0 and not calibrating and self._probes(cap)
+        if calibrating:  # a probe counts once answered (`update`): one that proposed nothing runs again
+            probe = self.calibration <= CALIBRATION_PROBES
+            self.calibration -= not probe
+        else:
+            probe = k == 0 and cap > 0 and self._probes(cap)
         self._probing = probe
         self._first = self._first and not (k or probe)
         return Plan(k, timed, probe)
@@ -123,7 +126,7 @@ class AutoDraft:
         if self.hit:  # the answer stands until a probe or a drafting round changes what is known
             step = self.costs.step
             run = CHAIN_MAX if step <= 0 else min(CHAIN_MAX, int(CHAIN_BUDGET / step))
-            self.hit = run > 0 and _argmax(self._accepted(run).rates(), self.costs, cap) > 0
+            self.hit = run > 0 and _argmax(self._accepted(run).rates(), self.costs, self._reach(cap)) > 0
         return self.hit
 
     def _accepted(self, probes: int) -> Acceptance:
@@ -138,10 +141,10 @@ class AutoDraft:
         a plain round teaches little, but a probe that would have been accepted may tip the
         choice to drafting, and a drafting round after a guess of plain pays one forward more."""
         cap = min(self.limit, room)
-        if cap <= 0 or self.calibration:
-            return cap <= 0 or self.calibration[0] == 0
+        if cap <= 0 or self.calibration > 1:  # its next round calibrates: plain, or a probe
+            return True
         rates = (self._accepted(1) if self._probing else self.acceptance).rates()
-        return _argmax(rates, self.costs, cap) == 0
+        return _argmax(rates, self.costs, self._reach(cap)) == 0
 
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""
@@ -151,10 +154,15 @@ class AutoDraft:
             self.owed = max(self.owed, self.costs.probe)  # the budget's turn comes a probe's cost after the last
             self.acceptance.observe_first(done.probe)
             self.hit = done.probe >= 0.5
+            if self.calibration:  # answered: it ends once drafting cannot pay even if always right, or its probes are done
+                always = _argmax([1.0] * self.limit, self.costs, self._reach(self.limit))
+                self.calibration = 0 if always == 0 else self.calibration - 1
         elif done.ahead and done.drafted:  # its forward scored one row fewer than its width: no measure of it
             self.costs.last = None
         elif not (self._behind and done.steps):  # catching up is no drafter step
             self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
+        if done.drafted:
+            self.widest = max(self.widest, done.drafted)
         if done.probe is None and not done.looked_up:  # a copy from the context says nothing of the drafter
             self.acceptance.update(done.drafted, done.accepted)
             if done.drafted:  # it taught what a probe would; should plain decoding win next, a run of
@@ -167,8 +175,13 @@ class AutoDraft:
         self._copied = done.looked_up and done.accepted > 0
 
     def _best(self, cap: int) -> int:
-        """The k of most tokens per second, as measured."""
-        return _argmax(self.acceptance.rates(), self.costs, cap)
+        """The k of most tokens per second, as measured, among the widths it may try (`_reach`)."""
+        return _argmax(self.acceptance.rates(), self.costs, self._reach(cap))
+
+    def _reach(self, cap: int) -> int:
+        """The longest draft it may plan: one length of the set past the widest drafted so far, within
+        `cap`. A wider guess is tried once its neighbour paid, each try measuring one more width."""
+        return min(cap, _next_width(self.widest))
 
     def estimate(self) -> AutoEstimate:
         return AutoEstimate(self.costs.estimate(), tuple(self.acceptance.rates()[: self.limit]))
@@ -181,6 +194,11 @@ class AutoDraft:
     @property
     def auto(self) -> "AutoDraft":
         return self
+
+
+def _next_width(k: int) -> int:
+    """The length of the set after `k` (`k` itself past the widest)."""
+    return min((w for w in WIDTHS if w > k), default=k)
 
 
 def _argmax(rates: list[float], costs: Costs, cap: int) -> int:

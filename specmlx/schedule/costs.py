@@ -122,9 +122,10 @@ class Costs:
     @property
     def step(self) -> float:
         """One drafter step over `base`: in each timed round, over that round's
-        own base, so that a drift since does not enter."""
+        own base, so that a drift since does not enter; before any, the cheapest probe's (a step
+        and its catching up: the one with least to catch up), which the calibration measures first."""
         if not self.timed:
-            return STEP_PRIOR
+            return min(self.probes) if self.probes else STEP_PRIOR
         return median(step / (rest / self.verify(drafted)) for step, rest, drafted in self.timed)
 
     @property
@@ -138,7 +139,7 @@ class Costs:
     @property
     def probe(self) -> float:
         """A probe (a drafter step and its catching up) over `base`; one step until measured."""
-        return median(self.probes) if self.probes else self.step
+        return median(self.probes) if self.probes else STEP_PRIOR
 
     def verify(self, drafted: int) -> float:
         """Scoring `drafted` drafts after the last token, over `base`: as measured at that width,

@@ -15,8 +15,7 @@ figures, by size:
   largest, the slope of the last two, never below one row's shape scaled
   through the largest: where reading the weights binds, as on a Mac's GPU, a
   wider forward costs little more); with one size seen, one row's shape is
-  scaled through it; with none, one row's figures are all there is (before a
-  row has measured its own, the priors' line: `costs.py`). A guess
+  scaled through it; with none, one row's figures are all there is. A guess
   too low is corrected by the round that tries it, one too high would never
   be tried: the guesses lean low;
 - `step`: rows in the batch -> the smoothed seconds of one drafter step paid
@@ -30,7 +29,7 @@ nothing: that work is neither a step nor the forward.
 
 from __future__ import annotations
 
-from .costs import JUMP_PRIOR, STEP_PRIOR, WIDTH_PRIOR, CostEstimate
+from .costs import CostEstimate
 
 SMOOTHING = 0.3  # weight of each new measurement of a size
 
@@ -85,10 +84,6 @@ class LoadCosts:
         return 0.0 if alone is None else alone.step_s
 
 
-# One row's shape before any row has measured its own: the priors' line, low as every guess here.
-PRIOR = CostEstimate(base_s=1.0, step_s=STEP_PRIOR, jump_s=JUMP_PRIOR, width_s=WIDTH_PRIOR)
-
-
 def _shape(positions: int, alone: CostEstimate | None) -> float:
-    """One row's measured shape (or its priors', before any row has measured it)."""
-    return (PRIOR if alone is None else alone).verify_s(positions)
+    """One row's measured shape (or the positions themselves, before anything is measured)."""
+    return float(positions) if alone is None else alone.verify_s(positions)

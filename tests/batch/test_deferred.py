@@ -93,44 +93,20 @@ def test_a_deferred_row_does_not_probe_where_the_others_do():
     assert batch.deferred == later and [held(batch, m) for m in later] == [0, 0]
 
 
-def always_right(count: int, max_tokens: int) -> list[Member]:
-    members = [automatic(PROMPT, max_tokens=max_tokens) for _ in range(count)]
-    for m in members:
-        for _ in range(30):
-            m.auto.acceptance.update(4, 4)
-    return members
-
-
 def test_a_deferred_row_drafts_only_at_a_size_where_drafting_was_measured():
     """A wider forward nearly free and a drafter always right: every row would draft. At a size
-    not yet measured, a plain round measures it, then the rows already fed draft and measure that;
-    only then does a deferred row pay its prompt's prefill to draft."""
+    not yet measured drafting, a deferred row does not pay its prompt's prefill to try it."""
     target = models().target
     batch = Batch(target, len(make_cache(target)), max_rows=4)
     batch.costs = Known(lambda positions: 0.4 + 0.001 * positions)
-    members = always_right(3, max_tokens=30)
+    members = [automatic(PROMPT, max_tokens=30) for _ in range(3)]
     for m in members:
+        for _ in range(30):
+            m.auto.acceptance.update(4, 4)
         batch.add(m)
     first, *later = members
-    assert all(event.num_draft == 0 for _, event in batch.step())
-    batch.costs.forward[len(members)] = 0.403  # as that plain round measures it
     planned = {id(m): event.num_draft for m, event in batch.step()}
     assert planned[id(first)] > 0 and [planned[id(m)] for m in later] == [0, 0] and batch.deferred == later
     batch.costs.step[len(members)] = 0.05  # as a round drafting at this size measures it
     planned = {id(m): event.num_draft for m, event in batch.step()}
     assert all(planned[id(m)] > 0 for m in members) and not batch.deferred
-
-
-def test_the_rows_fed_try_a_size_where_only_every_row_drafting_would_pay():
-    """A wider forward dear enough that one row drafting among three would not pay, but all three
-    would: the row already fed drafts, so that a round measures drafting at this size for all."""
-    target = models().target
-    batch = Batch(target, len(make_cache(target)), max_rows=4)
-    batch.costs = Known(lambda positions: 0.4 + 0.1 * positions)
-    batch.costs.forward[3] = 0.7  # a plain round at this size measured
-    members = always_right(3, max_tokens=30)
-    for m in members:
-        batch.add(m)
-    first, *later = members
-    planned = {id(m): event.num_draft for m, event in batch.step()}
-    assert planned[id(first)] > 0 and [planned[id(m)] for m in later] == [0, 0] and batch.deferred == later

@@ -71,22 +71,24 @@ def best_fixed_speed(a: float, step: float, width: float = WIDTH, limit: int = 1
     return max(expected_tokens([a] * limit, k) / cost(k, step, width) for k in within(limit))
 
 
-def test_a_fresh_controller_calibrates_on_its_first_rounds():
+def test_a_fresh_controller_calibrates_on_plain_rounds_and_probes():
+    """Plain rounds cost what the target alone does; the probes time a drafter step and tell its
+    acceptance before anything is drafted, and a draft then widens one length at a time."""
     auto = AutoDraft(limit=12, start=4)
-    run = simulate(auto, 3, lambda r: 0.9, step=0.05)
-    assert run.lengths == [0, 1, 1]  # one draft: cheap with a drafter that cannot pay
-    assert [p.timed for p in run.plans] == [False, False, True]  # the first draft catches the drafter up
-    assert simulate(auto, 1, lambda r: 0.9, step=0.05).lengths == [4]  # it may pay: the start's width too
+    run = simulate(auto, 5, lambda r: 1.0, step=0.05)
+    assert run.lengths == [0] * 5 and [p.probe for p in run.plans] == [False, False, True, True, True]
+    assert simulate(auto, 4, lambda r: 1.0, step=0.05).lengths == [1, 2, 3, 4]
 
 
-def test_the_calibration_stops_where_drafting_clearly_loses():
-    run = simulate(AutoDraft(limit=12, start=4), 4, lambda r: 0.0, step=1.0)
-    assert run.lengths == [0, 1, 1, 0]
+def test_the_calibration_stops_where_drafting_cannot_pay_even_if_right():
+    """A drafter as dear as the target: its first probe shows that no draft pays, right or not."""
+    run = simulate(AutoDraft(limit=12, start=4), 8, lambda r: 1.0, step=1.0)
+    assert run.lengths == [0] * 8 and [p.probe for p in run.plans][:4] == [False, False, True, False]
 
 
 def test_plans_never_draft_past_the_room_left():
     auto = AutoDraft(limit=12)
-    auto.calibration = []
+    auto.calibration, auto.widest = 0, 8
     auto.acceptance.observe_first(1.0)
     assert auto.plan(2).num_draft == 2 and auto.plan(0) == Plan(0)
     assert auto.plan(5).num_draft == 4  # the widest of the set within the room
@@ -202,13 +204,14 @@ def test_the_guess_of_a_plain_round_next_is_mostly_right(a, step, plain):
     assert AutoDraft(limit=12).likely_plain(0)  # no room: nothing is drafted
 
 
-def test_the_calibration_guesses_its_own_plain_round():
+def test_the_calibration_guesses_its_own_plain_rounds():
     auto = AutoDraft(limit=12, start=4)
     guesses = []
-    for _ in range(2):
-        auto.plan(100)
+    for _ in range(5):
+        plan = auto.plan(100)
         guesses.append(auto.likely_plain(100))
-    assert guesses == [False, False]  # the calibration runs one round plainly, then drafts 1, 1
+        auto.update(Round((0,), 0, False, None, 1.0 if plan.probe else None), 1.05 if plan.probe else 1.0)
+    assert guesses == [True] * 4 + [False]  # plain rounds, probes, and the last probe may tip it to drafting
 
 
 @pytest.mark.parametrize("probing", [True, False])
@@ -218,7 +221,7 @@ def test_a_probing_round_guesses_on_its_probe_accepted(probing):
     from ..costs import FixedCosts
 
     auto = AutoDraft(limit=4)
-    auto.calibration, auto.costs = [], FixedCosts(step=0.05, width=0.05, jump=0.3)
+    auto.calibration, auto.widest, auto.costs = 0, 4, FixedCosts(step=0.05, width=0.05, jump=0.3)
     for i in range(10):
         auto.acceptance.update(1, int(i < 4))
     auto.hit = probing  # a probe right after one that would have been accepted
@@ -278,7 +281,7 @@ def test_a_drafter_as_dear_as_the_target_settles_at_plain_decoding(accept):
     speeds = []
     for seed in range(4):
         run = simulate_widths(AutoDraft(limit=12), 200, accept, 1.0, CLIFF, seed)
-        assert settled(run) <= 3  # the calibration's two one-token drafts, then plain rounds
+        assert settled(run) == 0  # its first probe shows that no draft pays: plain rounds
         speeds.append(run.speed)  # the target alone: one token a plain round
     assert min(speeds) >= 0.97
 
@@ -286,7 +289,20 @@ def test_a_drafter_as_dear_as_the_target_settles_at_plain_decoding(accept):
 @pytest.mark.parametrize("accept, step", [(0.0, 0.05), (0.0, 0.3)])
 def test_a_drafter_never_right_costs_little(accept, step):
     run = simulate_widths(AutoDraft(limit=12), 200, accept, step, CLIFF)
-    assert settled(run) <= 3 and run.speed >= 0.97
+    assert settled(run) <= 4 and run.speed >= 0.97  # a draft of one after the calibration's probes at most
+
+
+# A contended CPU, where OpenBLAS's matrix-matrix path shares its two cores: every scored row costs a step.
+LINEAR = {k: 1.0 + k for k in CLIFF}
+
+
+@pytest.mark.parametrize("accept", [0.1, 0.3])
+def test_a_cheap_drafter_that_cannot_pay_costs_little_in_a_short_answer(accept):
+    """The 1.5B's MTP head there (0.03 of a step, right 10-30%): drafting one token costs two steps.
+    Probes tell its acceptance before any draft, and no draft jumps to a wide untried width; the
+    calibration that drafted one token twice and then four cost 4% of a 64-token answer."""
+    speeds = [simulate_widths(AutoDraft(limit=12), 64, accept, 0.03, LINEAR, seed).speed for seed in range(4)]
+    assert sum(speeds) / len(speeds) >= 0.97 and min(speeds) >= 0.965
 
 
 @pytest.mark.parametrize("accept, step, verify", [(0.8, 0.05, CLIFF), (0.9, 0.05, CLIFF), (0.7, 0.1, CLIFF),
@@ -303,7 +319,7 @@ def test_a_verify_past_the_cliff_is_seen_for_what_it_costs():
     run = simulate_widths(auto, 200, 0.8, 0.05, CLIFF)
     assert best_fixed(0.8, 0.05, CLIFF)[0] == 3
     later = run.lengths[50:]
-    assert max(set(later), key=later.count) == 3 and not {4, 6} & set(later)  # 8 drafts pay nearly as well
+    assert max(set(later), key=later.count) == 3 and 4 not in later  # 8 pay nearly as well: 6 is the way there
     assert auto.costs.verify(4) == pytest.approx(CLIFF[4], rel=0.1) and auto.costs.verify(4) > auto.costs.verify(3) + 0.3
     line = {k: 1.0 + (auto.costs.jump + k * auto.costs.width if k else 0.0) for k in CLIFF}
     assert best_fixed(0.8, 0.05, line)[0] > 3
@@ -315,7 +331,7 @@ def test_a_drafting_round_after_a_look_ahead_prices_no_width(ahead):
     drafts alone and took what a plain round takes: priced so, a width costs no more than drafting's
     steps, and a drafter right one time in twenty drafts on."""
     auto = AutoDraft(limit=4)
-    auto.calibration = []
+    auto.calibration = 0
     for done, seconds in ((Round((1,), 0, False), 1.0), (Round((1,), 2, False, ahead=ahead), 1.0)):
         auto._behind = False  # the drafter caught up: its steps count
         auto.update(done, seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specmlx.schedule.costs import CostEstimate
-from specmlx.schedule.load_costs import PRIOR, LoadCosts
+from specmlx.schedule.load_costs import LoadCosts
 
 ALONE = CostEstimate(base_s=0.4, step_s=0.04, jump_s=0.1, width_s=0.03)  # one row's: 5 positions ~ 1.5 plain
 
@@ -19,16 +19,6 @@ def test_before_any_batched_round_one_rows_figures_are_all_there_is():
     costs = LoadCosts()
     assert costs.verify_s(5, ALONE) == pytest.approx(ALONE.verify_s(5))
     assert costs.step_s(8, ALONE) == ALONE.step_s
-
-
-def test_before_any_row_measured_its_shape_a_wider_forward_is_guessed_low():
-    """No row has run alone: the priors' shape, where a wider forward costs little more. Positions
-    in proportion would be a guess too high: never tried, and so never corrected."""
-    costs = LoadCosts()
-    assert costs.verify_s(16, None) == pytest.approx(PRIOR.verify_s(16))
-    assert costs.verify_s(16, None) < 0.8 * 2 * costs.verify_s(8, None)
-    costs.update(8, 8, 0.5, 0, None, None)
-    assert costs.verify_s(16, None) == pytest.approx(0.5 * PRIOR.verify_s(16) / PRIOR.verify_s(8))
 
 
 def test_a_size_seen_is_what_it_took_and_sizes_between_lie_on_the_line():

@@ -19,6 +19,8 @@ time to first text (p50, p95), and the mean over its requests of the draft
 length each chose a round (`speculative.mean_num_draft`; `-` without a drafter).
 Each request's text begins "Request <serial>: ", so no server answers from
 a cache another wave left (the prompts repeat across rows and N).
+With `--skeleton`, every server serves the models' skeletons (`bench/skeleton.py`:
+steps of milliseconds, as on a Mac's GPU); mlx_lm.server the same skeleton, saved.
 """
 
 from __future__ import annotations
