@@ -7,14 +7,14 @@ a rejected draft can never leave stale entries behind.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
 
 from .errors import SpecmlxError
-from .recurrent import RecurrentCache, reachable, rewindable
+from .recurrent import RENDERED_AGAIN, RecurrentCache, reachable, rewindable
 
 PREFILL_STEP = 512
 
@@ -62,8 +62,8 @@ def cache_length(cache: list[Any]) -> int:
 
 
 def held_bytes(cache: list[Any]) -> int:
-    """What the cache's layers hold in memory now."""
-    return sum(layer.nbytes for layer in cache if getattr(layer, "keys", None) is not None)
+    """What the cache's layers hold in memory now (a recurrent layer: its state and checkpoint)."""
+    return sum(layer.nbytes for layer in cache if getattr(layer, "keys", None) is not None or hasattr(layer, "reachable"))
 
 
 def bytes_per_position(cache: list[Any]) -> int:
@@ -120,6 +120,34 @@ def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
         mine.update_and_fetch(theirs.keys[..., :length, :], theirs.values[..., :length, :])
     mx.eval([c.state for c in cache])
     return length
+
+
+def chunks(cache: list[Any], prompt_length: int) -> Iterator[tuple[int, int]]:
+    """The spans a prefill feeds to bring `cache` from what it holds to `prompt_length - 1` positions
+    (the last token is the first round's), `PREFILL_STEP` at most. With recurrent layers it also stops
+    `RENDERED_AGAIN` before the prompt's end and keeps a checkpoint there once the caller has fed
+    that span: a chat's next turn, which may render those tokens anew, is rewound to it."""
+    start, end = cache_length(cache), prompt_length - 1
+    at = prompt_length - min(RENDERED_AGAIN, prompt_length // 2) if rewindable(cache) else None
+    cuts = sorted({*range(start, end, PREFILL_STEP), end, *([at] if at is not None and start < at <= end else [])})
+    for low, high in zip(cuts, cuts[1:]):
+        yield low, high
+        if high == at:
+            checkpoint(cache)
+
+
+def checkpoint(cache: list[Any]) -> None:
+    """Each recurrent layer keeps the state it holds now, to be rewound to later."""
+    for layer in cache:
+        if hasattr(layer, "checkpoint"):
+            layer.checkpoint()
+
+
+def prefill_prompt(model: nn.Module, cache: list[Any], prompt: Sequence[int]) -> None:
+    """Bring `cache` to hold `prompt[:-1]`, from what it holds of it (its `chunks`), and evaluate."""
+    for low, high in chunks(cache, len(prompt)):
+        model(mx.array(prompt[low:high], dtype=mx.uint32)[None], cache=cache)
+        mx.eval([c.state for c in cache])
 
 
 def prefill(model: nn.Module, cache: list[Any], tokens: Sequence[int]) -> None:

@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from .cache import PREFILL_STEP, cache_length, copy_prefix, copyable, make_cache, rewind
+from .cache import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
 from .drafters import Drafter, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
 from .errors import SpecmlxError
@@ -182,8 +182,8 @@ class Engine:
         keep = self.reusable(prompt)
         self.rewind(keep)
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
-        for start in range(self.cache_length(), len(prompt) - 1, PREFILL_STEP):
-            chunk = mx.array(prompt[start : min(start + PREFILL_STEP, len(prompt) - 1)], dtype=mx.uint32)
+        for start, end in chunks(self.cache, len(prompt)):
+            chunk = mx.array(prompt[start:end], dtype=mx.uint32)
             hidden, taps = decoder_taps(self.target, chunk[None], self.cache, self.fused_layers)
             if self.reads_hidden:
                 self.drafter.observe(start, hidden[0], None if taps is None else taps[0])

@@ -7,6 +7,11 @@ reference for free (a `Mark`); a forward run under `replay.recording` also leave
 replay any prefix of it from that mark. A rewind restores the mark at or below the length and
 replays the rest of that forward's accepted positions, lazily: the replay is evaluated with the
 next round's graph, so a round still syncs once.
+
+A conversation kept between requests is rewound further back: a chat's next turn renders the
+end of the last prompt anew (`RENDERED_AGAIN`), and drops the answer's reasoning. A prefill
+keeps a `checkpoint` of the state just before the prompt's last few tokens, and a rewind below
+every mark lands there, so the next turn is prefilled from it rather than from the start.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from typing import Any, Callable, Sequence
 from mlx_lm.models.cache import ArraysCache
 
 Replay = Callable[[int], None]  # runs a recorded forward's first n positions into its cache
+
+# A chat's next turn may render the last few tokens of this prompt anew: a template's generation prompt
+# that the answer's turn drops (Qwen3's `<think>\n\n</think>\n\n` with thinking off), a merge across its end.
+RENDERED_AGAIN = 8
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class RecurrentCache(ArraysCache):
         self.offset = 0
         self.pending: Replay | None = None  # set by the recorder just before its layer's forward
         self._marks = [Mark(0, tuple(self.cache))]
+        self._checkpoint: Mark | None = None  # a state kept for a rewind below every mark
         self._replaying = False
 
     def advance(self, n: int) -> None:
@@ -55,13 +65,23 @@ class RecurrentCache(ArraysCache):
     def is_trimmable(self) -> bool:
         return True
 
+    def checkpoint(self) -> None:
+        """Keep the state now held, for a later rewind to this length (one checkpoint: the last)."""
+        self._checkpoint = Mark(self.offset, tuple(self.cache))
+
+    @property
+    def nbytes(self) -> int:
+        kept = self._checkpoint.slots if self._checkpoint is not None else ()
+        return super().nbytes + sum(s.nbytes for s in kept if s is not None and all(s is not c for c in self.cache))
+
     def reachable(self, length: int) -> int:
         """The longest prefix of at most `length` positions this layer can restore exactly."""
         length = min(length, self.offset)
+        best = self._checkpoint.offset if self._checkpoint and self._checkpoint.offset <= length else 0
         for mark in reversed(self._marks):
             if mark.offset <= length:
-                return length if mark.offset == length or mark.replay is not None else mark.offset
-        return 0
+                return max(best, length if mark.offset == length or mark.replay is not None else mark.offset)
+        return best
 
     def trim(self, n: int) -> int:
         """Hold `n` positions fewer (`reachable` must allow it): restore the mark below and replay
@@ -69,10 +89,15 @@ class RecurrentCache(ArraysCache):
         length = self.offset - n
         if self.reachable(length) != length:
             raise ValueError(f"cannot rewind a recurrent layer from {self.offset} to {length} positions")
+        if self._checkpoint is not None and self._checkpoint.offset > length:
+            self._checkpoint = None  # the positions it holds are being dropped
         at = max((i for i, m in enumerate(self._marks) if m.offset <= length), default=None)
-        if at is None:  # below every mark: the state of no position at all (mlx-lm's layers read None as zeros)
-            self.cache, self.offset = [None] * len(self.cache), 0
-            self._marks = [Mark(0, tuple(self.cache))]
+        if at is None or self._marks[at].offset < length and self._marks[at].replay is None:
+            # Below every mark that reaches it: the checkpoint, else the state of no position at all
+            # (mlx-lm's layers read None as zeros).
+            kept = self._checkpoint or Mark(0, (None,) * len(self.cache))
+            self.cache, self.offset = list(kept.slots), kept.offset
+            self._marks = [kept]
             return n
         mark = self._marks[at]
         self._marks = self._marks[max(0, at - 1) : at + 1]

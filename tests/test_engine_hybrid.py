@@ -8,10 +8,12 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from specmlx.batch.batch import Batch
+from specmlx.cache import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.policy import DraftPolicy
+from specmlx.recurrent import RENDERED_AGAIN
 from specmlx.serve.slots import Slots
 
 from . import tiny, tiny_hybrid
@@ -73,6 +75,21 @@ def test_a_next_turn_continues_from_what_the_caches_hold(target):
     turn = PROMPT + first[:-2] + [4, 8]  # the answer's end rendered anew: the last round's forward is rewound into
     engine.rewind(engine.reusable(turn))
     assert engine.cache_length() == held - 1
+    second = [e.token for e in engine.generate(turn, config).token_events()]
+    assert second == greedy_alone(target, turn, 12)
+
+
+def test_a_next_turn_that_renders_the_prompts_end_anew_is_prefilled_from_its_checkpoint(target):
+    """The answer's turn renders the prompt's last tokens anew (and drops reasoning): every cache,
+    the drafter's too, rewinds to the checkpoint kept before them, not to nothing."""
+    drafter = ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), VOCAB)
+    engine = Engine(target, drafter, eos_token_ids=[])
+    config = GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=3))
+    first = [e.token for e in engine.generate(PROMPT, config).token_events()]
+    turn = PROMPT[:-2] + [4, 8] + first + [6]
+    engine.rewind(engine.reusable(turn))
+    at = len(PROMPT) - min(RENDERED_AGAIN, len(PROMPT) // 2)
+    assert engine.cache_length() == cache_length(drafter.cache) == at
     second = [e.token for e in engine.generate(turn, config).token_events()]
     assert second == greedy_alone(target, turn, 12)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.cache import cache_length, make_cache, prefill, rewind
+from specmlx.cache import cache_length, held_bytes, make_cache, prefill, prefill_prompt, rewind
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
-from specmlx.recurrent import RecurrentCache
+from specmlx.recurrent import RENDERED_AGAIN, RecurrentCache
 from specmlx.replay import recording
 
 from . import tiny, tiny_hybrid
@@ -104,6 +104,38 @@ def test_a_rewind_below_what_was_recorded_drops_everything(pair):
     assert cache_length(cache) == 0
     prefill(target, cache, PROMPT[:-3])
     assert_holds(target, cache, PROMPT[:-3])
+
+
+def test_a_prompts_prefill_keeps_a_checkpoint_before_its_last_tokens_and_a_rewind_lands_there(pair):
+    """A chat's next turn renders the prompt's end anew: the rewind reaches the checkpoint kept
+    `RENDERED_AGAIN` before it, holding what a fresh prefill does, not nothing."""
+    target, _ = pair
+    cache = make_cache(target)
+    prefill_prompt(target, cache, PROMPT)
+    at = len(PROMPT) - RENDERED_AGAIN
+    with recording(target, cache):
+        target(mx.array([[11, 12, 13]]), cache=cache)  # a round after it
+    rewind(cache, len(PROMPT) - 2)
+    assert cache_length(cache) == at
+    assert_holds(target, cache, PROMPT[:at])
+    rewind(cache, at - 1)  # below the checkpoint: it is dropped with the positions it holds
+    assert cache_length(cache) == 0
+
+
+def test_a_checkpoint_and_the_recurrent_states_count_in_what_the_cache_holds(pair):
+    target, _ = pair
+    kept, plain = make_cache(target), make_cache(target)
+    for cache in (kept, plain):
+        prefill(target, cache, PROMPT)
+    layer = next(c for c in kept if isinstance(c, RecurrentCache))
+    state = sum(s.nbytes for s in layer.cache if s is not None)
+    attention = sum(c.keys.nbytes + c.values.nbytes for c in plain if not isinstance(c, RecurrentCache))
+    assert held_bytes(plain) > attention  # the recurrent states are counted
+    layer.checkpoint()
+    assert held_bytes(kept) == held_bytes(plain)  # the checkpoint is the state held now: counted once
+    for cache in (kept, plain):
+        prefill(target, cache, [11, 12])
+    assert held_bytes(kept) == held_bytes(plain) + state
 
 
 def test_marks_stay_few_over_many_rounds(pair):

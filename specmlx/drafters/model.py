@@ -7,7 +7,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import cache_length, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill, rewind
+from ..cache import cache_length, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill_prompt, rewind
 from ..replay import recording
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
@@ -52,7 +52,7 @@ class ModelDrafter(AlwaysMayPropose):
 
     def prefill(self, tokens: Sequence[int]) -> None:
         rewind(self.cache, min(cache_length(self.cache), len(tokens) - 1))
-        prefill(self.model, self.cache, tokens[cache_length(self.cache) : -1])  # a recurrent cache may hold fewer
+        prefill_prompt(self.model, self.cache, tokens)  # from what it holds: a recurrent cache may hold fewer
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,

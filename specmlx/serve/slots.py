@@ -46,12 +46,10 @@ from mlx_lm.utils import common_prefix_len
 from ..cache import held_bytes, kv_bytes_per_token, refuse_recurrent
 from ..drafters import Drafter
 from ..engine import Engine
+from ..recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
 from .mirror import NO_MIRROR, Mirror
 
-# A next turn may render the end of the last prompt anew: a template's generation prompt that the answer's
-# turn drops (Qwen3's `<think>\n\n</think>\n\n` with thinking off), a merge across the prompt's end.
-RENDERED_AGAIN = 8
 # A shared start at least this long is copied into the slot a diverging request takes, not prefilled.
 COPY_MIN = 16
 LIVE_FOR = 4  # a conversation stays live for this many requests a slot since its last turn
