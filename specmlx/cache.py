@@ -75,9 +75,20 @@ def bytes_per_position(cache: list[Any]) -> int:
 def kv_bytes_per_token(model: nn.Module) -> int:
     """What a model's KV cache holds per token, read from shapes alone: one token is run
     lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
+    return bytes_per_position(_one_token(model))
+
+
+def state_bytes(model: nn.Module) -> int:
+    """What a model's recurrent layers hold at any length (0 for a transformer), from shapes alone."""
+    return sum(slot.nbytes for layer in _one_token(model) if hasattr(layer, "reachable")
+               for slot in layer.cache if slot is not None)
+
+
+def _one_token(model: nn.Module) -> list[Any]:
+    """A cache that one token was run into, lazily: its shapes are known, nothing is computed."""
     cache = make_cache(model)
     model(mx.array([[0]], dtype=mx.uint32), cache=cache)
-    return bytes_per_position(cache)
+    return cache
 
 
 def rewind(cache: list[Any], length: int) -> None:

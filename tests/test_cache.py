@@ -64,3 +64,30 @@ def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):
     clear(cache)
     assert all(layer.keys is None and layer.values is None and layer.offset == 0 for layer in cache)
     assert cache_length(source) == 11  # the arrays it let go of are still the source's
+
+
+def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefill():
+    """Read from shapes alone, and equal to what a real prefill allocates; a transformer holds none."""
+    from specmlx.cache import state_bytes
+    from specmlx.recurrent import RecurrentCache
+
+    from . import tiny_hybrid
+
+    model = tiny_hybrid.tiny_qwen3_5(64, seed=1)
+    cache = make_cache(model)
+    prefill(model, cache, [1, 2, 3, 4, 5, 6])
+    held = sum(s.nbytes for c in cache if isinstance(c, RecurrentCache) for s in c.cache if s is not None)
+    assert state_bytes(model) == held > 0
+    assert state_bytes(tiny.tiny_qwen(64, seed=1)) == 0
+
+
+def test_the_default_slot_count_counts_a_hybrids_state_and_checkpoint_per_slot():
+    from specmlx.cache import kv_bytes_per_token, state_bytes
+    from specmlx.serve.slots import TOKENS_PER_SLOT, default_count
+
+    from . import tiny_hybrid
+
+    model = tiny_hybrid.tiny_qwen3_5(64, seed=1)
+    budget = (kv_bytes_per_token(model) * TOKENS_PER_SLOT + 2 * state_bytes(model)) * 5
+    assert default_count([model], budget) == 5
+    assert default_count([model], budget - 1) == 4

@@ -43,7 +43,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from ..cache import held_bytes, kv_bytes_per_token, refuse_recurrent
+from ..cache import held_bytes, kv_bytes_per_token, refuse_recurrent, state_bytes
 from ..drafters import Drafter
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
@@ -192,10 +192,12 @@ def _continues(slot: Slot, shared: int) -> bool:
 def default_count(models: Sequence[nn.Module], max_bytes: int, drafters: Sequence[Drafter] = ()) -> int:
     """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each: every slot holds a KV cache
     for each of `models` (the target, first) and its own instance of each of `drafters`, whose
-    state grows by `Drafter.bytes_per_token` beside the target."""
+    state grows by `Drafter.bytes_per_token` beside the target. A model's recurrent layers hold a
+    state of fixed size, twice over: the state and the checkpoint a next turn rewinds to."""
     per_token = sum(kv_bytes_per_token(m) for m in models)
     per_token += sum(d.bytes_per_token(models[0]) for d in drafters)
-    return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_token * TOKENS_PER_SLOT)))
+    per_slot = per_token * TOKENS_PER_SLOT + 2 * sum(state_bytes(m) for m in models)
+    return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_slot)))
 
 
 def slots_for(target: nn.Module, drafters: Iterable[Drafter], max_bytes: int) -> int:
