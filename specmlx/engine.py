@@ -24,6 +24,7 @@ from .generation import Generation
 from .grammar import Constraint, Grammar, grammar_tokenizer
 from .hidden import check_exposes_hidden, decoder_taps
 from .peers import ALONE, Peers
+from .recurrent import reachable
 from .policy import DraftPolicy
 from .schedule import AutoDraft, AutoDrafts
 from .stats import StatsRecorder
@@ -146,8 +147,10 @@ class Engine:
 
     def reusable(self, prompt: Sequence[int]) -> int:
         """How many of `prompt`'s tokens the target's cache already holds: what
-        prefill skips. A swap to a drafter that reads hidden states may have cut it."""
-        return min(common_prefix_len(self.context, prompt), len(prompt) - 1, self.cache_length())
+        prefill skips. A swap to a drafter that reads hidden states may have cut it; recurrent
+        layers reach back only to what they kept (`recurrent.reachable`)."""
+        return reachable(self.cache, min(common_prefix_len(self.context, prompt), len(prompt) - 1,
+                                         self.cache_length()))
 
     def room(self, prompt_tokens: int) -> int | None:
         """How many new tokens fit after a prompt of this length, or None without a known window.

@@ -87,8 +87,9 @@ def test_a_next_turn_that_renders_the_prompts_end_anew_is_prefilled_from_its_che
     config = GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=3))
     first = [e.token for e in engine.generate(PROMPT, config).token_events()]
     turn = PROMPT[:-2] + [4, 8] + first + [6]
-    engine.rewind(engine.reusable(turn))
     at = len(PROMPT) - min(RENDERED_AGAIN, len(PROMPT) // 2)
+    assert engine.reusable(turn) == at  # what a server reports as cached
+    engine.rewind(engine.reusable(turn))
     assert engine.cache_length() == cache_length(drafter.cache) == at
     second = [e.token for e in engine.generate(turn, config).token_events()]
     assert second == greedy_alone(target, turn, 12)
