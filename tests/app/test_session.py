@@ -247,3 +247,25 @@ def test_an_answer_that_fails_midway_keeps_its_turn(fake_engine):
                 shown.append(update.round.text)
     assert [m.role for m in session.history] == ["user", "assistant"]
     assert session.history[-1].content == "".join(shown) and shown
+
+
+def test_a_hybrid_targets_turns_reuse_at_least_the_last_prompt_but_its_end_and_equal_plain_decoding(vocab, wrapped):
+    """A Qwen3.5-layout target (Gated DeltaNet and attention): each next turn starts no further back
+    than the checkpoint before the last prompt's end, and answers as the target alone does."""
+    from specmlx.drafters import ModelDrafter
+    from specmlx.recurrent import RENDERED_AGAIN
+
+    from tests import tiny, tiny_hybrid
+
+    from .conftest import RecordingEngine
+
+    target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
+    drafter = ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), vocab)
+    session = Session(RecordingEngine(target, drafter, wrapped))
+    starts = [answer(session, text)[0] for text in ("The quick brown fox", "jumps over", "the lazy dog")]
+    for before, after in zip(starts, starts[1:]):
+        assert after.reused >= before.prompt_tokens - RENDERED_AGAIN
+    plain = Engine(target, NoDrafter(), wrapped)
+    last = session._last[0]
+    expected = [e.token for e in plain.generate(last, GenerationConfig(max_tokens=24)).token_events()]
+    assert [e.token for e in session.engine.tokens()] == expected
