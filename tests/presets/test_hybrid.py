@@ -44,6 +44,12 @@ def test_a_hybrid_preset_is_a_qwen_checkpoint_drafted_by_its_own_mtp_layers(name
     assert preset.memory_bytes < preset.download_bytes
 
 
+def test_the_app_offers_the_targets_own_mtp_layers():
+    from app.loader import preset_drafters
+
+    assert list(preset_drafters("qwen3.5-4b", target=None)) == ["mtp"]  # loaded when first chosen
+
+
 def test_the_small_one_fits_a_16_gb_mac_and_the_moe_one_a_32_gb_mac():
     # Metal's recommended working set is about two thirds of a Mac's memory, and more on larger ones
     assert presets.get_preset("qwen3.5-4b").memory_bytes < 16 * GB * 2 // 3
