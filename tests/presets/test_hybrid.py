@@ -1,12 +1,10 @@
 """The presets for Macs whose targets are hybrid checkpoints drafted by their own MTP layers: they
 resolve, name `mtp` (the target's own directory), convert on fetch, and say how to fetch when not
-fetched. No network: the conversion is replaced by writing a tiny Qwen3.5 that kept its MTP layers."""
+fetched. No network: the hub's download is replaced by a tiny Qwen3.5 checkpoint in Hugging Face's layout."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
@@ -69,22 +67,21 @@ def test_a_converted_source_needs_its_converted_size():
 
 
 def test_fetch_converts_the_checkpoint_and_generate_drafts_with_its_mtp_layers(
-        models_root, monkeypatch, capsys, tokenizer, vocab):
-    """`specmlx models fetch` hands the hub id to `specmlx convert` (which keeps the MTP layers); the
-    preset then drafts with them by default, and its output is the target's own greedy output."""
+        models_root, monkeypatch, capsys, tmp_path, tokenizer, vocab):
+    """`specmlx models fetch` converts the checkpoint (here a tiny Qwen3.5 in Hugging Face's layout, its
+    MTP layers beside) with `specmlx convert`, which keeps the MTP layers; the preset then drafts with
+    them by default, and its output is the target's own greedy output."""
+    from specmlx.convert import hf
+
     target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
     mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
-    converted = []
-
-    def convert(source, out, force, progress):
-        converted.append(source)
-        return tiny_hybrid.save_qwen3_5(target, vocab, tokenizer, Path(out), mtp=mtp)
-
-    monkeypatch.setattr(fetch, "convert", convert)
+    checkpoint = tiny_hybrid.save_qwen3_5_hf(target, mtp, vocab, tokenizer, tmp_path / "hf")
+    downloaded = []
+    monkeypatch.setattr(hf, "download", lambda repo: downloaded.append(repo) or checkpoint)
     monkeypatch.setattr(fetch, "download", lambda repo: pytest.fail("a converted source is not copied"))
     assert models_main(["fetch", "qwen3.5-4b"]) == 0
     preset = presets.get_preset("qwen3.5-4b")
-    assert converted == ["Qwen/Qwen3.5-4B"]
+    assert downloaded == ["Qwen/Qwen3.5-4B"] and (presets.model_path(preset) / "mtp.safetensors").is_file()
     assert resolve_drafter(None, preset.name) == DrafterSource(str(presets.model_path(preset)), "mtp")
     assert resolve_drafter("mtp", preset.name) == DrafterSource(str(presets.model_path(preset)), "mtp")
     assert models_main(["path", "qwen3.5-4b", "--role", "mtp"]) == 0
