@@ -45,7 +45,12 @@ def shapes(config: dict) -> StateShapes | None:
     """The per-row figures of a `config.json` (Qwen3.5's settings under `text_config`), None for an
     architecture not read here."""
     read = _READERS.get(config.get("model_type", ""))
-    return read(config.get("text_config", config), _activation_bytes(config)) if read else None
+    if read is None:
+        return None
+    try:
+        return read(config.get("text_config", config), _activation_bytes(config))
+    except (KeyError, TypeError, ZeroDivisionError):  # a config mlx-lm cannot build either: its load says so
+        return None
 
 
 def _activation_bytes(config: dict) -> int:

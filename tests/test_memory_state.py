@@ -136,4 +136,5 @@ def test_the_figure_adds_context_rewind_and_mtp_layers():
 def test_an_architecture_it_does_not_read_adds_nothing():
     assert shapes({"model_type": "qwen2", "hidden_size": 64}) is None
     assert state_bytes({"model_type": "qwen2"}) == 0 == state_bytes({})
+    assert state_bytes({"model_type": "qwen3_5", "text_config": {"hidden_size": 64}}) == 0  # mlx-lm refuses it at load
     assert memory_state.CONTEXT > 0
