@@ -56,7 +56,7 @@ def preset_drafters(preset: str, target: LoadedModel) -> dict[str, Loader]:
         return {MTP: partial(load_later, preset, MTP, target)}
     if not presets.is_preset(preset):
         return {}
-    return {d.role: partial(load_later, preset, d.role, target) for d in presets.get_preset(preset).drafters}
+    return {role: partial(load_later, preset, role, target) for role in presets.get_preset(preset).roles}
 
 
 def load_later(preset: str, role: str, target: LoadedModel) -> Drafter:

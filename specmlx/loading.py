@@ -118,7 +118,7 @@ def resolve_drafter(spec: str | None, target: str) -> DrafterSource:
     """
     if spec is None:
         return resolve_drafter(target, target) if is_preset(target) else DrafterSource(NGRAM, NGRAM)
-    if is_preset(target) and spec in {d.role for d in get_preset(target).drafters}:
+    if is_preset(target) and spec in get_preset(target).roles:
         return DrafterSource(str(fetched_path(get_preset(target), spec)), spec)  # `--drafter mtp`
     if spec == MTP and not Path(spec).exists():
         if not ships_mtp(target):

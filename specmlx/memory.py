@@ -1,8 +1,10 @@
 """Will target and drafter fit in memory? Asked before loading, not after swapping,
 and for a preset before its models download (from the sizes its catalog publishes).
 
-Weights dominate: their size on disk is what MLX holds in memory. The KV
-caches and activations of a local chat add a margin on top.
+Weights dominate: their size on disk is what MLX holds in memory. On top of them, for the
+architectures `memory_state` reads: the attention layers' KV over `CONTEXT` positions and a
+hybrid's recurrent state with what its rewind keeps (from `config.json`'s shapes); the
+activations and the runtime add a margin.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import os
 from pathlib import Path
 
 from .errors import SpecmlxError
+from .memory_state import state_bytes
 
 GB = 1 << 30
-MARGIN = 0.10  # KV caches, activations and the runtime, as a share of the weights
+MARGIN = 0.10  # activations and the runtime (and the KV of models `state_bytes` cannot read), a share of the weights
 MIN_MARGIN = 512 << 20
 
 
@@ -41,10 +44,7 @@ def available_bytes() -> int:
 
 def _bytes_per_weight(path: Path) -> int | None:
     """Bytes per weight of an unquantized model, None if quantized."""
-    try:
-        config = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return 4
+    config = _config(path)
     if "quantization" in config:
         return None
     return 2 if config.get("torch_dtype") in ("float16", "bfloat16") else 4
@@ -54,11 +54,24 @@ def needed_bytes(weights: int) -> int:
     return weights + max(int(weights * MARGIN), MIN_MARGIN)
 
 
+def model_bytes(path: Path) -> int:
+    """What a model directory holds in memory before the margin: its weights (a checkpoint's own
+    MTP layers among them, in its files) and the state a conversation keeps (`state_bytes`)."""
+    return weights_bytes(path) + state_bytes(_config(path))
+
+
+def _config(path: Path) -> dict:
+    try:
+        return json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def check_fits(target: Path, drafter: Path | None, available: int | None = None) -> None:
     """Raise SpecmlxError saying what would fit when the pair does not."""
     available = available_bytes() if available is None else available
-    target_w = weights_bytes(target)
-    drafter_w = weights_bytes(drafter) if drafter is not None else 0
+    target_w = model_bytes(target)
+    drafter_w = model_bytes(drafter) if drafter is not None else 0
     need = needed_bytes(target_w + drafter_w)
     if need <= available:
         return
@@ -69,8 +82,9 @@ def check_fits(target: Path, drafter: Path | None, available: int | None = None)
         advice = "the target alone fits: use --drafter ngram"
     elif _bytes_per_weight(target) is None:
         advice = "it is already quantized: pick a smaller model"
-    else:  # 4-bit affine quantization stores about 4.5 bits per weight
-        small = needed_bytes(int(target_w / _bytes_per_weight(target) * 4.5 / 8))
+    else:  # 4-bit affine quantization stores about 4.5 bits per weight; the state stays as wide
+        weights = weights_bytes(target)
+        small = needed_bytes(target_w - weights + int(weights / _bytes_per_weight(target) * 4.5 / 8))
         advice = (f"a 4-bit conversion would need about {small / GB:.1f} GB: "
                   "specmlx convert SOURCE --out DIR -q")
     raise too_big(f"{what} need", need, available, advice)

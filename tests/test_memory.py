@@ -5,6 +5,7 @@ import json
 import pytest
 
 from specmlx.errors import SpecmlxError
+from specmlx import memory
 from specmlx.memory import GB, check_fits
 
 
@@ -34,3 +35,28 @@ def test_suggests_a_4bit_conversion_for_a_float32_target(tmp_path):
 def test_a_quantized_target_that_does_not_fit(tmp_path):
     with pytest.raises(SpecmlxError, match="already quantized"):
         check_fits(fake_model(tmp_path / "t", 4, quantized=True), None, available=2 * GB)
+
+
+def hybrid_model(path, gigabytes: float, config: dict):
+    path = fake_model(path, gigabytes, quantized=True)
+    (path / "config.json").write_text(json.dumps(config | {"quantization": {"bits": 4}}))
+    return path
+
+
+def test_a_hybrid_target_counts_its_state_and_its_mtp_layers(tmp_path):
+    """Its weights (MTP layers in its files), its attention KV over the context, its recurrent state
+    and what the rewind keeps: refused where the weights alone would have fitted."""
+    from specmlx.memory_state import state_bytes
+
+    from .test_memory_state import qwen_config
+
+    config = qwen_config("bfloat16", layers=8, mtp=1)
+    config["text_config"].update(hidden_size=4096, num_key_value_heads=32, head_dim=128,
+                                 linear_num_value_heads=64, linear_value_head_dim=128, linear_key_head_dim=128)
+    state = state_bytes(config)
+    target = hybrid_model(tmp_path / "t", 2, config)
+    (target / "mtp.safetensors").write_bytes(b"\0" * (64 << 20))  # the MTP layers, beside the target's weights
+    assert memory.model_bytes(target) == int(2 * GB) + (64 << 20) + state > int(2 * GB) + (256 << 20)
+    check_fits(target, None, available=memory.needed_bytes(memory.model_bytes(target)))
+    with pytest.raises(SpecmlxError, match="already quantized"):
+        check_fits(target, None, available=memory.needed_bytes(int(2 * GB) + (64 << 20)))

@@ -2,7 +2,8 @@
 
 A preset's models live in `paths.models_dir()/NAME/ROLE/` once fetched (`specmlx
 models fetch NAME`). Wherever the engine takes a model path, it also takes a
-preset name.
+preset name. A target that ships its own MTP layers (`native_mtp`) offers them as the
+drafter `mtp`, which lives in the target's own directory.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..drafters.labels import BUILTIN, NGRAM
+from ..drafters.labels import BUILTIN, MTP, NGRAM
 from ..errors import SpecmlxError
 from ..memory import needed_bytes, weights_bytes
 from ..paths import models_dir
@@ -30,6 +31,14 @@ class ModelSource:
     offline: str | None  # a checkpoint key of specmlx.convert.sources
     bundled: str | None = None  # a drafter shipped with the package, relative to PACKAGE_DIR
     size_gb: float | None = None  # the hub repo's published size, decimal GB (presets.toml says where from)
+    convert: bool = False  # a Hugging Face checkpoint, converted on fetch (`specmlx convert`: 4-bit on Metal)
+    converted_gb: float | None = None  # a converted checkpoint's size in its 4-bit MLX form, decimal GB
+    native_mtp: bool = False  # it ships MTP layers of its own, kept by the conversion (`--drafter mtp`)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Its weights in memory: a converted checkpoint's 4-bit form, else what `source_bytes` says."""
+        return int(self.converted_gb * 1e9) if self.convert and self.converted_gb else source_bytes(self)
 
 
 @dataclass(frozen=True)
@@ -45,15 +54,27 @@ class Preset:
         return (self.target, *self.drafters)
 
     @property
+    def own_mtp(self) -> bool:
+        """Whether `mtp` names its target's own MTP layers (no drafter model of that name)."""
+        return self.target.native_mtp and MTP not in {d.role for d in self.drafters}
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The drafters it names: its drafter models, and `mtp` where its target ships MTP layers."""
+        return tuple(d.role for d in self.drafters) + ((MTP,) if self.own_mtp else ())
+
+    @property
     def download_bytes(self) -> int:
         """What `specmlx models fetch` downloads: every hub repo (bundled drafters ship with the package)."""
         return sum(source_bytes(s) for s in self.sources if not s.bundled)
 
     @property
     def memory_bytes(self) -> int:
-        """What the preset needs in memory in its 4-bit MLX form: the weights of the target and of every
-        drafter (a server or the app may hold them all), plus memory.py's KV/working margin."""
-        return needed_bytes(sum(source_bytes(s) for s in self.sources))
+        """What the preset needs in memory in its 4-bit MLX form: the weights of the target (its MTP
+        layers among them) and of every drafter (a server or the app may hold them all), plus
+        memory.py's margin. The state a conversation keeps (KV, a hybrid's recurrent state) is counted
+        from the config once it is on disk, at load (`memory.check_fits`)."""
+        return needed_bytes(sum(s.memory_bytes for s in self.sources))
 
 
 def catalog_path() -> Path:
@@ -91,17 +112,24 @@ def _read_preset(name: str, entry: dict) -> Preset:
         raise SpecmlxError(f"{catalog_path()}: preset {name} has no [models.target]")
     preset = Preset(name=name, description=entry.get("description", ""), target=targets[0],
                     drafters=tuple(s for s in sources if s.role != "target"), drafter=entry.get("drafter", NGRAM))
-    if preset.drafter not in BUILTIN and preset.drafter not in {d.role for d in preset.drafters}:
+    if preset.drafter not in BUILTIN and preset.drafter not in preset.roles:
         raise SpecmlxError(f"{catalog_path()}: preset {name}'s drafter {preset.drafter!r} is none of its models")
     return preset
 
 
 def _read_source(preset: str, role: str, m: dict) -> ModelSource:
-    source = ModelSource(role, m.get("hub"), m.get("offline"), m.get("bundled"), m.get("size_gb"))
-    if not source.bundled and not (isinstance(source.size_gb, (int, float)) and source.size_gb > 0):
+    source = ModelSource(role, m.get("hub"), m.get("offline"), m.get("bundled"), m.get("size_gb"),
+                         bool(m.get("convert")), m.get("converted_gb"), bool(m.get("native_mtp")))
+    if not source.bundled and not _positive(source.size_gb):
         # the memory check before a fetch needs every downloaded model's size
         raise SpecmlxError(f"{catalog_path()}: {preset}/{role} has no size_gb")
+    if source.convert and not (source.hub and _positive(source.converted_gb)):
+        raise SpecmlxError(f"{catalog_path()}: {preset}/{role} is converted on fetch: it needs hub and converted_gb")
     return source
+
+
+def _positive(size: object) -> bool:
+    return isinstance(size, (int, float)) and size > 0
 
 
 def presets() -> dict[str, Preset]:
@@ -124,6 +152,9 @@ def is_preset(name: str) -> bool:
 
 
 def model_path(preset: Preset, role: str = "target") -> Path:
+    """Where a model of the preset goes; the target's own MTP layers are in the target's directory."""
+    if role == MTP and preset.own_mtp:
+        role = "target"
     return models_dir() / preset.name / role
 
 

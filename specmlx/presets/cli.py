@@ -8,6 +8,7 @@ from typing import Sequence
 
 from .. import memory
 from ..cli import run_cli
+from ..drafters.labels import MTP
 from ..errors import SpecmlxError
 from ..memory import GB
 from ..paths import models_dir
@@ -40,8 +41,10 @@ def list_presets() -> None:
             path = model_path(preset, source.role)
             state = f"fetched at {path}" if is_fetched(path) else "not fetched"
             where = f"bundled {source.bundled}" if source.bundled else f"hub {source.hub or '-'}, offline {source.offline or '-'}"
+            where += ", converted on fetch" if source.convert else ""
             print(f"  {source.role}: {state} [{where}]")
-        print(f"  drafter: {preset.drafter}")
+        own = " (the target's own MTP layers)" if preset.own_mtp and preset.drafter == MTP else ""
+        print(f"  drafter: {preset.drafter}{own}")
 
 
 def sizes(preset: Preset) -> str:
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         print(model_path(preset))
         return 0
     path = model_path(preset, args.role)
-    if args.role != "target" and args.role not in {d.role for d in preset.drafters}:
+    if args.role != "target" and args.role not in preset.roles:
         raise SpecmlxError(f"preset {preset.name} has no model {args.role!r}")
     if not is_fetched(path):
         raise SpecmlxError(f"{preset.name}/{args.role} is not fetched; run: specmlx models fetch {preset.name}")

@@ -3,7 +3,9 @@
 On Apple Silicon the hub comes first (ready 4-bit MLX weights); on the CPU
 backend the offline GGUF comes first, converted to float32, because MLX's CPU
 quantized matmul is slow. With HF_HUB_OFFLINE set only the offline source is
-tried. Each model is written atomically, so an interrupted fetch leaves none.
+tried. A checkpoint marked `convert` has no other source: it is downloaded from the hub
+(or its cache) and converted here, its MTP layers kept. Each model is written
+atomically, so an interrupted fetch leaves none.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def fetch_model(preset: Preset, source: ModelSource, force: bool, progress: bool
     methods = [from_offline] if hub_offline() else [from_hub, from_offline] if metal_available() else [from_offline, from_hub]
     if source.bundled:
         methods = [from_bundled]  # it ships with the package: nothing to download
+    if source.convert:
+        methods = [from_checkpoint]  # no MLX form of it keeps what specmlx needs (presets.toml says why)
     failures = []
     for method in methods:
         try:
@@ -74,6 +78,13 @@ def from_hub(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
         log("note: hub models are 4-bit, which MLX runs slowly on its CPU backend")
     with staged_path(out, force=True) as work:
         shutil.copytree(snapshot, work)  # the snapshot's files are links into the hub cache
+
+
+def from_checkpoint(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
+    """A Hugging Face checkpoint, downloaded and converted here to the backend's format (4-bit on
+    Metal), its own MTP layers kept (`specmlx convert`)."""
+    log(f"downloading {source.hub} from the Hugging Face hub and converting it (its MTP layers kept)")
+    convert(str(source.hub), out, force=True, progress=progress)
 
 
 def from_bundled(source: ModelSource, out: Path, progress: bool, log: Log) -> None:

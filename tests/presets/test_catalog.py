@@ -119,9 +119,9 @@ def test_every_preset_has_a_target_hub_ids_and_a_default_drafter_it_holds():
 
     for preset in presets.presets().values():
         assert preset.target.role == "target" and preset.target.hub, preset.name
-        assert preset.drafter in BUILTIN or preset.drafter in {d.role for d in preset.drafters}, preset.name
-        for source in preset.sources:
-            assert source.bundled or (is_repo_id(source.hub) and source.hub.startswith("mlx-community/")), source
+        assert preset.drafter in BUILTIN or preset.drafter in preset.roles, preset.name
+        for source in preset.sources:  # an MLX repo, or a checkpoint converted on fetch (test_hybrid.py)
+            assert source.bundled or (is_repo_id(source.hub) and (source.hub.startswith("mlx-community/") or source.convert)), source
 
 
 def test_the_gemma4_presets_pair_a_4bit_target_with_its_assistant():
@@ -145,7 +145,9 @@ def test_the_large_qwen_presets_are_drafted_by_the_0_5b_or_by_prompt_lookup(name
 def test_memory_figures_are_present_and_plausible():
     for preset in presets.presets().values():
         assert all(s.bundled or s.size_gb > 0 for s in preset.sources), preset.name
-        assert preset.memory_bytes > preset.download_bytes > 0, preset.name  # weights and a margin
+        assert preset.memory_bytes > sum(s.memory_bytes for s in preset.sources) > 0, preset.name  # weights and a margin
+        if not any(s.convert for s in preset.sources):  # a converted checkpoint downloads wider than it runs
+            assert preset.memory_bytes > preset.download_bytes, preset.name
     for name, billions in QWEN_BILLIONS.items():  # 4-bit MLX stores about 4.5 bits a weight
         size = presets.get_preset(name).target.size_gb
         assert 0.5 < size / billions < 0.7, name
