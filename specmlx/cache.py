@@ -78,7 +78,7 @@ def kv_bytes_per_token(model: nn.Module) -> int:
     return bytes_per_position(_one_token(model))
 
 
-def state_bytes(model: nn.Module) -> int:
+def recurrent_bytes(model: nn.Module) -> int:
     """What a model's recurrent layers hold at any length (0 for a transformer), from shapes alone."""
     return sum(slot.nbytes for layer in _one_token(model) if hasattr(layer, "reachable")
                for slot in layer.cache if slot is not None)

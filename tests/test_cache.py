@@ -68,7 +68,7 @@ def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):
 
 def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefill():
     """Read from shapes alone, and equal to what a real prefill allocates; a transformer holds none."""
-    from specmlx.cache import state_bytes
+    from specmlx.cache import recurrent_bytes
     from specmlx.recurrent import RecurrentCache
 
     from . import tiny_hybrid
@@ -77,17 +77,17 @@ def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefil
     cache = make_cache(model)
     prefill(model, cache, [1, 2, 3, 4, 5, 6])
     held = sum(s.nbytes for c in cache if isinstance(c, RecurrentCache) for s in c.cache if s is not None)
-    assert state_bytes(model) == held > 0
-    assert state_bytes(tiny.tiny_qwen(64, seed=1)) == 0
+    assert recurrent_bytes(model) == held > 0
+    assert recurrent_bytes(tiny.tiny_qwen(64, seed=1)) == 0
 
 
 def test_the_default_slot_count_counts_a_hybrids_state_and_checkpoint_per_slot():
-    from specmlx.cache import kv_bytes_per_token, state_bytes
+    from specmlx.cache import kv_bytes_per_token, recurrent_bytes
     from specmlx.serve.slots import TOKENS_PER_SLOT, default_count
 
     from . import tiny_hybrid
 
     model = tiny_hybrid.tiny_qwen3_5(64, seed=1)
-    budget = (kv_bytes_per_token(model) * TOKENS_PER_SLOT + 2 * state_bytes(model)) * 5
+    budget = (kv_bytes_per_token(model) * TOKENS_PER_SLOT + 2 * recurrent_bytes(model)) * 5
     assert default_count([model], budget) == 5
     assert default_count([model], budget - 1) == 4

@@ -27,7 +27,7 @@ import mlx.nn as nn
 from mlx_lm.models import nemotron_h, qwen3_5
 from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
-from ..cache import cache_length, make_cache, prefill, rewind, state_bytes
+from ..cache import cache_length, make_cache, prefill, rewind, recurrent_bytes
 from ..replay import recording
 
 VOCAB = 4096  # the head's width does not change what the recurrent layers cost
@@ -110,7 +110,7 @@ def record_bytes(model: nn.Module, tokens: list[int], block: mx.array) -> int:
             _timed(lambda: (model(block, cache=cache), [c.state for c in cache]))
         grown.append(mx.get_active_memory() - before)
         del cache
-    return grown[1] - grown[0] - state_bytes(model)
+    return grown[1] - grown[0] - recurrent_bytes(model)
 
 
 def measure(model: nn.Module, k: int, rounds: int, prompt: int = 64) -> Costs:
@@ -134,7 +134,7 @@ def measure(model: nn.Module, k: int, rounds: int, prompt: int = 64) -> Costs:
         rewind(ours, base)
         rows.append((plain_ms, recorded_ms, rewind_ms, replay_ms))
     medians = [statistics.median(column) for column in zip(*rows[1:])]
-    return Costs(*medians, record // (k + 1), state_bytes(model))
+    return Costs(*medians, record // (k + 1), recurrent_bytes(model))
 
 
 def main(argv: list[str] | None = None) -> None:

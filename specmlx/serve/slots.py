@@ -43,7 +43,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from ..cache import held_bytes, kv_bytes_per_token, refuse_recurrent, state_bytes
+from ..cache import held_bytes, kv_bytes_per_token, refuse_recurrent, recurrent_bytes
 from ..drafters import Drafter
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
@@ -196,7 +196,7 @@ def default_count(models: Sequence[nn.Module], max_bytes: int, drafters: Sequenc
     state of fixed size, twice over: the state and the checkpoint a next turn rewinds to."""
     per_token = sum(kv_bytes_per_token(m) for m in models)
     per_token += sum(d.bytes_per_token(models[0]) for d in drafters)
-    per_slot = per_token * TOKENS_PER_SLOT + 2 * sum(state_bytes(m) for m in models)
+    per_slot = per_token * TOKENS_PER_SLOT + 2 * sum(recurrent_bytes(m) for m in models)
     return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_slot)))
 
 

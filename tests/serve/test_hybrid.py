@@ -1,0 +1,77 @@
+"""A hybrid target served (a tiny Qwen3.5: Gated DeltaNet and attention layers, with its own MTP
+layers), over real HTTP on 127.0.0.1: requests at once share the batch's rounds and each answer
+is the target's own greedy one; a chat's next turn starts from what its slot kept."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from specmlx.drafters import NGRAM, NONE
+from specmlx.loading import load_models
+from specmlx.mlx_thread import MLXThread
+from specmlx.prompting import encode_chat
+from specmlx.recurrent import RENDERED_AGAIN
+
+from .. import tiny_hybrid
+from .conftest import MODEL, greedy, start
+from .test_worker import CHAT, body
+
+DRAFTERS = ["mtp", "ngram", "none"]
+
+
+@pytest.fixture(scope="module")
+def hybrid(tokenizer, vocab, tmp_path_factory):
+    """The tiny Qwen3.5 with MTP layers, loaded as `specmlx serve --target DIR --drafter mtp,ngram,none` does."""
+    target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
+    path = tiny_hybrid.save_qwen3_5(target, vocab, tokenizer, tmp_path_factory.mktemp("hybrid") / MODEL, mtp=mtp)
+    mlx = MLXThread()
+    loaded = mlx.call(load_models, str(path), ["mtp", NGRAM, NONE])
+    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
+    mlx.close()
+
+
+def alone(hybrid, payload: dict) -> str:
+    """The target's own greedy answer to a chat request, as text."""
+    mlx, target, _ = hybrid
+    prompt = encode_chat(target.tokenizer, payload["messages"])
+    return target.tokenizer.decode(mlx.call(greedy, target.model, prompt, payload["max_tokens"]))
+
+
+def request(i: int) -> dict:
+    return body(i, max_tokens=10 + i % 5, speculative={"drafter": DRAFTERS[i % 3], "num_draft": 1 + i % 4})
+
+
+def test_requests_at_once_share_rounds_and_each_answer_is_the_targets_own(hybrid):
+    background, worker = start(hybrid, slots=6, max_batch=6)
+    start_line = threading.Barrier(6, timeout=30)
+
+    def together(i: int) -> str:
+        start_line.wait()
+        reply = httpx.post(url + CHAT, json=request(i), timeout=120)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["choices"][0]["message"]["content"]
+
+    with background as url, ThreadPoolExecutor(6) as pool:
+        batched = list(pool.map(together, range(6)))
+    assert batched == [alone(hybrid, request(i)) for i in range(6)]
+    assert worker.runner.batch.widest > 1  # they did share rounds
+
+
+def test_a_chats_next_turn_starts_from_its_slots_checkpoint(hybrid):
+    background, _ = start(hybrid, slots=2, max_batch=2)
+    first = body(3, max_tokens=12, speculative={"drafter": "mtp", "num_draft": 3})
+    with background as url:
+        reply = httpx.post(url + CHAT, json=first, timeout=120).json()
+        answer = reply["choices"][0]["message"]["content"]
+        turn = first | {"messages": first["messages"] + [{"role": "assistant", "content": answer},
+                                                         {"role": "user", "content": "and then"}]}
+        again = httpx.post(url + CHAT, json=turn, timeout=120).json()
+    assert answer == alone(hybrid, first)
+    assert again["choices"][0]["message"]["content"] == alone(hybrid, turn)
+    asked = reply["usage"]["prompt_tokens"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= asked - RENDERED_AGAIN
