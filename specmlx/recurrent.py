@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
+import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
 Replay = Callable[[int], None]  # runs a recorded forward's first n positions into its cache
@@ -58,6 +59,9 @@ class RecurrentCache(ArraysCache):
         replay, self.pending = self.pending, None
         if replay is None:  # an unrecorded forward (a prefill): what came before can no longer be reached
             self._marks = []
+            # Mamba-2's window is a view of the chunk's whole input: copied, it no longer holds the chunk
+            # (in the mark, a checkpoint, a kept conversation).
+            self.cache = [None if slot is None else mx.contiguous(slot) for slot in self.cache]
         else:
             self._marks[-1] = replace(self._marks[-1], replay=replay)
         self._marks.append(Mark(self.offset, tuple(self.cache)))

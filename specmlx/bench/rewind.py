@@ -8,8 +8,9 @@ positions recorded as a round records it (`replay.recording`), rewinds to an acc
 - the forward, unrecorded (mlx-lm's own cache, restored after each) and recorded, synced;
 - the rewind's host time (building the lazy replay) and the replay's device time, evaluated
   apart here (in a round it joins the next round's graph);
-- what the record holds a position (active memory, recorded forward less the unrecorded one)
-  and the state a rewind keeps (one per recurrent layer).
+- what the record holds a position (active memory, recorded forward less the unrecorded one, at
+  two widths), the state a rewind keeps (one per recurrent layer), and what else a recorded
+  forward keeps alive whatever its width.
 Plain and recorded forwards alternate round by round, so drift on a noisy machine hits both.
 """
 
@@ -71,7 +72,8 @@ class Costs:
     rewind_ms: float
     replay_ms: float
     record_per_position: int
-    kept_state: int
+    kept_state: int  # one state per recurrent layer: the mark a rewind restores
+    kept_else: int  # what else a recorded forward keeps alive, whatever its width
 
 
 def _timed(work: Callable[[], Any]) -> float:
@@ -95,10 +97,12 @@ def _restorer(cache: list[Any], width: int) -> Callable[[], None]:
 
 def record_bytes(model: nn.Module, tokens: list[int], block: mx.array) -> int:
     """What recording a forward of `block` holds beyond the state its mark keeps: the active memory a
-    recorded forward leaves, less an unrecorded one's (whose state before it is let go), less one state."""
+    recorded forward leaves, less an unrecorded one's into the same kind of cache (whose state before
+    it is let go), less one state.
+    Part of it grows with the forward's width (the record), part does not (`measure` tells them apart)."""
     grown = []
     mx.eval(model.parameters())
-    for cache, record in ((make_prompt_cache(model), False), (make_cache(model), True)):
+    for cache, record in ((make_cache(model), False), (make_cache(model), True)):
         prefill(model, cache, tokens)
         mx.eval([c.state for c in cache])
         gc.collect()  # a recorded forward's closures make cycles: collected here, not inside a measurement
@@ -116,7 +120,8 @@ def record_bytes(model: nn.Module, tokens: list[int], block: mx.array) -> int:
 def measure(model: nn.Module, k: int, rounds: int, prompt: int = 64) -> Costs:
     tokens = [1 + (7 * i) % (VOCAB - 1) for i in range(prompt)]
     block = mx.array([tokens[-k - 1:]], dtype=mx.uint32)
-    record = record_bytes(model, tokens, block)
+    one, record = (record_bytes(model, tokens, block[:, -n:]) for n in (1, k + 1))
+    per_position = (record - one) // k
     plain, ours = make_prompt_cache(model), make_cache(model)
     prefill(model, plain, tokens)
     prefill(model, ours, tokens)
@@ -134,7 +139,7 @@ def measure(model: nn.Module, k: int, rounds: int, prompt: int = 64) -> Costs:
         rewind(ours, base)
         rows.append((plain_ms, recorded_ms, rewind_ms, replay_ms))
     medians = [statistics.median(column) for column in zip(*rows[1:])]
-    return Costs(*medians, record // (k + 1), recurrent_bytes(model))
+    return Costs(*medians, per_position, recurrent_bytes(model), one - per_position)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,14 +151,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"k={args.k}, hidden {args.hidden}, float32, {args.rounds} rounds; medians a round")
     print(f"{'model':<15}{'forward ms':>11}{'recorded':>10}{'rewind ms':>11}{'replay ms':>11}"
-          f"{'replay/fwd':>11}{'record KB/pos':>15}{'kept MB':>9}")
+          f"{'replay/fwd':>11}{'record KB/pos':>15}{'state MB':>10}{'else MB':>9}")
     for name in args.models.split(","):
         mx.random.seed(0)
         model = MODELS[name](args.hidden)
         mx.eval(model.parameters())
         c = measure(model, args.k, args.rounds)
         print(f"{name:<15}{c.plain_ms:>11.1f}{c.recorded_ms:>10.1f}{c.rewind_ms:>11.2f}{c.replay_ms:>11.2f}"
-              f"{c.replay_ms / c.plain_ms:>10.1%}{c.record_per_position / 1024:>15.0f}{c.kept_state / 2**20:>9.1f}")
+              f"{c.replay_ms / c.plain_ms:>10.1%}{c.record_per_position / 1024:>15.0f}{c.kept_state / 2**20:>10.1f}"
+              f"{c.kept_else / 2**20:>9.1f}")
         del model
         mx.clear_cache()
 
