@@ -88,12 +88,13 @@ def _gated_deltanet(c: dict, act: int) -> StateShapes:
 
 def _mamba2(c: dict, act: int, layers: int, heads: int, head_dim: int, groups: int, size: int, kernel: int) -> StateShapes:
     """`layers` Mamba-2 mixers: the window holds x, B and C; the record keeps the mixer's input, its
-    input projection (x, z, B, C and dt), its convolution, the gated norm and the output projection."""
+    input projection (x, z, B, C and dt), its convolution, the gated norm and the output projection;
+    and the convolution's input, which the window left by a recorded forward (a view of it) keeps."""
     inner = heads * head_dim
     conv = inner + 2 * groups * size
     window = (kernel - 1) * conv * act
     state = heads * head_dim * size * STATE_BYTES
-    record = (2 * inner + 2 * conv + heads + 2 * c["hidden_size"]) * act
+    record = (2 * inner + 3 * conv + heads + 2 * c["hidden_size"]) * act
     return StateShapes(0, layers * (window + state), layers * record)
 
 
