@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
 
 from .errors import SpecmlxError
 from .recurrent import RENDERED_AGAIN, RecurrentCache, reachable, rewindable
@@ -30,7 +30,9 @@ def make_cache(model: nn.Module, name: str = "model") -> list[Any]:
     and replaying accepted positions (`recurrent.py`).
     """
     cache = [_rewindable(layer) for layer in make_prompt_cache(model)]
-    stuck = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
+    # A layer keeping several caches (a CacheList: Falcon-H1's attention beside Mamba, DeepSeek-V3.2's and
+    # GLM-5's indexer keys beside the latent KV) has no single length to read, rewind or copy by.
+    stuck = sorted({type(c).__name__ for c in cache if isinstance(c, CacheList) or not c.is_trimmable()})
     if stuck:
         kind = getattr(model, "model_type", type(model).__name__)
         raise SpecmlxError(

@@ -54,6 +54,20 @@ def test_a_cache_that_cannot_rewind_is_refused_up_front():
         make_cache(CompositeModel(), name="target x")
 
 
+class IndexedModel(CompositeModel):
+    """A layer that keeps its latent KV and an indexer's keys, both trimmable (DeepSeek-V3.2, GLM-5)."""
+
+    model_type = "glm_moe_dsa"
+
+    def make_cache(self):
+        return [CacheList(KVCache(), KVCache())]
+
+
+def test_a_layer_of_several_trimmable_caches_is_refused_up_front_too():
+    with pytest.raises(SpecmlxError, match=r"^target \(glm_moe_dsa\) uses caches that cannot be rewound \(CacheList\)"):
+        make_cache(IndexedModel(), name="target")
+
+
 def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):
     source = make_cache(target)
     prefill(target, source, list(range(1, 12)))
