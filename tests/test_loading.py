@@ -163,3 +163,40 @@ def test_a_nemotron_h_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_pa
         prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
     assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
     assert generation.stats.drafted > 0
+
+
+def hugging_faces_deepseek_v3_mtp(mtp, layer: int) -> dict:
+    """DeepSeek-V3's MTP layer as its checkpoints hold it: under `model.layers.{layer}.`, experts one
+    tensor each, MLA's `kv_b_proj` fused, a copy of the embedding beside."""
+    args = mtp.block.self_attn
+    out = {"embed_tokens.weight": mx.zeros((4, 4))}
+    for k, v in tree_flatten(mtp.parameters()):
+        k = k.removeprefix("block.")
+        if ".switch_mlp." in k:
+            base, name = k.split(".switch_mlp.")
+            out.update({f"{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
+        elif not k.startswith(("self_attn.embed_q", "self_attn.unembed_out")):
+            out[k] = v
+    wk, wv = args.embed_q.weight, args.unembed_out.weight  # (heads, rank, nope), (heads, v dim, rank)
+    fused = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)
+    out["self_attn.kv_b_proj.weight"] = fused.reshape(-1, fused.shape[-1])
+    return {f"model.layers.{layer}.{k}": v for k, v in out.items()}
+
+
+def test_a_deepseek_v3_directory_with_its_mtp_layer_as_hugging_face_holds_it_drafts_with_it(tmp_path, tokenizer,
+                                                                                            vocab):
+    """`model.layers.{N}.*` (N: the target's layer count), renamed by mlx-lm's own DeepSeek-V3 rules."""
+    target = tiny_hybrid.tiny_deepseek_v3(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_deepseek_v3_mtp(target, seed=2, guesses=True)
+    path = save_with_mtp(target, mtp, tiny_hybrid.deepseek_v3_config(vocab), tokenizer, tmp_path / "deepseek")
+    mx.save_safetensors(str(path / "mtp.safetensors"), hugging_faces_deepseek_v3_mtp(mtp, 2))
+    loaded, drafter = loading.load_pair(str(path), "mtp")
+    assert isinstance(drafter, NativeMTPDrafter)
+    want = dict(tree_flatten(mtp.parameters()))
+    for k, v in tree_flatten(drafter.model.parameters()):
+        assert mx.allclose(v, want[k], atol=1e-5), k
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
+        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
+    assert generation.stats.drafted > 0

@@ -232,3 +232,43 @@ def tiny_nemotron_h_mtp(target: nn.Module, seed: int, guesses: bool = False):
                             ("layers.1.final_layernorm.weight", inner_model(target).norm_f.weight)], strict=False)
     mx.eval(model.parameters())
     return model
+
+
+def deepseek_v3_config(vocab_size: int) -> dict:
+    """DeepSeek-V3 in miniature (MLA attention, a dense first layer then MoE with a shared expert,
+    sigmoid routing) with its MTP layer declared (`num_nextn_predict_layers`)."""
+    return {"model_type": "deepseek_v3", "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
+            "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2, "kv_lora_rank": 16,
+            "q_lora_rank": 32, "qk_rope_head_dim": 8, "v_head_dim": 16, "qk_nope_head_dim": 16,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_nextn_predict_layers": 1}
+
+
+def tiny_deepseek_v3(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import deepseek_v3
+
+    mx.random.seed(seed)
+    return sharpened(deepseek_v3.Model(deepseek_v3.ModelArgs.from_dict(deepseek_v3_config(vocab_size))))
+
+
+def tiny_deepseek_v3_mtp(target: nn.Module, seed: int, guesses: bool = False):
+    """A random DeepSeek-V3 MTP layer of the target's layout, norms spread around 1; `guesses`: `eh_proj`
+    passes the token's embedding through, the block's outputs are scaled down and its shared head is
+    the target's (norm and head), so that some drafts are accepted."""
+    from specmlx.models.deepseek_v3_mtp import DeepseekV3MTP
+
+    mx.random.seed(seed)
+    model = DeepseekV3MTP(target.args)
+    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
+             if k.endswith("norm.weight")]
+    model.load_weights(norms, strict=False)
+    if guesses:
+        width = model.eh_proj.weight.shape[0]
+        proj = mx.concatenate([mx.eye(width), 0.3 * model.eh_proj.weight[:, width:]], axis=1)
+        quiet = [(k, 0.1 * v) for k, v in tree_flatten(model.parameters())
+                 if k.endswith(("o_proj.weight", "down_proj.weight"))]
+        model.load_weights([("eh_proj.weight", proj), *quiet, ("shared_head.norm.weight", target.model.norm.weight),
+                            ("shared_head.head.weight", target.lm_head.weight)], strict=False)
+    mx.eval(model.parameters())
+    return model

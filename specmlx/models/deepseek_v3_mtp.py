@@ -1,0 +1,86 @@
+"""The MTP layer DeepSeek-V3 checkpoints ship (`model.layers.{num_hidden_layers}.*`,
+`num_nextn_predict_layers: 1`), as a drafter's network.
+
+One step (DeepSeek-V3 report §2.2; vLLM's `deepseek_mtp.py`): x = eh_proj(concat(enorm(embed(token)),
+hnorm(hidden))), one decoder block of the target's own kind (mlx-lm's `DeepseekV3DecoderLayer`:
+MLA attention, the MoE block at that layer index), and logits from its own `shared_head`
+(norm, then head). The block's output, before that norm, is what the next chained step reads as
+its hidden state; `hidden` at the first step is the target's final-normed hidden state. As in
+vLLM, the token embedding at position 0 is zeroed.
+
+Stored as Hugging Face has it (`model.layers.{N}.`: `embed_tokens`, a copy of the target's, is
+not read; experts one tensor each; MLA's fused `kv_b_proj`), or under `mtp.` in this module's own
+names (`specmlx convert`'s `mtp.safetensors`). mlx-lm's own sanitize renames the block's tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import deepseek_v3
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+
+from .native_mtp_config import PREFIX, NativeMTPConfig, WholeVocabulary
+
+_OWN = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")  # the MTP layer's tensors beside its block
+
+
+def stored_prefix(config: dict) -> str:
+    """Where Hugging Face's checkpoint keeps the layer: one past the target's last."""
+    return f"model.layers.{config['num_hidden_layers']}."
+
+
+class DeepseekV3MTP(WholeVocabulary, nn.Module):
+    """DeepSeek-V3's MTP layer; `args` are the target's mlx-lm args."""
+
+    def __init__(self, args: Any, num_layers: int = 1) -> None:
+        super().__init__()
+        width, eps = args.hidden_size, args.rms_norm_eps
+        self.config = NativeMTPConfig(width, args.vocab_size, 1)
+        self.enorm = nn.RMSNorm(width, eps=eps)
+        self.hnorm = nn.RMSNorm(width, eps=eps)
+        self.eh_proj = nn.Linear(2 * width, width, bias=False)
+        self.block = deepseek_v3.DeepseekV3DecoderLayer(args, args.num_hidden_layers)
+        self.shared_head = SharedHead(width, args.vocab_size, eps)
+
+    def __call__(self, embeddings: mx.array, hidden: mx.array, cache: list[Any] | None = None) -> mx.array:
+        """(B, L, H) embeddings of tokens t+1 and hidden states at t -> the block's output at t+1."""
+        cache = cache or [None]
+        if cache[0] is None or cache[0].offset == 0:  # position 0 reads no token (vLLM zeroes it)
+            embeddings = mx.concatenate([mx.zeros_like(embeddings[:, :1]), embeddings[:, 1:]], axis=1)
+        x = self.eh_proj(mx.concatenate([self.enorm(embeddings), self.hnorm(hidden)], axis=-1))
+        mask = create_attention_mask(x, cache[0], return_array=True)  # MLA masks its scores by array
+        return self.block(x, mask, cache[0])
+
+    def logits(self, target: nn.Module, features: mx.array) -> mx.array:
+        """Its own head on its own final norm, not the target's."""
+        return self.shared_head.head(self.shared_head.norm(features))
+
+    def make_cache(self) -> list[KVCache]:
+        return [KVCache()]
+
+
+class SharedHead(nn.Module):
+    def __init__(self, width: int, vocab_size: int, eps: float) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(width, eps=eps)
+        self.head = nn.Linear(width, vocab_size, bias=False)
+
+
+def sanitize(weights: dict[str, mx.array], args: Any, config: dict) -> dict[str, mx.array]:
+    """Stored tensors -> this module's names, for a target with mlx-lm `args` and `config.json` `config`:
+    Hugging Face's renamed by mlx-lm's own rules (fp8 dequantized, experts stacked, `kv_b_proj`
+    split), this module's own (under `mtp.`) passed as they are."""
+    stored = stored_prefix(config)
+    own = {k.removeprefix(PREFIX): v for k, v in weights.items() if k.startswith(PREFIX)}
+    hf = {k.removeprefix(stored): v for k, v in weights.items() if k.startswith(stored)}
+    block = {f"model.layers.0.{k}": v for k, v in hf.items() if not k.startswith((*_OWN, "embed_tokens."))}
+    block = deepseek_v3.Model.sanitize(SimpleNamespace(args=replace(args, num_hidden_layers=1)), block)
+    own.update({f"block.{k.removeprefix('model.layers.0.')}": v for k, v in block.items()})
+    own.update({k: v for k, v in hf.items() if k.startswith(_OWN)})
+    return own
