@@ -122,8 +122,8 @@ def resolve_drafter(spec: str | None, target: str) -> DrafterSource:
         return DrafterSource(str(fetched_path(get_preset(target), spec)), spec)  # `--drafter mtp`
     if spec == MTP and not Path(spec).exists():
         if not ships_mtp(target):
-            raise SpecmlxError(f"--drafter mtp: {target} ships no MTP layers specmlx can run (Qwen3.5, Qwen3-Next "
-                               "and Nemotron-H directories that kept their mtp.* weights: specmlx convert keeps them)")
+            raise SpecmlxError(f"--drafter mtp: {target} ships no MTP layers specmlx can run (Qwen3.5, Qwen3-Next, "
+                               "Nemotron-H and DeepSeek-V3 directories that kept them: specmlx convert keeps them)")
         return DrafterSource(target, MTP)
     if is_preset(spec):
         preset = get_preset(spec)

@@ -56,7 +56,8 @@ def _keep_mtp(local: Path, work: Path, fmt: OutputFormat) -> None:
         print(f"kept the checkpoint's MTP layers ({kept} mtp.* tensors, {FILE}): --drafter mtp drafts with them",
               file=sys.stderr)
     elif ships_other_mtp(local):
-        print("dropped the checkpoint's mtp.* tensors: specmlx runs the MTP layers of Qwen3.5, Qwen3-Next and Nemotron-H only",
+        print("dropped the checkpoint's mtp.* tensors: specmlx runs the MTP layers of Qwen3.5, Qwen3-Next, Nemotron-H "
+              "and DeepSeek-V3 only",
               file=sys.stderr)
 
 
