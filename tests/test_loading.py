@@ -166,9 +166,9 @@ def test_a_nemotron_h_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_pa
 
 
 def hugging_faces_deepseek_v3_mtp(mtp, layer: int) -> dict:
-    """DeepSeek-V3's MTP layer as its checkpoints hold it: under `model.layers.{layer}.`, experts one
-    tensor each, MLA's `kv_b_proj` fused, a copy of the embedding beside."""
-    args = mtp.block.self_attn
+    """A DeepSeek-V3-style MTP layer as its checkpoints hold it: under `model.layers.{layer}.`, experts
+    one tensor each, MLA's `kv_b_proj` fused (DeepSeek-V3), a copy of the embedding beside."""
+    attention = mtp.block.self_attn
     out = {"embed_tokens.weight": mx.zeros((4, 4))}
     for k, v in tree_flatten(mtp.parameters()):
         k = k.removeprefix("block.")
@@ -177,18 +177,24 @@ def hugging_faces_deepseek_v3_mtp(mtp, layer: int) -> dict:
             out.update({f"{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
         elif not k.startswith(("self_attn.embed_q", "self_attn.unembed_out")):
             out[k] = v
-    wk, wv = args.embed_q.weight, args.unembed_out.weight  # (heads, rank, nope), (heads, v dim, rank)
-    fused = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)
-    out["self_attn.kv_b_proj.weight"] = fused.reshape(-1, fused.shape[-1])
+    if hasattr(attention, "embed_q"):  # MLA: (heads, rank, nope) and (heads, v dim, rank), stored as one
+        fused = mx.concatenate([attention.embed_q.weight.swapaxes(-1, -2), attention.unembed_out.weight], axis=1)
+        out["self_attn.kv_b_proj.weight"] = fused.reshape(-1, fused.shape[-1])
     return {f"model.layers.{layer}.{k}": v for k, v in out.items()}
 
 
-def test_a_deepseek_v3_directory_with_its_mtp_layer_as_hugging_face_holds_it_drafts_with_it(tmp_path, tokenizer,
-                                                                                            vocab):
-    """`model.layers.{N}.*` (N: the target's layer count), renamed by mlx-lm's own DeepSeek-V3 rules."""
-    target = tiny_hybrid.tiny_deepseek_v3(vocab, seed=1)
+NEXTN = {"deepseek_v3": (tiny_hybrid.tiny_deepseek_v3, tiny_hybrid.deepseek_v3_config),
+         "glm4_moe": (tiny_hybrid.tiny_glm4_moe, tiny_hybrid.glm4_moe_config)}
+
+
+@pytest.mark.parametrize("kind", sorted(NEXTN))
+def test_a_directory_with_its_nextn_mtp_layer_as_hugging_face_holds_it_drafts_with_it(tmp_path, tokenizer, vocab,
+                                                                                       kind):
+    """`model.layers.{N}.*` (N: the target's layer count), renamed by mlx-lm's own rules for the target."""
+    build, config = NEXTN[kind]
+    target = build(vocab, seed=1)
     mtp = tiny_hybrid.tiny_deepseek_v3_mtp(target, seed=2, guesses=True)
-    path = save_with_mtp(target, mtp, tiny_hybrid.deepseek_v3_config(vocab), tokenizer, tmp_path / "deepseek")
+    path = save_with_mtp(target, mtp, config(vocab), tokenizer, tmp_path / kind)
     mx.save_safetensors(str(path / "mtp.safetensors"), hugging_faces_deepseek_v3_mtp(mtp, 2))
     loaded, drafter = loading.load_pair(str(path), "mtp")
     assert isinstance(drafter, NativeMTPDrafter)

@@ -252,8 +252,27 @@ def tiny_deepseek_v3(vocab_size: int, seed: int) -> nn.Module:
     return sharpened(deepseek_v3.Model(deepseek_v3.ModelArgs.from_dict(deepseek_v3_config(vocab_size))))
 
 
+def glm4_moe_config(vocab_size: int) -> dict:
+    """GLM-4.5 in miniature (grouped-query attention with partial rotary and QK norm, a dense first
+    layer then MoE with a shared expert) with its MTP layer declared."""
+    return {"model_type": "glm4_moe", "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
+            "max_position_embeddings": 4096, "moe_intermediate_size": 32, "norm_topk_prob": True,
+            "num_attention_heads": 4, "n_group": 1, "head_dim": 16, "topk_group": 1, "n_shared_experts": 1,
+            "n_routed_experts": 4, "routed_scaling_factor": 1.0, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+            "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": None, "use_qk_norm": True, "tie_word_embeddings": False, "attention_bias": False,
+            "partial_rotary_factor": 0.5, "num_nextn_predict_layers": 1}
+
+
+def tiny_glm4_moe(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import glm4_moe
+
+    mx.random.seed(seed)
+    return sharpened(glm4_moe.Model(glm4_moe.ModelArgs.from_dict(glm4_moe_config(vocab_size))))
+
+
 def tiny_deepseek_v3_mtp(target: nn.Module, seed: int, guesses: bool = False):
-    """A random DeepSeek-V3 MTP layer of the target's layout, norms spread around 1; `guesses`: `eh_proj`
+    """A random DeepSeek-V3-style MTP layer of the target's layout (DeepSeek-V3 or GLM-4.5), norms spread around 1; `guesses`: `eh_proj`
     passes the token's embedding through, the block's outputs are scaled down and its shared head is
     the target's (norm and head), so that some drafts are accepted."""
     from specmlx.models.deepseek_v3_mtp import DeepseekV3MTP

@@ -1,16 +1,18 @@
-"""The MTP layer DeepSeek-V3 checkpoints ship (`model.layers.{num_hidden_layers}.*`,
-`num_nextn_predict_layers: 1`), as a drafter's network.
+"""The MTP layer DeepSeek-V3 and GLM-4.5 (`glm4_moe`) checkpoints ship
+(`model.layers.{num_hidden_layers}.*`, `num_nextn_predict_layers: 1`), as a drafter's network.
 
-One step (DeepSeek-V3 report §2.2; vLLM's `deepseek_mtp.py`): x = eh_proj(concat(enorm(embed(token)),
-hnorm(hidden))), one decoder block of the target's own kind (mlx-lm's `DeepseekV3DecoderLayer`:
-MLA attention, the MoE block at that layer index), and logits from its own `shared_head`
+One step (DeepSeek-V3 report §2.2; vLLM's `deepseek_mtp.py`, `glm4_moe_mtp.py`): x =
+eh_proj(concat(enorm(embed(token)), hnorm(hidden))), one decoder block of the target's own kind
+(mlx-lm's `DeepseekV3DecoderLayer`, MLA attention, or `glm4_moe.DecoderLayer`; the MoE block at
+that layer index), and logits from its own `shared_head`
 (norm, then head). The block's output, before that norm, is what the next chained step reads as
 its hidden state; `hidden` at the first step is the target's final-normed hidden state. As in
 vLLM, the token embedding at position 0 is zeroed.
 
 Stored as Hugging Face has it (`model.layers.{N}.`: `embed_tokens`, a copy of the target's, is
 not read; experts one tensor each; MLA's fused `kv_b_proj`), or under `mtp.` in this module's own
-names (`specmlx convert`'s `mtp.safetensors`). mlx-lm's own sanitize renames the block's tensors.
+names (`specmlx convert`'s `mtp.safetensors`). mlx-lm's own sanitize (the target's model type's)
+renames the block's tensors.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import deepseek_v3
+from mlx_lm.models import deepseek_v3, glm4_moe
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from .native_mtp_config import PREFIX, NativeMTPConfig, WholeVocabulary
 
 _OWN = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")  # the MTP layer's tensors beside its block
+# By the target's model type: its decoder block, and the mlx-lm model whose sanitize renames the block.
+BLOCKS = {"deepseek_v3": (deepseek_v3.DeepseekV3DecoderLayer, deepseek_v3.Model),
+          "glm4_moe": (glm4_moe.DecoderLayer, glm4_moe.Model)}
 
 
 def stored_prefix(config: dict) -> str:
@@ -36,7 +41,8 @@ def stored_prefix(config: dict) -> str:
 
 
 class DeepseekV3MTP(WholeVocabulary, nn.Module):
-    """DeepSeek-V3's MTP layer; `args` are the target's mlx-lm args."""
+    """A DeepSeek-V3-style MTP layer; `args` are the target's mlx-lm args (their `model_type` picks
+    the block)."""
 
     def __init__(self, args: Any, num_layers: int = 1) -> None:
         super().__init__()
@@ -45,7 +51,7 @@ class DeepseekV3MTP(WholeVocabulary, nn.Module):
         self.enorm = nn.RMSNorm(width, eps=eps)
         self.hnorm = nn.RMSNorm(width, eps=eps)
         self.eh_proj = nn.Linear(2 * width, width, bias=False)
-        self.block = deepseek_v3.DeepseekV3DecoderLayer(args, args.num_hidden_layers)
+        self.block = BLOCKS[args.model_type][0](args, args.num_hidden_layers)
         self.shared_head = SharedHead(width, args.vocab_size, eps)
 
     def __call__(self, embeddings: mx.array, hidden: mx.array, cache: list[Any] | None = None) -> mx.array:
@@ -74,13 +80,13 @@ class SharedHead(nn.Module):
 
 def sanitize(weights: dict[str, mx.array], args: Any, config: dict) -> dict[str, mx.array]:
     """Stored tensors -> this module's names, for a target with mlx-lm `args` and `config.json` `config`:
-    Hugging Face's renamed by mlx-lm's own rules (fp8 dequantized, experts stacked, `kv_b_proj`
-    split), this module's own (under `mtp.`) passed as they are."""
+    Hugging Face's renamed by mlx-lm's own rules (experts stacked; for DeepSeek-V3 fp8 dequantized and
+    `kv_b_proj` split), this module's own (under `mtp.`) passed as they are."""
     stored = stored_prefix(config)
     own = {k.removeprefix(PREFIX): v for k, v in weights.items() if k.startswith(PREFIX)}
     hf = {k.removeprefix(stored): v for k, v in weights.items() if k.startswith(stored)}
     block = {f"model.layers.0.{k}": v for k, v in hf.items() if not k.startswith((*_OWN, "embed_tokens."))}
-    block = deepseek_v3.Model.sanitize(SimpleNamespace(args=replace(args, num_hidden_layers=1)), block)
+    block = BLOCKS[args.model_type][1].sanitize(SimpleNamespace(args=replace(args, num_hidden_layers=1)), block)
     own.update({f"block.{k.removeprefix('model.layers.0.')}": v for k, v in block.items()})
     own.update({k: v for k, v in hf.items() if k.startswith(_OWN)})
     return own

@@ -1,6 +1,6 @@
 """The MTP layers checkpoints ship, which mlx-lm's loaders drop: finding, reading and building them
 for the architectures specmlx runs them for (one network file each: `qwen3_5_mtp.py` for Qwen3.5
-and Qwen3-Next, `nemotron_h_mtp.py` for Nemotron-H, `deepseek_v3_mtp.py` for DeepSeek-V3).
+and Qwen3-Next, `nemotron_h_mtp.py` for Nemotron-H, `deepseek_v3_mtp.py` for DeepSeek-V3 and GLM-4.5).
 
 The tensors live in the target's directory, in its safetensors files (Hugging Face's checkpoints:
 under `mtp.`, or DeepSeek-V3's `model.layers.{N}.`) or in `mtp.safetensors` beside them (`specmlx
@@ -53,7 +53,8 @@ def architectures() -> dict[str, Architecture]:
     deepseek = Architecture(lambda args, config: deepseek_v3_mtp.DeepseekV3MTP(args),
                             lambda weights, stored: deepseek_v3_mtp.sanitize(weights, stored.args, stored.config),
                             lambda config: (PREFIX, deepseek_v3_mtp.stored_prefix(config)))
-    return {"qwen3_5": qwen, "qwen3_5_moe": qwen, "qwen3_next": qwen, "nemotron_h": nemotron, "deepseek_v3": deepseek}
+    return {"qwen3_5": qwen, "qwen3_5_moe": qwen, "qwen3_next": qwen, "nemotron_h": nemotron, "deepseek_v3": deepseek,
+            "glm4_moe": deepseek}
 
 
 def mtp_layer_count(config: dict) -> int:
