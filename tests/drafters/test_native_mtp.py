@@ -96,7 +96,7 @@ SAMPLING = SamplingParams(temp=1.0)
 SMALL = 5  # the chi-square test's vocabulary (test_engine_distribution)
 
 
-@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h", "deepseek_v3"])
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h", "deepseek_v3", "glm4_moe"])
 def small_pair(request):
     target = tiny_hybrid.sharpened(BUILDS[request.param](SMALL, seed=7), 0.5)
     return target, layers(target, guesses=False)
