@@ -123,7 +123,8 @@ def resolve_drafter(spec: str | None, target: str) -> DrafterSource:
     if spec == MTP and not Path(spec).exists():
         if not ships_mtp(target):
             raise SpecmlxError(f"--drafter mtp: {target} ships no MTP layers specmlx can run (Qwen3.5, Qwen3-Next, "
-                               "Nemotron-H, DeepSeek-V3 and GLM-4.5 directories that kept them: specmlx convert keeps them)")
+                               "Nemotron-H, DeepSeek-V3, GLM-4.5 and MiMo directories that kept them: specmlx convert keeps "
+                               "them)")
         return DrafterSource(target, MTP)
     if is_preset(spec):
         preset = get_preset(spec)

@@ -146,6 +146,12 @@ def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path, mtp: nn.Mod
 MTP_NORMS = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")  # every RMSNorm of the MTP layers
 
 
+def spread_norms(model: nn.Module, suffixes: tuple[str, ...]) -> None:
+    """The weights of the norms named by `suffixes` spread around 1, so a norm left out or shifted twice shows."""
+    model.load_weights([(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
+                        if k.endswith(suffixes)], strict=False)
+
+
 def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool = False):
     """Random Qwen3.5 MTP layers of the target's own layout (`specmlx.models.qwen3_5_mtp`), its norms'
     weights spread around 1 so that a norm left out or shifted twice shows. `guesses`: `fc` passes
@@ -156,9 +162,7 @@ def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool
 
     mx.random.seed(seed)
     model = Qwen3_5MTP(text_model(target).args, layers)
-    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
-             if k.endswith(MTP_NORMS)]
-    model.load_weights(norms, strict=False)
+    spread_norms(model, MTP_NORMS)
     if guesses:
         width = model.fc.weight.shape[0]
         fc = mx.concatenate([mx.eye(width), 0.3 * model.fc.weight[:, width:]], axis=1)
@@ -220,9 +224,7 @@ def tiny_nemotron_h_mtp(target: nn.Module, seed: int, guesses: bool = False):
 
     mx.random.seed(seed)
     model = NemotronHMTP(target.args, NEMOTRON_MTP_PATTERN)
-    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
-             if k.endswith(("norm.weight", "layernorm.weight"))]
-    model.load_weights(norms, strict=False)
+    spread_norms(model, ("norm.weight", "layernorm.weight"))
     if guesses:
         width = model.layers[0].eh_proj.weight.shape[0]
         proj = mx.concatenate([mx.eye(width), 0.3 * model.layers[0].eh_proj.weight[:, width:]], axis=1)
@@ -279,9 +281,7 @@ def tiny_deepseek_v3_mtp(target: nn.Module, seed: int, guesses: bool = False):
 
     mx.random.seed(seed)
     model = DeepseekV3MTP(target.args)
-    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
-             if k.endswith("norm.weight")]
-    model.load_weights(norms, strict=False)
+    spread_norms(model, ("norm.weight",))
     if guesses:
         width = model.eh_proj.weight.shape[0]
         proj = mx.concatenate([mx.eye(width), 0.3 * model.eh_proj.weight[:, width:]], axis=1)
@@ -289,5 +289,38 @@ def tiny_deepseek_v3_mtp(target: nn.Module, seed: int, guesses: bool = False):
                  if k.endswith(("o_proj.weight", "down_proj.weight"))]
         model.load_weights([("eh_proj.weight", proj), *quiet, ("shared_head.norm.weight", target.model.norm.weight),
                             ("shared_head.head.weight", target.lm_head.weight)], strict=False)
+    mx.eval(model.parameters())
+    return model
+
+
+def mimo_config(vocab_size: int) -> dict:
+    """MiMo in miniature (Qwen2's blocks) with one MTP layer declared."""
+    return {"model_type": "mimo", "vocab_size": vocab_size, "hidden_size": 64, "num_hidden_layers": 2,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 4096, "tie_word_embeddings": False, "num_nextn_predict_layers": 1}
+
+
+def tiny_mimo(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import mimo
+
+    mx.random.seed(seed)
+    return sharpened(mimo.Model(mimo.ModelArgs.from_dict(mimo_config(vocab_size))))
+
+
+def tiny_mimo_mtp(target: nn.Module, seed: int, guesses: bool = False):
+    """A random MiMo MTP layer of the target's layout, norms spread around 1; `guesses` as for
+    `tiny_deepseek_v3_mtp` (its projection reads the hidden state first, then the token)."""
+    from specmlx.models.mimo_mtp import MiMoMTP
+
+    mx.random.seed(seed)
+    model = MiMoMTP(target.args)
+    spread_norms(model, ("norm.weight",))
+    if guesses:
+        width = model.input_proj.weight.shape[0]
+        proj = mx.concatenate([0.3 * model.input_proj.weight[:, :width], mx.eye(width)], axis=1)
+        quiet = [(k, 0.1 * v) for k, v in tree_flatten(model.parameters())
+                 if k.endswith(("o_proj.weight", "down_proj.weight"))]
+        model.load_weights([("input_proj.weight", proj), *quiet, ("final_layernorm.weight", target.model.norm.weight)],
+                           strict=False)
     mx.eval(model.parameters())
     return model

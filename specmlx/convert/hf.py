@@ -57,7 +57,7 @@ def _keep_mtp(local: Path, work: Path, fmt: OutputFormat) -> None:
               file=sys.stderr)
     elif ships_other_mtp(local):
         print("dropped the checkpoint's mtp.* tensors: specmlx runs the MTP layers of Qwen3.5, Qwen3-Next, Nemotron-H "
-              "DeepSeek-V3 and GLM-4.5 only",
+              "DeepSeek-V3, GLM-4.5 and MiMo only",
               file=sys.stderr)
 
 

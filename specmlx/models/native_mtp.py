@@ -1,6 +1,7 @@
 """The MTP layers checkpoints ship, which mlx-lm's loaders drop: finding, reading and building them
 for the architectures specmlx runs them for (one network file each: `qwen3_5_mtp.py` for Qwen3.5
-and Qwen3-Next, `nemotron_h_mtp.py` for Nemotron-H, `deepseek_v3_mtp.py` for DeepSeek-V3 and GLM-4.5).
+and Qwen3-Next, `nemotron_h_mtp.py` for Nemotron-H, `deepseek_v3_mtp.py` for DeepSeek-V3 and GLM-4.5,
+`mimo_mtp.py` for MiMo).
 
 The tensors live in the target's directory, in its safetensors files (Hugging Face's checkpoints:
 under `mtp.`, or DeepSeek-V3's `model.layers.{N}.`) or in `mtp.safetensors` beside them (`specmlx
@@ -20,7 +21,7 @@ import mlx.nn as nn
 
 from ..errors import SpecmlxError
 from ..hidden import text_model
-from . import deepseek_v3_mtp, nemotron_h_mtp, qwen3_5_mtp
+from . import deepseek_v3_mtp, mimo_mtp, nemotron_h_mtp, qwen3_5_mtp
 from .native_mtp_config import PREFIX
 
 
@@ -53,8 +54,10 @@ def architectures() -> dict[str, Architecture]:
     deepseek = Architecture(lambda args, config: deepseek_v3_mtp.DeepseekV3MTP(args),
                             lambda weights, stored: deepseek_v3_mtp.sanitize(weights, stored.args, stored.config),
                             lambda config: (PREFIX, deepseek_v3_mtp.stored_prefix(config)))
+    mimo = Architecture(lambda args, config: mimo_mtp.MiMoMTP(args), lambda weights, stored: mimo_mtp.sanitize(weights),
+                        lambda config: (PREFIX, mimo_mtp.STORED))
     return {"qwen3_5": qwen, "qwen3_5_moe": qwen, "qwen3_next": qwen, "nemotron_h": nemotron, "deepseek_v3": deepseek,
-            "glm4_moe": deepseek}
+            "glm4_moe": deepseek, "mimo": mimo}
 
 
 def mtp_layer_count(config: dict) -> int:

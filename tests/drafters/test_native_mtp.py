@@ -1,4 +1,4 @@
-"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 checkpoint ships, drafting through the engine for its
+"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 / MiMo checkpoint ships, drafting through the engine for its
 hybrid target: greedy output is the target's own, its cache holds only real positions after each
 generation, and above temperature 0 the target's distribution is kept."""
 
@@ -24,7 +24,8 @@ from ..test_engine_hybrid import PROMPT, VOCAB, greedy_alone
 
 BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
           "qwen3_next": tiny_hybrid.tiny_qwen3_next, "nemotron_h": tiny_hybrid.tiny_nemotron_h_moe,
-          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3, "glm4_moe": tiny_hybrid.tiny_glm4_moe}
+          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3, "glm4_moe": tiny_hybrid.tiny_glm4_moe,
+          "mimo": tiny_hybrid.tiny_mimo}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -36,6 +37,8 @@ def layers(target, guesses: bool = True):
     """The MTP layers of the target's architecture, random (`guesses`: some drafts accepted)."""
     if target.model_type == "nemotron_h":
         return tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=guesses)
+    if target.model_type == "mimo":
+        return tiny_hybrid.tiny_mimo_mtp(target, seed=2, guesses=guesses)
     if target.model_type in ("deepseek_v3", "glm4_moe"):
         return tiny_hybrid.tiny_deepseek_v3_mtp(target, seed=2, guesses=guesses)
     return tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=guesses)
@@ -96,7 +99,7 @@ SAMPLING = SamplingParams(temp=1.0)
 SMALL = 5  # the chi-square test's vocabulary (test_engine_distribution)
 
 
-@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h", "deepseek_v3", "glm4_moe"])
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h", "deepseek_v3", "glm4_moe", "mimo"])
 def small_pair(request):
     target = tiny_hybrid.sharpened(BUILDS[request.param](SMALL, seed=7), 0.5)
     return target, layers(target, guesses=False)
