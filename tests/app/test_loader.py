@@ -5,6 +5,7 @@ import pytest
 from app.loader import ModelChoice, failure, load_session, preset_drafters
 from app.settings import ChatSettings
 from specmlx.errors import SpecmlxError
+from specmlx.policy import DraftPolicy
 
 
 def test_a_target_without_drafter_uses_prompt_lookup(model_dirs):
@@ -79,7 +80,8 @@ def test_the_presets_other_drafter_loads_when_first_chosen_and_drafts(tmp_path, 
     session = load_session(ModelChoice())
     assert session.default_drafter == preset.drafter and "mtp" in session.drafters.names
     assert not session.drafters.is_loaded("mtp")
-    started, *_, finished = answer(session, "def add(a, b):", ChatSettings(max_tokens=12, drafter="mtp"))
+    started, *_, finished = answer(session, "def add(a, b):", ChatSettings(max_tokens=12, drafter="mtp",
+                                                                     policy=DraftPolicy(num_draft=4)))
     assert isinstance(session.engine.drafter, MTPDrafter) and started.drafter == finished.stats.drafter == "mtp"
     assert finished.stats.drafted > 0
 

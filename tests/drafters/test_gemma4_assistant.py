@@ -236,7 +236,8 @@ def test_greedy_exact_with_the_automatic_length(tokenizer, vocab, g4_target, ass
         rounds = list(engine.generate(prompt, GenerationConfig(max_tokens=20, policy=DraftPolicy(num_draft=None))))
         assert [t.token for r in rounds for t in r.tokens] == reference_greedy(g4_target, prompt, 20)
         lengths += [r.num_draft for r in rounds]
-    assert 0 in lengths and max(lengths) > 0
+    # A drafter as dear as the target never drafts (its calibration's probe says so); a cheap one does.
+    assert 0 in lengths and (max(lengths) > 0) == (costs[0] < 1.0)
 
 
 @pytest.mark.parametrize("ordered", [False, True], ids=["dense", "centroids"])
