@@ -14,7 +14,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache, make_prompt_cache
 
 from .errors import SpecmlxError
-from .recurrent import RecurrentCache, reachable
+from .recurrent import RecurrentCache, reachable, rewindable
 
 PREFILL_STEP = 512
 
@@ -85,7 +85,7 @@ def rewind(cache: list[Any], length: int) -> None:
     only fewer (`recurrent.reachable`): then every layer holds that many, and the caller feeds the rest."""
     held = cache_length(cache)
     length = reachable(cache, min(length, held))
-    if length < held or any(hasattr(layer, "reachable") for layer in cache):
+    if length < held or rewindable(cache):  # a recurrent layer drops its marks even at its own length
         for layer in cache:
             layer.trim(held - length)
 

@@ -29,6 +29,7 @@ import mlx.nn as nn
 from mlx_lm.models.rope_utils import initialize_rope
 
 from ..errors import SpecmlxError
+from .weights import load_into
 
 MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -395,13 +396,4 @@ def load_gemma4_assistant(folder: str | Path) -> Gemma4AssistantModel:
         if ordering is None:
             raise SpecmlxError(f"{folder}: the assistant uses ordered embeddings but has no {ORDERING}")
         model.masked_embedding.set_token_ordering(ordering)
-    quant = raw.get("quantization")
-    if quant:  # mlx-lm's layout: a layer is quantized iff the checkpoint has its scales
-        nn.quantize(model, group_size=quant["group_size"], bits=quant["bits"],
-                    class_predicate=lambda path, _: f"{path}.scales" in weights)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as err:
-        raise SpecmlxError(f"{folder}: assistant weights do not match its config ({err})") from None
-    mx.eval(model.parameters())
-    return model
+    return load_into(model, weights, raw.get("quantization"), folder, "assistant weights")

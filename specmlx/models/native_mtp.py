@@ -20,6 +20,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..errors import SpecmlxError
+from .weights import load_into
 from ..hidden import text_model
 from . import deepseek_v3_mtp, mimo_mtp, nemotron_h_mtp, qwen3_5_mtp
 from .native_mtp_config import PREFIX
@@ -122,13 +123,4 @@ def load_native_mtp(folder: Path, target: nn.Module) -> nn.Module:
     """The MTP layers in a target's directory, built to the loaded `target`'s own args (and
     quantized as its layers are)."""
     model, weights, config = build_native_mtp(folder, target)
-    quantization = config.get("quantization")
-    if quantization and any(k.endswith(".scales") for k in weights):
-        nn.quantize(model, group_size=quantization["group_size"], bits=quantization["bits"],
-                    class_predicate=lambda path, _: f"{path}.scales" in weights)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as err:
-        raise SpecmlxError(f"{folder}: its MTP layers do not match its config ({err})") from None
-    mx.eval(model.parameters())
-    return model
+    return load_into(model, weights, config.get("quantization"), folder, "its MTP layers")

@@ -38,7 +38,7 @@ def plain(dirs, tmp_path_factory) -> dict[str, list[int]]:
     ("pipeline", "drafter"), ("pipeline", "mtp"), ("pipeline", "ngram"),
 ])
 def test_greedy_speculative_equals_greedy_plain_under_the_same_sharding(dirs, tmp_path, plain, sharding, drafter):
-    out = sharded(dirs, tmp_path, drafter, sharding)
+    out = sharded(dirs, tmp_path, drafter, sharding, "--num-draft", "4")  # fixed: auto may never draft here
     assert out["tokens"] == plain[sharding]
     assert out["stats"]["drafter"] == drafter
     assert out["stats"]["drafted"] > 0  # it did speculate
@@ -79,11 +79,10 @@ def test_rank_0_alone_decides_how_much_to_draft(capsys, dirs, tmp_path, plain, f
     stats = out["stats"]
     if flags[0] == "--num-draft":
         # Chosen from wall times, so compared with no other run: the automatic
-        # length ran (a fresh one drafts twice, the second round timed apart,
-        # then one round plainly) and measured its costs.
+        # length ran (a fresh one calibrates on plain rounds, then probes) and measured its costs.
         assert stats["auto"] and stats["estimate"] is not None
         assert stats["estimate"]["costs"] is not None
-        assert stats["timed_rounds"] >= 1 and stats["draft_histogram"][0] >= 1
+        assert stats["probes"] >= 1 and stats["draft_histogram"][0] >= 1
         return
     # Greedy, with the drafter's own deterministic drafts: rounds repeat exactly
     # in one process with the flag, and differ from drafting 4 every round.

@@ -75,8 +75,8 @@ def test_preset_target_brings_its_drafter(capsys, models_root, model_dirs):
                                                                preset.drafter)
     assert resolve_drafter(None, "/some/dir") == DrafterSource("ngram", "ngram")
     assert resolve_drafter("gemma-3-270m", preset.name) == DrafterSource("ngram", "ngram")
-    assert main(["--prompt", "def add(a, b):", "--max-tokens", "8", "--json"]) == 0
-    stats = json.loads(capsys.readouterr().out)["stats"]
+    assert main(["--prompt", "def add(a, b):", "--max-tokens", "8", "--num-draft", "4", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]  # a fixed length: auto may not draft in 8 tokens
     assert stats["drafter"] == preset.drafter and stats["drafted"] > 0  # its short name, not a path
 
 
@@ -85,9 +85,10 @@ def test_a_drafter_role_names_that_presets_drafter(models_root, model_dirs):
     shutil.copytree(model_dirs["drafter"], presets.model_path(preset, preset.drafter))
     path = str(presets.model_path(preset, preset.drafter))
     assert resolve_drafter(preset.drafter, preset.name) == DrafterSource(path, preset.drafter)
-    # not a role without a preset target: a directory of that name, if any ("qwen2.5-coder-0.5b"
-    # is also a preset's name now, which stands for that preset's drafter)
-    assert resolve_drafter("mtp", "/some/dir").source == "mtp"
+    # not a preset's role without a preset target: there `mtp` is the target's own MTP layers, which
+    # a directory without them does not ship
+    with pytest.raises(SpecmlxError, match="ships no MTP layers"):
+        resolve_drafter("mtp", "/some/dir")
 
 
 def test_a_presets_models_live_under_the_models_dir(monkeypatch, tmp_path):
