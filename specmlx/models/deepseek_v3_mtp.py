@@ -44,7 +44,7 @@ class DeepseekV3MTP(WholeVocabulary, nn.Module):
     """A DeepSeek-V3-style MTP layer; `args` are the target's mlx-lm args (their `model_type` picks
     the block)."""
 
-    def __init__(self, args: Any, num_layers: int = 1) -> None:
+    def __init__(self, args: Any) -> None:
         super().__init__()
         width, eps = args.hidden_size, args.rms_norm_eps
         self.config = NativeMTPConfig(width, args.vocab_size, 1)
@@ -59,9 +59,10 @@ class DeepseekV3MTP(WholeVocabulary, nn.Module):
         cache = cache or [None]
         if cache[0] is None or cache[0].offset == 0:  # position 0 reads no token (vLLM zeroes it)
             embeddings = mx.concatenate([mx.zeros_like(embeddings[:, :1]), embeddings[:, 1:]], axis=1)
+        # [enorm(embedding), hnorm(hidden)]: vLLM's order (`deepseek_mtp.py`, `glm4_moe_mtp.py`), MiMo's reversed
         x = self.eh_proj(mx.concatenate([self.enorm(embeddings), self.hnorm(hidden)], axis=-1))
         mask = create_attention_mask(x, cache[0], return_array=True)  # MLA masks its scores by array
-        return self.block(x, mask, cache[0])
+        return self.block(x, mask, cache[0])  # before the shared head's norm, as vLLM chains it
 
     def logits(self, target: nn.Module, features: mx.array) -> mx.array:
         """Its own head on its own final norm, not the target's."""
@@ -72,6 +73,8 @@ class DeepseekV3MTP(WholeVocabulary, nn.Module):
 
 
 class SharedHead(nn.Module):
+    """The layer's own final norm and output head (DeepSeek-V3's is a copy of the target's head)."""
+
     def __init__(self, width: int, vocab_size: int, eps: float) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(width, eps=eps)

@@ -26,6 +26,9 @@ from . import deepseek_v3_mtp, mimo_mtp, nemotron_h_mtp, qwen3_5_mtp
 from .native_mtp_config import PREFIX
 
 
+RUN = "Qwen3.5, Qwen3-Next, Nemotron-H, DeepSeek-V3, GLM-4.5 and MiMo"  # whose MTP layers `architectures` builds
+
+
 @dataclass(frozen=True)
 class Stored:
     """What renaming a directory's MTP tensors needs: its `config.json`, the loaded target's mlx-lm
@@ -75,6 +78,13 @@ def mtp_weights(folder: Path, prefixes: tuple[str, ...] = (PREFIX,)) -> dict[str
         if any(k.startswith(prefixes) for k in _shapes(file)):
             found.update({k: v for k, v in mx.load(str(file)).items() if k.startswith(prefixes)})
     return found
+
+
+def nextn_prefixes(config: dict) -> tuple[str, ...]:
+    """Where a checkpoint of any architecture may keep its MTP layers: under `mtp.`, or one layer past
+    the target's last (DeepSeek's `model.layers.{N}.`)."""
+    text = config.get("text_config", config)
+    return (PREFIX, f"model.layers.{text.get('num_hidden_layers')}.")
 
 
 def has_native_mtp(folder: Path) -> bool:

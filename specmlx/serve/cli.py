@@ -115,10 +115,17 @@ def access(args: argparse.Namespace, keys: tuple[str, ...]) -> Access:
     return Access(keys, int(args.max_body_mb * (1 << 20)), is_loopback(args.host), tuple(args.cors_origin))
 
 
-def own_mtp(args: argparse.Namespace) -> list[str]:
+def own_mtp(args: argparse.Namespace, loud: bool = True) -> list[str]:
     """`mtp` where the target directory ships MTP layers of its own: offered beside the drafters asked
-    for (in one process: sharding them with the target is untested)."""
-    return [MTP] if args.target and not args.distributed and ships_mtp(args.target) else []
+    for, in one process only (sharding them with the target is untested; `loud`: say so in one line)."""
+    if not (args.target and ships_mtp(args.target)):
+        return []
+    if args.distributed:
+        if loud:
+            print(f"note: {args.target} ships its own MTP layers; mtp is not offered with --distributed",
+                  file=sys.stderr)
+        return []
+    return [MTP]
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -136,7 +143,7 @@ def serve(args: argparse.Namespace) -> int:
             print(key_note, file=sys.stderr)
         say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
             lambda step: None)
-        specs = list(dict.fromkeys([*(args.drafter or [None]), *own_mtp(args), NGRAM, NONE]))
+        specs = list(dict.fromkeys([*(args.drafter or [None]), *own_mtp(args, leads(group)), NGRAM, NONE]))
         where = placement(args, group)
         if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             loaded = load_models(args.preset or args.target, specs, placement=where)

@@ -3,6 +3,8 @@ converted from Hugging Face's layout, they load as the layers they were, and dra
 
 from __future__ import annotations
 
+import json
+
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
@@ -81,3 +83,18 @@ def test_deepseek_v3s_mtp_layer_in_hugging_faces_form_is_kept(tmp_path, tokenize
     want = dict(tree_flatten(mtp.parameters()))
     for name, value in tree_flatten(drafter.model.parameters()):
         assert mx.allclose(value, want[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("model_type, declared, name, dropped", [
+    ("glm_moe_dsa", 1, "model.layers.2.enorm.weight", "glm_moe_dsa"),  # GLM-5: DeepSeek's place, not built here
+    ("glm_moe_dsa", 0, "model.layers.2.enorm.weight", None),  # no MTP layer declared: a layer of the target
+    ("other", 0, "mtp.layers.0.enorm.weight", "other"),
+    ("deepseek_v3", 1, "model.layers.2.enorm.weight", None)])  # built here: kept, not dropped
+def test_mtp_layers_of_an_architecture_it_does_not_build_are_named_as_dropped(tmp_path, model_type, declared, name,
+                                                                               dropped):
+    from specmlx.convert.native_mtp import ships_other_mtp
+
+    config = {"model_type": model_type, "num_hidden_layers": 2, "num_nextn_predict_layers": declared}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(tmp_path / "model.safetensors"), {name: mx.ones((4,)), "model.norm.weight": mx.ones((4,))})
+    assert ships_other_mtp(tmp_path) == dropped

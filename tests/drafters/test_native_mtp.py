@@ -1,6 +1,6 @@
-"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 / MiMo checkpoint ships, drafting through the engine for its
-hybrid target: greedy output is the target's own, its cache holds only real positions after each
-generation, and above temperature 0 the target's distribution is kept."""
+"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 / MiMo checkpoint ships,
+drafting through the engine for its target: greedy output is the target's own, its cache holds only
+real positions after each generation, and above temperature 0 the target's distribution is kept."""
 
 from __future__ import annotations
 
@@ -33,15 +33,14 @@ def target(request):
     return BUILDS[request.param](VOCAB, seed=1)
 
 
+LAYERS = {"nemotron_h": tiny_hybrid.tiny_nemotron_h_mtp, "mimo": tiny_hybrid.tiny_mimo_mtp,
+          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3_mtp, "glm4_moe": tiny_hybrid.tiny_deepseek_v3_mtp}
+
+
 def layers(target, guesses: bool = True):
-    """The MTP layers of the target's architecture, random (`guesses`: some drafts accepted)."""
-    if target.model_type == "nemotron_h":
-        return tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=guesses)
-    if target.model_type == "mimo":
-        return tiny_hybrid.tiny_mimo_mtp(target, seed=2, guesses=guesses)
-    if target.model_type in ("deepseek_v3", "glm4_moe"):
-        return tiny_hybrid.tiny_deepseek_v3_mtp(target, seed=2, guesses=guesses)
-    return tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=guesses)
+    """The MTP layers of the target's architecture (Qwen3.5's for the Qwen family), random (`guesses`:
+    some drafts accepted)."""
+    return LAYERS.get(target.model_type, tiny_hybrid.tiny_native_mtp)(target, seed=2, guesses=guesses)
 
 
 @pytest.mark.parametrize("num_draft", [1, 3])

@@ -147,8 +147,9 @@ def test_a_server_that_cannot_start_after_loading_says_one_line_and_exits_2(tmp_
     assert "recurrent layers (qwen3_5)" in lines[0] and lines[0].startswith("specmlx serve: error:")
 
 
-def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokenizer, vocab):
-    """Beside the drafters asked for, in one process; not under --distributed, nor for other targets."""
+def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokenizer, vocab, capsys):
+    """Beside the drafters asked for, in one process; not under --distributed (said in one line), nor for
+    other targets."""
     from specmlx.serve.cli import own_mtp
 
     from .. import tiny_hybrid
@@ -159,5 +160,6 @@ def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokeni
                          tiny_hybrid.deepseek_v3_config(vocab), tokenizer, tmp_path / "deepseek")
     assert own_mtp(build_parser().parse_args(["--target", str(path)])) == ["mtp"]
     assert own_mtp(build_parser().parse_args(["--target", str(path), "--distributed"])) == []
+    assert "mtp is not offered with --distributed" in capsys.readouterr().err
     assert own_mtp(build_parser().parse_args(["--target", str(tmp_path)])) == []
     assert own_mtp(build_parser().parse_args([])) == []
