@@ -1,13 +1,14 @@
 """The MTP layer DeepSeek-V3 and GLM-4.5 (`glm4_moe`) checkpoints ship
 (`model.layers.{num_hidden_layers}.*`, `num_nextn_predict_layers: 1`), as a drafter's network.
 
-One step (DeepSeek-V3 report §2.2; vLLM's `deepseek_mtp.py`, `glm4_moe_mtp.py`): x =
-eh_proj(concat(enorm(embed(token)), hnorm(hidden))), one decoder block of the target's own kind
-(mlx-lm's `DeepseekV3DecoderLayer`, MLA attention, or `glm4_moe.DecoderLayer`; the MoE block at
-that layer index), and logits from its own `shared_head`
-(norm, then head). The block's output, before that norm, is what the next chained step reads as
-its hidden state; `hidden` at the first step is the target's final-normed hidden state. As in
-vLLM, the token embedding at position 0 is zeroed.
+One step (DeepSeek-V3 report §2.2; Hugging Face's `MtpModel` in transformers 5.23's
+`modeling_layers.py`): x = eh_proj(concat(enorm(embed(token)), hnorm(hidden))), one decoder block of
+the target's own kind (mlx-lm's `DeepseekV3DecoderLayer`, MLA attention, or `glm4_moe.DecoderLayer`;
+the MoE block at that layer index), then its `shared_head`'s norm. That normed output is what its own
+head scores and what a chained step reads as its hidden state, as Hugging Face chains its MTP layers
+and mlx-vlm's GLM-5 drafter its one; `hidden` at the first step is the target's final-normed hidden
+state, and every position reads its token. vLLM (`deepseek_mtp.py`) chains the block's output before
+that norm and zeroes the token embedding at position 0: docs/hybrid.md.
 
 Stored as Hugging Face has it (`model.layers.{N}.`: `embed_tokens`, a copy of the target's, is
 not read; experts one tensor each; MLA's fused `kv_b_proj`), or under `mtp.` in this module's own
@@ -55,18 +56,16 @@ class DeepseekV3MTP(WholeVocabulary, nn.Module):
         self.shared_head = SharedHead(width, args.vocab_size, eps)
 
     def __call__(self, embeddings: mx.array, hidden: mx.array, cache: list[Any] | None = None) -> mx.array:
-        """(B, L, H) embeddings of tokens t+1 and hidden states at t -> the block's output at t+1."""
+        """(B, L, H) embeddings of tokens t+1 and hidden states at t -> features at t+1 (normed)."""
         cache = cache or [None]
-        if cache[0] is None or cache[0].offset == 0:  # position 0 reads no token (vLLM zeroes it)
-            embeddings = mx.concatenate([mx.zeros_like(embeddings[:, :1]), embeddings[:, 1:]], axis=1)
-        # [enorm(embedding), hnorm(hidden)]: vLLM's order (`deepseek_mtp.py`, `glm4_moe_mtp.py`), MiMo's reversed
+        # [enorm(embedding), hnorm(hidden)]: Hugging Face's and vLLM's order (MiMo's is reversed)
         x = self.eh_proj(mx.concatenate([self.enorm(embeddings), self.hnorm(hidden)], axis=-1))
         mask = create_attention_mask(x, cache[0], return_array=True)  # MLA masks its scores by array
-        return self.block(x, mask, cache[0])  # before the shared head's norm, as vLLM chains it
+        return self.shared_head.norm(self.block(x, mask, cache[0]))
 
     def logits(self, target: nn.Module, features: mx.array) -> mx.array:
-        """Its own head on its own final norm, not the target's."""
-        return self.shared_head.head(self.shared_head.norm(features))
+        """Its own head (a copy of the target's in DeepSeek-V3's checkpoints), not the target's."""
+        return self.shared_head.head(features)
 
     def make_cache(self) -> list[KVCache]:
         return [KVCache()]

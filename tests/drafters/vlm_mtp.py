@@ -66,28 +66,6 @@ def glm_moe_dsa(target: nn.Module, weights: dict[str, mx.array], index_topk: int
     return model
 
 
-def zero_first_embedding(model: nn.Module) -> None:
-    """vLLM's convention for DeepSeek's layer, which specmlx keeps and mlx-vlm does not: the token
-    embedding at the layer's position 0 is zeroed."""
-    embed = model._input_embed
-
-    def zeroed(tokens: mx.array) -> mx.array:
-        out = embed(tokens)
-        if model._cache[0][0].offset > 0:
-            return out
-        return mx.concatenate([mx.zeros_like(out[:, :1]), out[:, 1:]], axis=1)
-
-    model._input_embed = zeroed
-
-
-def chain_before_norm(model: GlmMoeDsaMTPDraftModel) -> None:
-    """vLLM's convention for DeepSeek's layer, which specmlx keeps: a chained step reads the block's
-    output before the shared head's norm (mlx-vlm's GLM-5 layer hands on the normed one)."""
-    norm, head = model.mtp.shared_head_norm, model._lm_head_fn
-    model.mtp.shared_head_norm = nn.Identity()
-    model._lm_head_fn = lambda hidden: head(norm(hidden))
-
-
 def drop_drafted(model: nn.Module) -> None:
     """Drop the cache entries the drafter's own drafting wrote this round, so that the accepted drafts are
     fed again from the target's verified hidden states (specmlx's convention)."""
