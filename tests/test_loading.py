@@ -186,7 +186,8 @@ def hugging_faces_deepseek_v3_mtp(mtp, layer: int) -> dict:
 
 
 NEXTN = {"deepseek_v3": (tiny_hybrid.tiny_deepseek_v3, tiny_hybrid.deepseek_v3_config),
-         "glm4_moe": (tiny_hybrid.tiny_glm4_moe, tiny_hybrid.glm4_moe_config)}
+         "glm4_moe": (tiny_hybrid.tiny_glm4_moe, tiny_hybrid.glm4_moe_config),
+         "glm4_moe_lite": (tiny_hybrid.tiny_glm4_moe_lite, tiny_hybrid.glm4_moe_lite_config)}
 
 
 @pytest.mark.parametrize("kind", sorted(NEXTN))

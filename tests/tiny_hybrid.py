@@ -273,8 +273,23 @@ def tiny_glm4_moe(vocab_size: int, seed: int) -> nn.Module:
     return sharpened(glm4_moe.Model(glm4_moe.ModelArgs.from_dict(glm4_moe_config(vocab_size))))
 
 
+def glm4_moe_lite_config(vocab_size: int) -> dict:
+    """GLM-4.7-Flash in miniature (MLA attention, a dense first layer then MoE with a shared expert,
+    sigmoid routing scaled) with its MTP layer declared."""
+    return {**deepseek_v3_config(vocab_size), "model_type": "glm4_moe_lite", "routed_scaling_factor": 1.8,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+def tiny_glm4_moe_lite(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import glm4_moe_lite
+
+    mx.random.seed(seed)
+    return sharpened(glm4_moe_lite.Model(glm4_moe_lite.ModelArgs.from_dict(glm4_moe_lite_config(vocab_size))))
+
+
 def tiny_deepseek_v3_mtp(target: nn.Module, seed: int, guesses: bool = False):
-    """A random DeepSeek-V3-style MTP layer of the target's layout (DeepSeek-V3 or GLM-4.5), norms spread around 1; `guesses`: `eh_proj`
+    """A random DeepSeek-V3-style MTP layer of the target's layout (DeepSeek-V3, GLM-4.5 or GLM-4.7-Flash), norms
+    spread around 1; `guesses`: `eh_proj`
     passes the token's embedding through, the block's outputs are scaled down and its shared head is
     the target's (norm and head), so that some drafts are accepted."""
     from specmlx.models.deepseek_v3_mtp import DeepseekV3MTP

@@ -1,14 +1,15 @@
-"""The MTP layer DeepSeek-V3 and GLM-4.5 (`glm4_moe`) checkpoints ship
-(`model.layers.{num_hidden_layers}.*`, `num_nextn_predict_layers: 1`), as a drafter's network.
+"""The MTP layer DeepSeek-V3, GLM-4.5 (`glm4_moe`) and GLM-4.7-Flash (`glm4_moe_lite`) checkpoints
+ship (`model.layers.{num_hidden_layers}.*`, `num_nextn_predict_layers: 1`), as a drafter's network.
 
 One step (DeepSeek-V3 report §2.2; Hugging Face's `MtpModel` in transformers 5.23's
 `modeling_layers.py`): x = eh_proj(concat(enorm(embed(token)), hnorm(hidden))), one decoder block of
-the target's own kind (mlx-lm's `DeepseekV3DecoderLayer`, MLA attention, or `glm4_moe.DecoderLayer`;
-the MoE block at that layer index), then its `shared_head`'s norm. That normed output is what its own
-head scores and what a chained step reads as its hidden state, as Hugging Face chains its MTP layers
-and mlx-vlm's GLM-5 drafter its one; `hidden` at the first step is the target's final-normed hidden
-state, and every position reads its token. vLLM (`deepseek_mtp.py`) chains the block's output before
-that norm and zeroes the token embedding at position 0: docs/hybrid.md.
+the target's own kind (mlx-lm's `DeepseekV3DecoderLayer` or `Glm4MoeLiteDecoderLayer`, MLA
+attention, or `glm4_moe.DecoderLayer`; the MoE block at that layer index), then its `shared_head`'s
+norm. That normed output is what its own head scores and what a chained step reads as its hidden
+state, as Hugging Face chains its MTP layers and mlx-vlm's GLM-5 drafter its one; `hidden` at the
+first step is the target's final-normed hidden state, and every position reads its token. vLLM
+(`deepseek_mtp.py`) chains the block's output before that norm and zeroes the token embedding at
+position 0: docs/hybrid.md.
 
 Stored as Hugging Face has it (`model.layers.{N}.`: `embed_tokens`, a copy of the target's, is
 not read; experts one tensor each; MLA's fused `kv_b_proj`), or under `mtp.` in this module's own
@@ -24,7 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import deepseek_v3, glm4_moe
+from mlx_lm.models import deepseek_v3, glm4_moe, glm4_moe_lite
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
@@ -33,7 +34,8 @@ from .native_mtp_config import PREFIX, NativeMTPConfig, WholeVocabulary
 _OWN = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")  # the MTP layer's tensors beside its block
 # By the target's model type: its decoder block, and the mlx-lm model whose sanitize renames the block.
 BLOCKS = {"deepseek_v3": (deepseek_v3.DeepseekV3DecoderLayer, deepseek_v3.Model),
-          "glm4_moe": (glm4_moe.DecoderLayer, glm4_moe.Model)}
+          "glm4_moe": (glm4_moe.DecoderLayer, glm4_moe.Model),
+          "glm4_moe_lite": (glm4_moe_lite.Glm4MoeLiteDecoderLayer, glm4_moe_lite.Model)}
 
 
 def stored_prefix(config: dict) -> str:

@@ -1,7 +1,7 @@
 """The MTP layers checkpoints ship, which mlx-lm's loaders drop: finding, reading and building them
 for the architectures specmlx runs them for (one network file each: `qwen3_5_mtp.py` for Qwen3.5
-and Qwen3-Next, `nemotron_h_mtp.py` for Nemotron-H, `deepseek_v3_mtp.py` for DeepSeek-V3 and GLM-4.5,
-`mimo_mtp.py` for MiMo).
+and Qwen3-Next, `nemotron_h_mtp.py` for Nemotron-H, `deepseek_v3_mtp.py` for DeepSeek-V3, GLM-4.5
+and GLM-4.7-Flash, `mimo_mtp.py` for MiMo).
 
 The tensors live in the target's directory, in its safetensors files (Hugging Face's checkpoints:
 under `mtp.`, or DeepSeek-V3's `model.layers.{N}.`) or in `mtp.safetensors` beside them (`specmlx
@@ -26,7 +26,8 @@ from . import deepseek_v3_mtp, mimo_mtp, nemotron_h_mtp, qwen3_5_mtp
 from .native_mtp_config import PREFIX
 
 
-RUN = "Qwen3.5, Qwen3-Next, Nemotron-H, DeepSeek-V3, GLM-4.5 and MiMo"  # whose MTP layers `architectures` builds
+# Whose MTP layers `architectures` builds, as the refusals and notes name them.
+RUN = "Qwen3.5, Qwen3-Next, Nemotron-H, DeepSeek-V3, GLM-4.5, GLM-4.7-Flash and MiMo"
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def architectures() -> dict[str, Architecture]:
     mimo = Architecture(lambda args, config: mimo_mtp.MiMoMTP(args), lambda weights, stored: mimo_mtp.sanitize(weights),
                         lambda config: (PREFIX, mimo_mtp.STORED))
     return {"qwen3_5": qwen, "qwen3_5_moe": qwen, "qwen3_next": qwen, "nemotron_h": nemotron, "deepseek_v3": deepseek,
-            "glm4_moe": deepseek, "mimo": mimo}
+            "glm4_moe": deepseek, "glm4_moe_lite": deepseek, "mimo": mimo}
 
 
 def mtp_layer_count(config: dict) -> int:

@@ -1,6 +1,7 @@
-"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 / MiMo checkpoint ships,
-drafting through the engine for its target: greedy output is the target's own, its cache holds only
-real positions after each generation, and above temperature 0 the target's distribution is kept."""
+"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 / GLM-4.7-Flash / MiMo
+checkpoint ships, drafting through the engine for its target: greedy output is the target's own, its
+cache holds only real positions after each generation, and above temperature 0 the target's
+distribution is kept."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ..test_engine_hybrid import PROMPT, VOCAB, greedy_alone
 BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
           "qwen3_next": tiny_hybrid.tiny_qwen3_next, "nemotron_h": tiny_hybrid.tiny_nemotron_h_moe,
           "deepseek_v3": tiny_hybrid.tiny_deepseek_v3, "glm4_moe": tiny_hybrid.tiny_glm4_moe,
-          "mimo": tiny_hybrid.tiny_mimo}
+          "glm4_moe_lite": tiny_hybrid.tiny_glm4_moe_lite, "mimo": tiny_hybrid.tiny_mimo}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -34,7 +35,8 @@ def target(request):
 
 
 LAYERS = {"nemotron_h": tiny_hybrid.tiny_nemotron_h_mtp, "mimo": tiny_hybrid.tiny_mimo_mtp,
-          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3_mtp, "glm4_moe": tiny_hybrid.tiny_deepseek_v3_mtp}
+          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3_mtp, "glm4_moe": tiny_hybrid.tiny_deepseek_v3_mtp,
+          "glm4_moe_lite": tiny_hybrid.tiny_deepseek_v3_mtp}
 
 
 def layers(target, guesses: bool = True):
