@@ -36,7 +36,7 @@ class NativeMTPDrafter(MTPDrafter):
         return self.model.logits(self.target, features)[..., : self.vocab_size]
 
     def _step(self, ids: mx.array, hidden: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
-        """Feed (embed(ids), hidden) rows; the features are the next step's hidden, and the target's
-        head scores them in either mode (no cheaper argmax: the whole vocabulary is drafted)."""
+        """Feed (embed(ids), hidden) rows; the features are the next step's hidden, and the layers'
+        `logits` score them in either mode (no cheaper argmax: the whole vocabulary is drafted)."""
         features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
         return Scores(logits=self.logits(features[0])), features
