@@ -133,3 +133,24 @@ def test_nemotron_h_mtp_blocks_with_a_mamba_mixer_are_refused():
     target = BUILDS["nemotron_h"](VOCAB, seed=1)
     with pytest.raises(SpecmlxError, match=r"^Nemotron-H MTP blocks 'M\*': specmlx runs attention, MoE and MLP"):
         NemotronHMTP(target.args, "M*")
+
+
+def test_mimos_step_is_the_one_vllm_runs():
+    """No reference drafter runs MiMo's layer; vLLM's `mimo_mtp.py` step written out from its modules
+    instead: token embedding zeroed at position 0 only, `input_proj` over [hidden_layernorm(hidden),
+    token_layernorm(embedding)], the target's block, `final_layernorm`; fed in two calls, as drafting
+    feeds it."""
+    from mlx_lm.models import mimo
+    from mlx_lm.models.base import create_attention_mask
+
+    target = tiny_hybrid.tiny_mimo(VOCAB, seed=1)
+    mtp = tiny_hybrid.tiny_mimo_mtp(target, seed=2)
+    mx.random.seed(3)
+    embeddings, hidden = mx.random.normal((2, 1, 7, 64))
+    zeroed = embeddings * (mx.arange(7) > 0)[None, :, None]
+    x = mtp.input_proj(mx.concatenate([mtp.hidden_layernorm(hidden), mtp.token_layernorm(zeroed)], axis=-1))
+    want = mtp.final_layernorm(mimo.TransformerBlock.__call__(mtp, x, create_attention_mask(x, None)))
+    cache = mtp.make_cache()
+    got = mx.concatenate([mtp(embeddings[:, :5], hidden[:, :5], cache), mtp(embeddings[:, 5:], hidden[:, 5:], cache)],
+                         axis=1)
+    assert mx.allclose(got, want, atol=1e-5).item()
