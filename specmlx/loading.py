@@ -28,7 +28,7 @@ from .hub import download, is_repo_id
 from .memory import check_fits
 from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .models.mtp import is_mtp_dir, load_mtp
-from .models.native_mtp import has_native_mtp, load_native_mtp
+from .models.native_mtp import RUN, has_native_mtp, load_native_mtp
 from .paths import models_dir
 from .peers import ALONE, Peers
 from .presets import default_preset_name, fetched_path, get_preset, is_preset
@@ -122,8 +122,8 @@ def resolve_drafter(spec: str | None, target: str) -> DrafterSource:
         return DrafterSource(str(fetched_path(get_preset(target), spec)), spec)  # `--drafter mtp`
     if spec == MTP and not Path(spec).exists():
         if not ships_mtp(target):
-            raise SpecmlxError(f"--drafter mtp: {target} ships no MTP layers specmlx can run (Qwen3.5, Qwen3-Next "
-                               "and Nemotron-H directories that kept their mtp.* weights: specmlx convert keeps them)")
+            raise SpecmlxError(f"--drafter mtp: {target} ships no MTP layers specmlx can run ({RUN} directories "
+                               "that kept them: specmlx convert keeps them)")
         return DrafterSource(target, MTP)
     if is_preset(spec):
         preset = get_preset(spec)

@@ -130,6 +130,16 @@ def save_with_mtp(target, mtp, config: dict, tokenizer, path):
     return path
 
 
+def drafts_like(target, loaded, drafter):
+    """`loaded` with `drafter` gives `target`'s own greedy output, with drafts; the generation's stats."""
+    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
+    generation = Engine(loaded, drafter, eos_token_ids=[]).generate(
+        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
+    assert generation.stats.drafted > 0
+    return generation.stats
+
+
 def test_a_qwen3_next_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_path, tokenizer, vocab, monkeypatch):
     """An MLX Qwen3-Next directory with `mtp.*` in a file beside the target's (`num_nextn_predict_layers`): `mtp`
     resolves to the target's own layers, its files are counted once by the memory check, and they draft."""
@@ -142,11 +152,7 @@ def test_a_qwen3_next_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_pa
     assert loading.resolve_drafter("mtp", str(path)) == loading.DrafterSource(str(path), "mtp")
     loaded, drafter = loading.load_pair(str(path), "mtp")
     assert isinstance(drafter, NativeMTPDrafter) and counted == [path]
-    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
-    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
-        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
-    assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
-    assert 0 < generation.stats.accepted
+    assert drafts_like(target, loaded.model, drafter).accepted > 0
 
 
 def test_a_nemotron_h_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_path, tokenizer, vocab):
@@ -158,8 +164,57 @@ def test_a_nemotron_h_directory_that_kept_its_mtp_layers_drafts_with_them(tmp_pa
     assert isinstance(drafter, NativeMTPDrafter)
     want = dict(tree_flatten(mtp.parameters()))
     assert all(mx.array_equal(v, want[k]) for k, v in tree_flatten(drafter.model.parameters()))
-    prompt = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3]
-    generation = Engine(loaded.model, drafter, eos_token_ids=[]).generate(
-        prompt, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=3)))
-    assert [e.token for e in generation.token_events()] == greedy_alone(target, prompt, 24)
-    assert generation.stats.drafted > 0
+    drafts_like(target, loaded.model, drafter)
+
+
+def hugging_faces_deepseek_v3_mtp(mtp, layer: int) -> dict:
+    """A DeepSeek-V3-style MTP layer as its checkpoints hold it: under `model.layers.{layer}.`, experts
+    one tensor each, MLA's `kv_b_proj` fused (DeepSeek-V3), a copy of the embedding beside."""
+    attention = mtp.block.self_attn
+    out = {"embed_tokens.weight": mx.zeros((4, 4))}
+    for k, v in tree_flatten(mtp.parameters()):
+        k = k.removeprefix("block.")
+        if ".switch_mlp." in k:
+            base, name = k.split(".switch_mlp.")
+            out.update({f"{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
+        elif not k.startswith(("self_attn.embed_q", "self_attn.unembed_out")):
+            out[k] = v
+    if hasattr(attention, "embed_q"):  # MLA: (heads, rank, nope) and (heads, v dim, rank), stored as one
+        fused = mx.concatenate([attention.embed_q.weight.swapaxes(-1, -2), attention.unembed_out.weight], axis=1)
+        out["self_attn.kv_b_proj.weight"] = fused.reshape(-1, fused.shape[-1])
+    return {f"model.layers.{layer}.{k}": v for k, v in out.items()}
+
+
+NEXTN = {"deepseek_v3": (tiny_hybrid.tiny_deepseek_v3, tiny_hybrid.deepseek_v3_config),
+         "glm4_moe": (tiny_hybrid.tiny_glm4_moe, tiny_hybrid.glm4_moe_config),
+         "glm4_moe_lite": (tiny_hybrid.tiny_glm4_moe_lite, tiny_hybrid.glm4_moe_lite_config)}
+
+
+@pytest.mark.parametrize("kind", sorted(NEXTN))
+def test_a_directory_with_its_nextn_mtp_layer_as_hugging_face_holds_it_drafts_with_it(tmp_path, tokenizer, vocab,
+                                                                                       kind):
+    """`model.layers.{N}.*` (N: the target's layer count), renamed by mlx-lm's own rules for the target."""
+    build, config = NEXTN[kind]
+    target = build(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_deepseek_v3_mtp(target, seed=2, guesses=True)
+    path = save_with_mtp(target, mtp, config(vocab), tokenizer, tmp_path / kind)
+    mx.save_safetensors(str(path / "mtp.safetensors"), hugging_faces_deepseek_v3_mtp(mtp, 2))
+    loaded, drafter = loading.load_pair(str(path), "mtp")
+    assert isinstance(drafter, NativeMTPDrafter)
+    want = dict(tree_flatten(mtp.parameters()))
+    for k, v in tree_flatten(drafter.model.parameters()):
+        assert mx.allclose(v, want[k], atol=1e-5), k
+    drafts_like(target, loaded.model, drafter)
+
+
+def test_a_mimo_directory_with_its_mtp_layer_as_hugging_face_holds_it_drafts_with_it(tmp_path, tokenizer, vocab):
+    """`model.mtp_layers.0.*`, the block's tensors beside the layer's own."""
+    target = tiny_hybrid.tiny_mimo(vocab, seed=1)
+    mtp = tiny_hybrid.tiny_mimo_mtp(target, seed=2, guesses=True)
+    path = save_with_mtp(target, mtp, tiny_hybrid.mimo_config(vocab), tokenizer, tmp_path / "mimo")
+    stored = {f"model.mtp_layers.0.{k}": v for k, v in tree_flatten(mtp.parameters())}
+    mx.save_safetensors(str(path / "mtp.safetensors"), stored)
+    loaded, drafter = loading.load_pair(str(path), "mtp")
+    want = dict(tree_flatten(mtp.parameters()))
+    assert all(mx.array_equal(v, want[k]) for k, v in tree_flatten(drafter.model.parameters()))
+    drafts_like(target, loaded.model, drafter)

@@ -146,6 +146,12 @@ def save_qwen3_5(model: nn.Module, vocab_size: int, tokenizer, path, mtp: nn.Mod
 MTP_NORMS = ("norm.weight", "norm_embedding.weight", "norm_hidden.weight")  # every RMSNorm of the MTP layers
 
 
+def spread_norms(model: nn.Module, suffixes: tuple[str, ...]) -> None:
+    """The weights of the norms named by `suffixes` spread around 1, so a norm left out or shifted twice shows."""
+    model.load_weights([(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
+                        if k.endswith(suffixes)], strict=False)
+
+
 def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool = False):
     """Random Qwen3.5 MTP layers of the target's own layout (`specmlx.models.qwen3_5_mtp`), its norms'
     weights spread around 1 so that a norm left out or shifted twice shows. `guesses`: `fc` passes
@@ -156,9 +162,7 @@ def tiny_native_mtp(target: nn.Module, seed: int, layers: int = 1, guesses: bool
 
     mx.random.seed(seed)
     model = Qwen3_5MTP(text_model(target).args, layers)
-    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
-             if k.endswith(MTP_NORMS)]
-    model.load_weights(norms, strict=False)
+    spread_norms(model, MTP_NORMS)
     if guesses:
         width = model.fc.weight.shape[0]
         fc = mx.concatenate([mx.eye(width), 0.3 * model.fc.weight[:, width:]], axis=1)
@@ -220,9 +224,7 @@ def tiny_nemotron_h_mtp(target: nn.Module, seed: int, guesses: bool = False):
 
     mx.random.seed(seed)
     model = NemotronHMTP(target.args, NEMOTRON_MTP_PATTERN)
-    norms = [(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
-             if k.endswith(("norm.weight", "layernorm.weight"))]
-    model.load_weights(norms, strict=False)
+    spread_norms(model, ("norm.weight", "layernorm.weight"))
     if guesses:
         width = model.layers[0].eh_proj.weight.shape[0]
         proj = mx.concatenate([mx.eye(width), 0.3 * model.layers[0].eh_proj.weight[:, width:]], axis=1)
@@ -230,5 +232,110 @@ def tiny_nemotron_h_mtp(target: nn.Module, seed: int, guesses: bool = False):
                                                                                           "down_proj.weight"))]
         model.load_weights([("layers.0.eh_proj.weight", proj), *quiet,
                             ("layers.1.final_layernorm.weight", inner_model(target).norm_f.weight)], strict=False)
+    mx.eval(model.parameters())
+    return model
+
+
+def deepseek_v3_config(vocab_size: int) -> dict:
+    """DeepSeek-V3 in miniature (MLA attention, a dense first layer then MoE with a shared expert,
+    sigmoid routing) with its MTP layer declared (`num_nextn_predict_layers`)."""
+    return {"model_type": "deepseek_v3", "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
+            "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2, "kv_lora_rank": 16,
+            "q_lora_rank": 32, "qk_rope_head_dim": 8, "v_head_dim": 16, "qk_nope_head_dim": 16,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "num_nextn_predict_layers": 1}
+
+
+def tiny_deepseek_v3(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import deepseek_v3
+
+    mx.random.seed(seed)
+    return sharpened(deepseek_v3.Model(deepseek_v3.ModelArgs.from_dict(deepseek_v3_config(vocab_size))))
+
+
+def glm4_moe_config(vocab_size: int) -> dict:
+    """GLM-4.5 in miniature (grouped-query attention with partial rotary and QK norm, a dense first
+    layer then MoE with a shared expert) with its MTP layer declared."""
+    return {"model_type": "glm4_moe", "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
+            "max_position_embeddings": 4096, "moe_intermediate_size": 32, "norm_topk_prob": True,
+            "num_attention_heads": 4, "n_group": 1, "head_dim": 16, "topk_group": 1, "n_shared_experts": 1,
+            "n_routed_experts": 4, "routed_scaling_factor": 1.0, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+            "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": None, "use_qk_norm": True, "tie_word_embeddings": False, "attention_bias": False,
+            "partial_rotary_factor": 0.5, "num_nextn_predict_layers": 1}
+
+
+def tiny_glm4_moe(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import glm4_moe
+
+    mx.random.seed(seed)
+    return sharpened(glm4_moe.Model(glm4_moe.ModelArgs.from_dict(glm4_moe_config(vocab_size))))
+
+
+def glm4_moe_lite_config(vocab_size: int) -> dict:
+    """GLM-4.7-Flash in miniature (MLA attention, a dense first layer then MoE with a shared expert,
+    sigmoid routing scaled) with its MTP layer declared."""
+    return {**deepseek_v3_config(vocab_size), "model_type": "glm4_moe_lite", "routed_scaling_factor": 1.8,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+def tiny_glm4_moe_lite(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import glm4_moe_lite
+
+    mx.random.seed(seed)
+    return sharpened(glm4_moe_lite.Model(glm4_moe_lite.ModelArgs.from_dict(glm4_moe_lite_config(vocab_size))))
+
+
+def tiny_deepseek_v3_mtp(target: nn.Module, seed: int, guesses: bool = False):
+    """A random DeepSeek-V3-style MTP layer of the target's layout (DeepSeek-V3, GLM-4.5 or GLM-4.7-Flash), norms
+    spread around 1; `guesses`: `eh_proj`
+    passes the token's embedding through, the block's outputs are scaled down and its shared head is
+    the target's (norm and head), so that some drafts are accepted."""
+    from specmlx.models.deepseek_v3_mtp import DeepseekV3MTP
+
+    mx.random.seed(seed)
+    model = DeepseekV3MTP(target.args)
+    spread_norms(model, ("norm.weight",))
+    if guesses:
+        width = model.eh_proj.weight.shape[0]
+        proj = mx.concatenate([mx.eye(width), 0.3 * model.eh_proj.weight[:, width:]], axis=1)
+        quiet = [(k, 0.1 * v) for k, v in tree_flatten(model.parameters())
+                 if k.endswith(("o_proj.weight", "down_proj.weight"))]
+        model.load_weights([("eh_proj.weight", proj), *quiet, ("shared_head.norm.weight", target.model.norm.weight),
+                            ("shared_head.head.weight", target.lm_head.weight)], strict=False)
+    mx.eval(model.parameters())
+    return model
+
+
+def mimo_config(vocab_size: int) -> dict:
+    """MiMo in miniature (Qwen2's blocks) with one MTP layer declared."""
+    return {"model_type": "mimo", "vocab_size": vocab_size, "hidden_size": 64, "num_hidden_layers": 2,
+            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 4096, "tie_word_embeddings": False, "num_nextn_predict_layers": 1}
+
+
+def tiny_mimo(vocab_size: int, seed: int) -> nn.Module:
+    from mlx_lm.models import mimo
+
+    mx.random.seed(seed)
+    return sharpened(mimo.Model(mimo.ModelArgs.from_dict(mimo_config(vocab_size))))
+
+
+def tiny_mimo_mtp(target: nn.Module, seed: int, guesses: bool = False):
+    """A random MiMo MTP layer of the target's layout, norms spread around 1; `guesses` as for
+    `tiny_deepseek_v3_mtp` (its projection reads the hidden state first, then the token)."""
+    from specmlx.models.mimo_mtp import MiMoMTP
+
+    mx.random.seed(seed)
+    model = MiMoMTP(target.args)
+    spread_norms(model, ("norm.weight",))
+    if guesses:
+        width = model.input_proj.weight.shape[0]
+        proj = mx.concatenate([0.3 * model.input_proj.weight[:, :width], mx.eye(width)], axis=1)
+        quiet = [(k, 0.1 * v) for k, v in tree_flatten(model.parameters())
+                 if k.endswith(("o_proj.weight", "down_proj.weight"))]
+        model.load_weights([("input_proj.weight", proj), *quiet, ("final_layernorm.weight", target.model.norm.weight)],
+                           strict=False)
     mx.eval(model.parameters())
     return model

@@ -16,6 +16,7 @@ from specmlx.convert.native_mtp import FILE, keep_native_mtp, ships_other_mtp
 from specmlx.convert.options import OutputFormat
 from specmlx.errors import SpecmlxError, first_line
 from specmlx.hub import download
+from specmlx.models.native_mtp import RUN
 
 def convert_hf(source: str | Path, out: Path, fmt: OutputFormat, force: bool = False, progress: bool = True) -> Path:
     """Convert a local HF directory, or a hub repo id, with mlx-lm into `out`; returns `out`."""
@@ -55,9 +56,8 @@ def _keep_mtp(local: Path, work: Path, fmt: OutputFormat) -> None:
     if kept:
         print(f"kept the checkpoint's MTP layers ({kept} mtp.* tensors, {FILE}): --drafter mtp drafts with them",
               file=sys.stderr)
-    elif ships_other_mtp(local):
-        print("dropped the checkpoint's mtp.* tensors: specmlx runs the MTP layers of Qwen3.5, Qwen3-Next and Nemotron-H only",
-              file=sys.stderr)
+    elif other := ships_other_mtp(local):
+        print(f"dropped the checkpoint's MTP layers ({other}): specmlx runs those of {RUN} only", file=sys.stderr)
 
 
 @contextlib.contextmanager

@@ -17,19 +17,24 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map
 
 from specmlx.convert.options import OutputFormat
-from specmlx.models.native_mtp import PREFIX, architectures, build_native_mtp, has_native_mtp, mtp_weights
+from specmlx.models.native_mtp import (PREFIX, architectures, build_native_mtp, has_native_mtp, mtp_layer_count,
+                                       mtp_weights, nextn_prefixes)
+from specmlx.models.weights import load_into
 
 FILE = "mtp.safetensors"
 _UNQUANTIZED = ("mlp.gate", "shared_expert_gate")  # routers, kept wide as mlx-lm keeps them (8-bit there)
 
 
-def ships_other_mtp(source: Path) -> bool:
-    """MTP tensors of an architecture `models.native_mtp` does not build (dropped, and said so)."""
+def ships_other_mtp(source: Path) -> str | None:
+    """The model type of a checkpoint whose MTP tensors `models.native_mtp` does not build (dropped, and
+    said so): under `mtp.`, or, where its config declares them, DeepSeek's `model.layers.{N}.`."""
     try:
-        model_type = json.loads((source / "config.json").read_text()).get("model_type")
+        config = json.loads((source / "config.json").read_text())
     except (OSError, ValueError):
-        return False
-    return model_type not in architectures() and bool(mtp_weights(source))
+        return None
+    model_type = config.get("model_type")
+    prefixes = nextn_prefixes(config) if mtp_layer_count(config) else (PREFIX,)
+    return model_type if model_type not in architectures() and mtp_weights(source, prefixes) else None
 
 
 def keep_native_mtp(source: Path, work: Path, fmt: OutputFormat) -> int:
@@ -41,12 +46,7 @@ def keep_native_mtp(source: Path, work: Path, fmt: OutputFormat) -> int:
 
     target, _ = load_model(work, lazy=True)
     model, weights, config = build_native_mtp(source, target)
-    quantized = config.get("quantization")
-    if quantized and any(k.endswith(".scales") for k in weights):  # an MLX conversion's quantized layers
-        nn.quantize(model, group_size=quantized["group_size"], bits=quantized["bits"],
-                    class_predicate=lambda path, _: f"{path}.scales" in weights)
-    model.load_weights(list(weights.items()), strict=True)
-    model = dequantize_model(model)
+    model = dequantize_model(load_into(model, weights, config.get("quantization"), source, "its MTP layers"))
     dtype = getattr(mx, fmt.dtype)
     model.update(tree_map(lambda w: w.astype(dtype) if mx.issubdtype(w.dtype, mx.floating) else w,
                           model.parameters()))

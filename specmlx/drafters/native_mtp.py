@@ -2,8 +2,8 @@
 
 It runs as specmlx's own MTP head does (`drafters.mtp`): its KV cache runs one behind the
 target, each round first feeds the positions verification added with the target's real hidden
-states, and k > 1 drafts chain its own features. Two things differ: its logits are the target's
-whole head (the layers were trained with it), and it is built to the target it ships with.
+states, and k > 1 drafts chain its own features. Two things differ: its logits score the whole
+vocabulary (the target's head, or the layers' own), and it is built to the target it ships with.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..errors import SpecmlxError
-from ..hidden import embed, head
+from ..hidden import embed
 from .labels import MTP
 from .loop import Scores
 from .mtp import MTPDrafter
@@ -32,11 +32,11 @@ class NativeMTPDrafter(MTPDrafter):
         self.target = target
 
     def logits(self, features: mx.array) -> mx.array:
-        """The target's own head on the features, cut to its logit width."""
-        return head(self.target, features)[..., : self.vocab_size]
+        """The layers' logits (the target's own head, or their own), cut to the target's logit width."""
+        return self.model.logits(self.target, features)[..., : self.vocab_size]
 
     def _step(self, ids: mx.array, hidden: mx.array, greedy: bool) -> tuple[Scores, mx.array]:
-        """Feed (embed(ids), hidden) rows; the features are the next step's hidden, and the target's
-        head scores them in either mode (no cheaper argmax: the whole vocabulary is drafted)."""
+        """Feed (embed(ids), hidden) rows; the features are the next step's hidden, and the layers'
+        `logits` score them in either mode (no cheaper argmax: the whole vocabulary is drafted)."""
         features = self.model(embed(self.target, ids)[None], hidden[None], self.cache)[0, -1:]
         return Scores(logits=self.logits(features[0])), features

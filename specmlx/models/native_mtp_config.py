@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+import mlx.nn as nn
+
+from ..hidden import head
 
 PREFIX = "mtp."
 
@@ -21,10 +24,14 @@ class NativeMTPConfig:
 
 
 class WholeVocabulary:
-    """`draft_ids` of layers that score every token (through the target's own head)."""
+    """Layers that score every token: `draft_ids` all of them, `logits` by the target's own head
+    (an architecture with a head of its own overrides it)."""
 
     config: NativeMTPConfig
 
     @property
     def draft_ids(self) -> mx.array:
         return mx.arange(self.config.target_vocab_size, dtype=mx.int32)
+
+    def logits(self, target: nn.Module, features: mx.array) -> mx.array:
+        return head(target, features)

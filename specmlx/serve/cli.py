@@ -25,10 +25,10 @@ from ..distributed import Lockstep, lockstep_of
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
 from ..distributed.serve import RankMirror, follow
-from ..drafters import NGRAM, NONE
+from ..drafters import MTP, NGRAM, NONE
 from ..config import GenerationConfig
 from ..errors import SpecmlxError
-from ..loading import load_models
+from ..loading import load_models, ships_mtp
 from ..memory import GB
 from ..mlx_thread import MLXThread, closed_on_error
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
@@ -115,6 +115,19 @@ def access(args: argparse.Namespace, keys: tuple[str, ...]) -> Access:
     return Access(keys, int(args.max_body_mb * (1 << 20)), is_loopback(args.host), tuple(args.cors_origin))
 
 
+def own_mtp(args: argparse.Namespace, loud: bool = True) -> list[str]:
+    """`mtp` where the target directory ships MTP layers of its own: offered beside the drafters asked
+    for, in one process only (sharding them with the target is untested; `loud`: say so in one line)."""
+    if not (args.target and ships_mtp(args.target)):
+        return []
+    if args.distributed:
+        if loud:
+            print(f"note: {args.target} ships its own MTP layers; mtp is not offered with --distributed",
+                  file=sys.stderr)
+        return []
+    return [MTP]
+
+
 def serve(args: argparse.Namespace) -> int:
     for name in ("max_queue", "max_batch", "slots", "max_tokens", "port"):
         if getattr(args, name) is not None and getattr(args, name) < (0 if name == "port" else 1):
@@ -130,7 +143,7 @@ def serve(args: argparse.Namespace) -> int:
             print(key_note, file=sys.stderr)
         say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
             lambda step: None)
-        specs = list(dict.fromkeys([*(args.drafter or [None]), NGRAM, NONE]))
+        specs = list(dict.fromkeys([*(args.drafter or [None]), *own_mtp(args, leads(group)), NGRAM, NONE]))
         where = placement(args, group)
         if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             loaded = load_models(args.preset or args.target, specs, placement=where)

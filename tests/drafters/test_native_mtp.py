@@ -1,6 +1,7 @@
-"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H checkpoint ships, drafting through the engine for its
-hybrid target: greedy output is the target's own, its cache holds only real positions after each
-generation, and above temperature 0 the target's distribution is kept."""
+"""The MTP layers a Qwen3.5 / Qwen3-Next / Nemotron-H / DeepSeek-V3 / GLM-4.5 / GLM-4.7-Flash / MiMo
+checkpoint ships, drafting through the engine for its target: greedy output is the target's own, its
+cache holds only real positions after each generation, and above temperature 0 the target's
+distribution is kept."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from ..test_engine_distribution import chi_square_pvalue, exact_distribution, sa
 from ..test_engine_hybrid import PROMPT, VOCAB, greedy_alone
 
 BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_qwen3_5_moe,
-          "qwen3_next": tiny_hybrid.tiny_qwen3_next, "nemotron_h": tiny_hybrid.tiny_nemotron_h_moe}
+          "qwen3_next": tiny_hybrid.tiny_qwen3_next, "nemotron_h": tiny_hybrid.tiny_nemotron_h_moe,
+          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3, "glm4_moe": tiny_hybrid.tiny_glm4_moe,
+          "glm4_moe_lite": tiny_hybrid.tiny_glm4_moe_lite, "mimo": tiny_hybrid.tiny_mimo}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -31,11 +34,15 @@ def target(request):
     return BUILDS[request.param](VOCAB, seed=1)
 
 
+LAYERS = {"nemotron_h": tiny_hybrid.tiny_nemotron_h_mtp, "mimo": tiny_hybrid.tiny_mimo_mtp,
+          "deepseek_v3": tiny_hybrid.tiny_deepseek_v3_mtp, "glm4_moe": tiny_hybrid.tiny_deepseek_v3_mtp,
+          "glm4_moe_lite": tiny_hybrid.tiny_deepseek_v3_mtp}
+
+
 def layers(target, guesses: bool = True):
-    """The MTP layers of the target's architecture, random (`guesses`: some drafts accepted)."""
-    if target.model_type == "nemotron_h":
-        return tiny_hybrid.tiny_nemotron_h_mtp(target, seed=2, guesses=guesses)
-    return tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=guesses)
+    """The MTP layers of the target's architecture (Qwen3.5's for the Qwen family), random (`guesses`:
+    some drafts accepted)."""
+    return LAYERS.get(target.model_type, tiny_hybrid.tiny_native_mtp)(target, seed=2, guesses=guesses)
 
 
 @pytest.mark.parametrize("num_draft", [1, 3])
@@ -93,7 +100,7 @@ SAMPLING = SamplingParams(temp=1.0)
 SMALL = 5  # the chi-square test's vocabulary (test_engine_distribution)
 
 
-@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h"])
+@pytest.fixture(scope="module", params=["qwen3_5", "nemotron_h", "deepseek_v3", "glm4_moe", "mimo"])
 def small_pair(request):
     target = tiny_hybrid.sharpened(BUILDS[request.param](SMALL, seed=7), 0.5)
     return target, layers(target, guesses=False)
@@ -126,3 +133,24 @@ def test_nemotron_h_mtp_blocks_with_a_mamba_mixer_are_refused():
     target = BUILDS["nemotron_h"](VOCAB, seed=1)
     with pytest.raises(SpecmlxError, match=r"^Nemotron-H MTP blocks 'M\*': specmlx runs attention, MoE and MLP"):
         NemotronHMTP(target.args, "M*")
+
+
+def test_mimos_step_is_the_one_vllm_runs():
+    """No reference drafter runs MiMo's layer; vLLM's `mimo_mtp.py` step written out from its modules
+    instead: token embedding zeroed at position 0 only, `input_proj` over [hidden_layernorm(hidden),
+    token_layernorm(embedding)], the target's block, `final_layernorm`; fed in two calls, as drafting
+    feeds it."""
+    from mlx_lm.models import mimo
+    from mlx_lm.models.base import create_attention_mask
+
+    target = tiny_hybrid.tiny_mimo(VOCAB, seed=1)
+    mtp = tiny_hybrid.tiny_mimo_mtp(target, seed=2)
+    mx.random.seed(3)
+    embeddings, hidden = mx.random.normal((2, 1, 7, 64))
+    zeroed = embeddings * (mx.arange(7) > 0)[None, :, None]
+    x = mtp.input_proj(mx.concatenate([mtp.hidden_layernorm(hidden), mtp.token_layernorm(zeroed)], axis=-1))
+    want = mtp.final_layernorm(mimo.TransformerBlock.__call__(mtp, x, create_attention_mask(x, None)))
+    cache = mtp.make_cache()
+    got = mx.concatenate([mtp(embeddings[:, :5], hidden[:, :5], cache), mtp(embeddings[:, 5:], hidden[:, 5:], cache)],
+                         axis=1)
+    assert mx.allclose(got, want, atol=1e-5).item()

@@ -21,7 +21,7 @@ from specmlx.hidden import decoder, head
 from specmlx.sampling import SamplingParams
 
 from .. import tiny_hybrid
-from .vlm_mtp import Recorded, drafter as vlm_drafter, weights_of
+from .vlm_mtp import Recorded, drafter as vlm_drafter, drop_drafted, weights_of
 
 VOCAB = 128
 PROMPT = [(7 * i + 3) % VOCAB for i in range(48)]
@@ -70,11 +70,10 @@ def verify(target, tokens: list[int], start: int) -> tuple[mx.array, list[int]]:
     return hidden, mx.argmax(head(target, hidden), axis=-1).tolist()
 
 
-def run_rounds(target, mtp, text_config: dict, rebuild: bool):
-    """Rounds of greedy drafting by both drafters from the same verified hidden states:
-    each round's drafted tokens and draft logits, specmlx's then mlx-vlm's."""
-    mine, vlm = Mine(target, mtp), vlm_drafter(text_config, weights_of(mtp), target)
-    theirs = Recorded(vlm)
+def run_rounds(target, mtp, vlm, rebuild: bool):
+    """Rounds of greedy drafting by specmlx's drafter and mlx-vlm's `vlm` (holding the same weights) from
+    the same verified hidden states: each round's drafted tokens and draft logits, specmlx's then mlx-vlm's."""
+    mine, theirs = Mine(target, mtp), Recorded(vlm)
     hidden, choices = verify(target, PROMPT, 0)
     tokens = PROMPT + [choices[-1]]
     mine.drafter.observe(0, hidden)
@@ -89,27 +88,36 @@ def run_rounds(target, mtp, text_config: dict, rebuild: bool):
         tokens += a[:accepted] + [choices[accepted]]
         mine.drafter.observe(start, hidden)
         mine.drafter.rewind(len(tokens) - 1)
-        if rebuild:  # drop mlx-vlm's drafted entries so the accepted drafts are fed from the target's hidden
-            for c in vlm._cache:
-                c.trim(vlm._round_appended)
-            vlm._next_position -= vlm._round_appended
-            vlm._round_appended = 0
+        if rebuild:
+            drop_drafted(vlm)
         vlm.accept_verified_tokens(hidden[None], mx.array([b]), accepted, [tokens[-1]], None, greedy=True)
     return out
 
 
-def test_drafts_and_logits_agree_at_every_step(pair):
-    rounds = run_rounds(*pair, rebuild=True)
+def reference_rounds(target, mtp, text_config: dict, rebuild: bool):
+    return run_rounds(target, mtp, vlm_drafter(text_config, weights_of(mtp), target), rebuild)
+
+
+def assert_agree(rounds) -> None:
+    """Every round's drafted tokens equal, and every draft step's logits within ATOL."""
     for mine, theirs, my_logits, their_logits in rounds:
         assert mine == theirs
         for x, y in zip(my_logits, their_logits):
             assert mx.allclose(x.reshape(-1), y.reshape(-1), atol=ATOL).item()
 
 
+def apart(rounds) -> list[list[float]]:
+    """How far the two drafters' logits are, by round and draft step."""
+    return [[float(mx.abs(x.reshape(-1) - y.reshape(-1)).max()) for x, y in zip(r[2], r[3])] for r in rounds]
+
+
+def test_drafts_and_logits_agree_at_every_step(pair):
+    assert_agree(reference_rounds(*pair, rebuild=True))
+
+
 def test_mlx_vlm_keeping_its_drafted_entries_drifts(pair):
     """The one convention they differ on (module docstring): at least one later round's logits differ."""
-    rounds = run_rounds(*pair, rebuild=False)
-    far = [max(float(mx.abs(x.reshape(-1) - y.reshape(-1)).max()) for x, y in zip(r[2], r[3])) for r in rounds]
+    far = [max(steps) for steps in apart(reference_rounds(*pair, rebuild=False))]
     assert far[0] < ATOL and max(far) > 1e-2
 
 

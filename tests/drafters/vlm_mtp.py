@@ -1,7 +1,8 @@
-"""mlx-vlm's MTP drafters (0.7.10: `mlx_vlm.speculative.drafters.qwen3_5_mtp`, `nemotron_h_mtp`)
-holding specmlx's weights and bound to mlx-lm's target: the reference test_native_mtp_reference.py
-checks specmlx's `NativeMTPDrafter` against. mlx-vlm has its own decoder layers, attention,
-multimodal RoPE, MoE and norms; only the weights and the target are shared.
+"""mlx-vlm's MTP drafters (0.7.10: `mlx_vlm.speculative.drafters.qwen3_5_mtp`, `nemotron_h_mtp`,
+`glm_moe_dsa_mtp`) holding specmlx's weights and bound to mlx-lm's target: the reference
+test_native_mtp_reference.py and test_deepseek_v3_mtp_reference.py check specmlx's `NativeMTPDrafter`
+against. mlx-vlm has its own decoder layers, attention, multimodal RoPE, MoE and norms; only the
+weights and the target are shared.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
+from mlx_vlm.speculative.drafters.glm_moe_dsa_mtp.config import GlmMoeDsaMTPConfig
+from mlx_vlm.speculative.drafters.glm_moe_dsa_mtp.glm_moe_dsa_mtp import GlmMoeDsaMTPDraftModel
 from mlx_vlm.speculative.drafters.nemotron_h_mtp.config import NemotronHMTPConfig
 from mlx_vlm.speculative.drafters.nemotron_h_mtp.nemotron_h_mtp import NemotronHMTPDraftModel
 from mlx_vlm.speculative.drafters.qwen3_5_mtp.config import Qwen3_5MTPConfig
@@ -43,6 +46,34 @@ def qwen3_5(text_config: dict, weights: dict[str, mx.array], target: nn.Module) 
     mx.eval(model.parameters())
     model.reset(target)
     return model
+
+
+def glm_moe_dsa(target: nn.Module, weights: dict[str, mx.array], index_topk: int) -> GlmMoeDsaMTPDraftModel:
+    """mlx-vlm's GLM-5 (`glm_moe_dsa`) MTP drafter holding a DeepSeek-V3 MTP layer's `weights` (specmlx's
+    names), bound to the DeepSeek-V3 `target`. Its block is DeepSeek-V3.2's: MLA and DeepSeek-V3's MoE, plus a
+    lightning indexer (random here) that keeps every key while there are at most `index_topk` of them."""
+    args = dict(vars(target.args), model_type="glm_moe_dsa", index_head_dim=16, index_n_heads=2,
+                index_topk=index_topk, rope_parameters={"rope_theta": target.args.rope_theta})
+    model = GlmMoeDsaMTPDraftModel(GlmMoeDsaMTPConfig.from_dict({"text_config": args}))
+    theirs = {"shared_head.norm.weight": "mtp.shared_head_norm.weight"}
+    given = {theirs.get(k, "mtp." + k.removeprefix("block.")): v for k, v in weights.items()
+             if k != "shared_head.head.weight"}  # it scores with the target's own head
+    left = set(dict(tree_flatten(model.parameters()))) - set(given)
+    assert left and all(".indexer." in k for k in left), left
+    model.load_weights(list(given.items()), strict=False)
+    mx.eval(model.parameters())
+    model.reset(target)
+    return model
+
+
+def drop_drafted(model: nn.Module) -> None:
+    """Drop the cache entries the drafter's own drafting wrote this round, so that the accepted drafts are
+    fed again from the target's verified hidden states (specmlx's convention)."""
+    for c in model._cache:
+        c.trim(model._round_appended)
+    if hasattr(model, "_next_position"):  # the drafters on mlx-vlm's AutoregressiveMTPDraftModel
+        model._next_position -= model._round_appended
+    model._round_appended = 0
 
 
 class Recorded:

@@ -145,3 +145,21 @@ def test_a_server_that_cannot_start_after_loading_says_one_line_and_exits_2(tmp_
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "recurrent layers (qwen3_5)" in lines[0] and lines[0].startswith("specmlx serve: error:")
+
+
+def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokenizer, vocab, capsys):
+    """Beside the drafters asked for, in one process; not under --distributed (said in one line), nor for
+    other targets."""
+    from specmlx.serve.cli import own_mtp
+
+    from .. import tiny_hybrid
+    from ..test_loading import save_with_mtp
+
+    target = tiny_hybrid.tiny_deepseek_v3(vocab, seed=1)
+    path = save_with_mtp(target, tiny_hybrid.tiny_deepseek_v3_mtp(target, seed=2),
+                         tiny_hybrid.deepseek_v3_config(vocab), tokenizer, tmp_path / "deepseek")
+    assert own_mtp(build_parser().parse_args(["--target", str(path)])) == ["mtp"]
+    assert own_mtp(build_parser().parse_args(["--target", str(path), "--distributed"])) == []
+    assert "mtp is not offered with --distributed" in capsys.readouterr().err
+    assert own_mtp(build_parser().parse_args(["--target", str(tmp_path)])) == []
+    assert own_mtp(build_parser().parse_args([])) == []
