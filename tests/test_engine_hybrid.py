@@ -7,7 +7,6 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.batch.batch import Batch
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
@@ -83,9 +82,8 @@ def test_without_a_drafter(target):
         greedy_alone(target, PROMPT, 16)
 
 
-def test_the_batch_and_kept_conversations_refuse_a_hybrid_target_in_one_line(target):
-    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \(\w+\) are not supported yet"):
-        Batch(target, len(target.layers))
+def test_kept_conversations_refuse_a_hybrid_target_in_one_line(target):
+    """The batch serves them (`tests/batch/test_hybrid.py`); the server's slots do not yet."""
     with pytest.raises(SpecmlxError, match=r"^the server's kept conversations: targets with recurrent layers"):
         Slots(target, None, {"none": NoDrafter()})
 
