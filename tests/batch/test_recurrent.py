@@ -11,8 +11,9 @@ import pytest
 from mlx_lm.models.cache import ArraysCache
 
 from specmlx.batch import Batch, Member
+from specmlx.batch.cache import BatchCache
 from specmlx.batch.recurrent import BY_LENGTH, BatchRecurrentCache
-from specmlx.cache import make_cache, prefill
+from specmlx.cache import cache_length, make_cache, prefill, rewind
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.hidden import inner_model
@@ -60,6 +61,38 @@ def test_the_mixers_replayed_once_for_all_rows_stop_each_row_at_its_own_length(n
     listed = f"{type(mixer).__module__}.{type(mixer).__qualname__}" in BY_LENGTH
     assert stops_each_row_at_its_length(mixer) == listed
     assert listed == (name != "nemotron_h")
+
+
+def held_states(cache: list) -> list[mx.array]:
+    """`layer_states`, of a cache whose KV layers may hold nothing."""
+    return layer_states([c for c in cache if getattr(c, "keys", True) is not None])
+
+
+def test_a_slots_cache_moves_in_and_out_holding_what_it_held():
+    """What the server's slots do with a row (`serve/batching.py`): its single-row cache, recurrent layers
+    included, moves into the batch (left empty) and back; a slot with nothing (a one-token prompt) too."""
+    target = BUILDS["qwen3_5"](VOCAB, seed=1)
+    lengths = (9, 0, 4)
+    slots = [make_cache(target) for _ in lengths]
+    for cache, n in zip(slots, lengths):
+        prefill(target, cache, PROMPT[:n])
+    held = [held_states(cache) for cache in slots]
+    batch = BatchCache(len(slots[0]))
+    for cache, n in zip(slots, lengths):
+        batch.move_in(cache, n)
+        assert cache_length(cache) == 0 and not held_states(cache)
+    batch.move_out(1, slots[1])
+    assert cache_length(slots[1]) == 0 and all(not mx.any(s).item() for s in held_states(slots[1]))
+    for i in (0, 2):
+        batch.move_out(0, slots[i])
+        assert cache_length(slots[i]) == lengths[i]
+        assert all(mx.array_equal(a, b).item() for a, b in zip(held_states(slots[i]), held[i], strict=True))
+    rewind(slots[0], lengths[0])  # its slot's engine goes on from it: the next turn feeds the rest
+    prefill(target, slots[0], PROMPT[lengths[0] : 15])
+    fresh = make_cache(target)
+    prefill(target, fresh, PROMPT[:15])
+    assert all(mx.allclose(a, b, atol=1e-5).item() for a, b in zip(held_states(slots[0]), held_states(fresh),
+                                                                  strict=True))
 
 
 def row_cache(batch: Batch, row: int) -> list:
