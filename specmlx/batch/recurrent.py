@@ -92,13 +92,13 @@ class BatchRecurrentCache(ArraysCache):
             return self._held()
         if fed[0] is None:
             raise SpecmlxError("cannot rewind a batch's recurrent layer: its forward was not recorded")
-        self.cache = list(self._mark)
+        after, self.cache = self.cache, list(self._mark)
         self._replaying = True
         try:
             if by_length(fed[0]):
                 self._replay_by_length(fed[0], kept)
             else:
-                self._replay_by_group(fed[0], kept)
+                self._replay_by_group(fed[0], kept, width, after)
         finally:
             self._replaying, self.lengths = False, None
         self._held()
@@ -109,14 +109,18 @@ class BatchRecurrentCache(ArraysCache):
             self.lengths = mx.array(kept)
             replay(max(kept), mask=self.make_mask(max(kept)))
 
-    def _replay_by_group(self, replay: Recorded, kept: list[int]) -> None:
-        """One replay for each group of rows that keep the same count; rows that keep none, their mark."""
+    def _replay_by_group(self, replay: Recorded, kept: list[int], width: int, after: list) -> None:
+        """One replay for each group of rows that keep the same count; rows that keep none, their mark;
+        rows that keep the whole forward of `width`, its end state (`after`)."""
         mark, order, parts = self._mark, [], []
         for n in sorted(set(kept) - {0}):
             rows = [i for i, k in enumerate(kept) if k == n]
             index = mx.array(rows)
-            self.cache = [None if slot is None else slot[index] for slot in mark]
-            replay(n, rows=index)
+            if n == width:
+                self.cache = [slot[index] for slot in after]
+            else:
+                self.cache = [None if slot is None else slot[index] for slot in mark]
+                replay(n, rows=index)
             order += rows
             parts.append(self.cache)
         rest = [i for i, k in enumerate(kept) if k == 0]
