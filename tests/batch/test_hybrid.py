@@ -5,6 +5,7 @@ leaving mid-run; a row that leaves takes its state back to its slot, whose next 
 
 from __future__ import annotations
 
+import mlx.core as mx
 import pytest
 
 from specmlx.batch import Batch, Member
@@ -95,3 +96,23 @@ def test_a_row_that_left_goes_on_from_its_slot(target):
     while batch.members:
         tokens += [t.token for _, event in batch.step() for t in event.tokens]
     assert tokens == greedy_alone(target, again.tokens[: len(again.tokens) - len(tokens)], 8)
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "nemotron_h"])  # one replay for all rows; one a group
+def test_a_round_still_waits_once(name, monkeypatch):
+    """The rows' replays are lazy: they run with the next round's graph, not in a wait of their own."""
+    target = BUILDS[name](VOCAB, seed=1)
+    batch = Batch(target, len(make_cache(target)))
+    for d, prompt, k in zip(drafters(target), PROMPTS, DRAFT_LENGTHS):
+        batch.add(Member(Engine(target, d, eos_token_ids=[]), prompt,
+                         GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=k))))
+    waits = []
+    evaluate = mx.eval
+    monkeypatch.setattr(mx, "eval", lambda *a, **k: (waits.append(1), evaluate(*a, **k))[1])
+    rejected = 0
+    while batch.members:
+        before = len(waits)
+        events = batch.step()
+        assert len(waits) - before == 1
+        rejected += sum(0 < e.accepted < e.drafted for _, e in events)
+    assert rejected
