@@ -7,7 +7,8 @@ positions calls the mixer again from the kept state, its sub-modules answering w
 recorded rows instead of computing: what runs again is the convolution window and the
 recurrence, with no weight read. The sub-modules are position-wise or causal, so their first n
 rows are what a forward of those n positions gives; the mixer's own code does the rest, so every
-architecture keeps its own recurrence, gates and state layout.
+architecture keeps its own recurrence, gates and state layout. A batch's replay (`Recorded`) may
+take some rows only, or every row under a mask of its own length (`batch/recurrent.py`).
 """
 
 from __future__ import annotations

@@ -88,8 +88,9 @@ class BatchRecurrentCache(ArraysCache):
         kept = [width - d for d in dropped]
         if min(kept, default=0) < 0:
             raise SpecmlxError("a row cannot keep more than its recurrent layer was fed")
-        if all(n == width for n in kept):
-            return self._held()
+        if all(n == width for n in kept):  # every row keeps the whole forward: its end state
+            self._held()
+            return
         if fed[0] is None:
             raise SpecmlxError("cannot rewind a batch's recurrent layer: its forward was not recorded")
         after, self.cache = self.cache, list(self._mark)
