@@ -66,6 +66,12 @@ class RecurrentCache(ArraysCache):
             self._marks[-1] = replace(self._marks[-1], replay=replay)
         self._marks.append(Mark(self.offset, tuple(self.cache)))
 
+    def hold(self, slots: Sequence[Any], offset: int) -> None:
+        """Hold `slots`, the state after `offset` positions reached elsewhere (a batch's row; none: the
+        state of no position). Nothing below it can be reached, as after a prefill."""
+        self.cache, self.offset, self.pending = list(slots), offset, None
+        self._marks = [Mark(offset, tuple(self.cache))]
+
     def is_trimmable(self) -> bool:
         return True
 

@@ -7,11 +7,13 @@ positions calls the mixer again from the kept state, its sub-modules answering w
 recorded rows instead of computing: what runs again is the convolution window and the
 recurrence, with no weight read. The sub-modules are position-wise or causal, so their first n
 rows are what a forward of those n positions gives; the mixer's own code does the rest, so every
-architecture keeps its own recurrence, gates and state layout.
+architecture keeps its own recurrence, gates and state layout. A batch's replay (`Recorded`) may
+take some rows only, or every row under a mask of its own length (`batch/recurrent.py`).
 """
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -20,7 +22,6 @@ import mlx.nn as nn
 
 from .errors import SpecmlxError
 from .hidden import inner_model
-from .recurrent import rewindable
 
 
 def _submodules(module: nn.Module) -> list[str]:
@@ -45,15 +46,16 @@ class _Keep:
 
 
 class _Give:
-    """A mixer's sub-module that answers, call by call, with the first rows it returned when recorded."""
+    """A mixer's sub-module that answers, call by call, with the first positions it returned when recorded
+    (of the batch rows `rows`, all without)."""
 
-    def __init__(self, module: nn.Module, kept: list[mx.array], n: int) -> None:
-        self._module, self._kept, self._n, self._next = module, kept, n, 0
+    def __init__(self, module: nn.Module, kept: list[mx.array], n: int, rows: mx.array | None = None) -> None:
+        self._module, self._kept, self._n, self._rows, self._next = module, kept, n, rows, 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> mx.array:
         out = self._kept[self._next]
         self._next += 1
-        return out[:, : self._n]
+        return out[:, : self._n] if self._rows is None else out[self._rows, : self._n]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
@@ -72,10 +74,30 @@ def _swapped(module: nn.Module, proxies: dict[str, Any]) -> Iterator[None]:
             module[name] = original
 
 
-def _replay(mixer: nn.Module, kept: dict[str, list[mx.array]], args: tuple, kwargs: dict, n: int) -> None:
-    """The mixer run again on its first `n` positions, into the cache it was handed (output unused)."""
-    with _swapped(mixer, {name: _Give(mixer[name], kept[name], n) for name in kept}):
-        mixer(args[0][:, :n], *args[1:], **kwargs)
+def _replay(mixer: nn.Module, kept: dict[str, list[mx.array]], args: tuple, kwargs: dict, n: int,
+            rows: mx.array | None = None, mask: mx.array | None = None) -> None:
+    """The mixer run again on its first `n` positions, into the cache it was handed (output unused).
+    A batch's replay may take some `rows` only, or all under a `mask` of each row's positions
+    (`batch.recurrent`): the mask goes where the forward's own mask went."""
+    x = args[0][:, :n] if rows is None else args[0][rows, :n]
+    if mask is not None:
+        bound = inspect.signature(mixer).bind(x, *args[1:], **kwargs)
+        bound.arguments["mask"] = mask
+        args, kwargs = bound.args, bound.kwargs
+    else:
+        args = (x, *args[1:])
+    with _swapped(mixer, {name: _Give(mixer[name], kept[name], n, rows) for name in kept}):
+        mixer(*args, **kwargs)
+
+
+class Recorded:
+    """One mixer's recorded forward: called with n, it replays the first n positions into its cache."""
+
+    def __init__(self, mixer: nn.Module, kept: dict[str, list[mx.array]], args: tuple, kwargs: dict) -> None:
+        self.mixer, self._kept, self._args, self._kwargs = mixer, kept, args, kwargs
+
+    def __call__(self, n: int, rows: mx.array | None = None, mask: mx.array | None = None) -> None:
+        _replay(self.mixer, self._kept, self._args, self._kwargs, n, rows, mask)
 
 
 def _record(mixer: nn.Module, cache: Any, args: tuple, kwargs: dict) -> Any:
@@ -83,7 +105,7 @@ def _record(mixer: nn.Module, cache: Any, args: tuple, kwargs: dict) -> Any:
     if any(isinstance(a, mx.array) for a in (*args[1:], *kwargs.values())):
         raise SpecmlxError(f"cannot record {type(mixer).__name__} under a mask (a batch's padding)")
     kept: dict[str, list[mx.array]] = {name: [] for name in _submodules(mixer)}
-    cache.pending = lambda n: _replay(mixer, kept, args, kwargs, n)
+    cache.pending = Recorded(mixer, kept, args, kwargs)
     try:
         with _swapped(mixer, {name: _Keep(mixer[name], kept[name], args[0].shape[1]) for name in kept}):
             out = mixer(*args, **kwargs)
@@ -141,7 +163,7 @@ class _Layer:
 def recording(model: nn.Module, cache: Sequence[Any]) -> Iterator[None]:
     """Forwards of `model` into `cache` in this block can be rewound to any of their positions
     (`recurrent.RecurrentCache`); nothing is wrapped for a cache without recurrent layers."""
-    if not rewindable(cache):
+    if not any(hasattr(layer, "pending") for layer in cache):  # a recurrent layer, alone or a batch's
         yield
         return
     layers = inner_model(model).layers

@@ -7,14 +7,11 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.batch.batch import Batch
 from specmlx.cache import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
-from specmlx.errors import SpecmlxError
 from specmlx.policy import DraftPolicy
 from specmlx.recurrent import RENDERED_AGAIN
-from specmlx.serve.slots import Slots
 
 from . import tiny, tiny_hybrid
 
@@ -99,13 +96,6 @@ def test_without_a_drafter(target):
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
     assert [e.token for e in engine.generate(PROMPT, GenerationConfig(max_tokens=16)).token_events()] == \
         greedy_alone(target, PROMPT, 16)
-
-
-def test_the_batch_and_kept_conversations_refuse_a_hybrid_target_in_one_line(target):
-    with pytest.raises(SpecmlxError, match=r"^the batch: targets with recurrent layers \(\w+\) are not supported yet"):
-        Batch(target, len(target.layers))
-    with pytest.raises(SpecmlxError, match=r"^the server's kept conversations: targets with recurrent layers"):
-        Slots(target, None, {"none": NoDrafter()})
 
 
 def test_a_round_still_waits_once(target, monkeypatch):

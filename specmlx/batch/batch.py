@@ -38,7 +38,6 @@ from ..schedule.auto import TIMED_EVERY
 from ..schedule.costs import CostEstimate
 from ..schedule.load import Lane, choose
 from ..schedule.load_costs import LoadCosts
-from ..cache import refuse_recurrent
 from .cache import BatchCache
 from .drafting import SharedDrafter, shares
 from .member import Member
@@ -49,7 +48,6 @@ class Batch:
     """The members decoding together, at most `max_rows` of them."""
 
     def __init__(self, target: nn.Module, layers: int, max_rows: int = 8) -> None:
-        refuse_recurrent(target, "the batch")
         self.target, self.max_rows = target, max_rows
         self.cache = BatchCache(layers)
         self.members: list[Member] = []

@@ -6,7 +6,9 @@ every row drops is an O(1) trim; the rest is a roll of the whole cache
 forward of `--rows` rows of `--width` positions over `--context` tokens each,
 and that roll, each evaluated alone, interleaved `--repeats` times, and
 prints the medians and their ratio. A round folds the roll into its own
-graph, so the ratio is an upper bound of what it adds.
+graph, so the ratio is an upper bound of what it adds. A hybrid target's
+forward is recorded as a round records it, and its rewind also replays each
+row's accepted positions into its recurrent layers (`recurrent.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import mlx.core as mx
 
 from ..cache import make_cache
 from ..cli import run_cli
-from ..hidden import decoder
+from ..hidden import decoder, embeddings
 from ..loading import load_models
 from ..drafters import NONE
+from ..replay import recording
 from .cache import BatchCache
 
 
@@ -42,7 +45,7 @@ def filled(target, rows: int, context: int) -> BatchCache:
     cache = BatchCache(len(make_cache(target)))
     for i in range(rows):
         one = make_cache(target)
-        tokens = mx.random.randint(0, 1000, (1, context - i), dtype=mx.uint32)
+        tokens = mx.random.randint(0, min(1000, embeddings(target).weight.shape[0]), (1, context - i), dtype=mx.uint32)
         decoder(target, tokens, one)
         mx.eval([c.state for c in one])
         cache.join(one, context - i)
@@ -55,25 +58,31 @@ def timed(fn) -> float:
     return perf_counter() - began
 
 
-def bench(args: argparse.Namespace) -> int:
-    target = load_models(args.target, [NONE], lambda s: print(f"{s}...", file=sys.stderr)).target.model
-    cache = filled(target, args.rows, args.context)
+def measure(target, rows: int, context: int, width: int, repeats: int) -> tuple[float, float]:
+    """Medians of the verify forward's and the ragged rewind's seconds, each evaluated alone, interleaved."""
+    cache = filled(target, rows, context)
     rounds, rewinds = [], []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         lengths = list(cache.lengths)
 
         def forward() -> None:
-            fed = mx.zeros((args.rows, args.width), dtype=mx.uint32)
-            mx.eval(decoder(target, fed, cache.layers), [c.state for c in cache.layers])
-            cache.grown(args.width)
+            fed = mx.zeros((rows, width), dtype=mx.uint32)
+            with recording(target, cache.layers):
+                mx.eval(decoder(target, fed, cache.layers), [c.state for c in cache.layers])
+            cache.grown(width)
 
         def rewind() -> None:  # row i keeps i % width of the fed positions: every row differs
-            cache.keep([n + i % args.width for i, n in enumerate(lengths)])
+            cache.keep([n + i % width for i, n in enumerate(lengths)])
             mx.eval([c.state for c in cache.layers])
 
         rounds.append(timed(forward))
         rewinds.append(timed(rewind))
-    rnd, rew = statistics.median(rounds), statistics.median(rewinds)
+    return statistics.median(rounds), statistics.median(rewinds)
+
+
+def bench(args: argparse.Namespace) -> int:
+    target = load_models(args.target, [NONE], lambda s: print(f"{s}...", file=sys.stderr)).target.model
+    rnd, rew = measure(target, args.rows, args.context, args.width, args.repeats)
     print(f"{args.rows} rows x {args.context} tokens, {args.width} positions a row: verify forward "
           f"{rnd * 1e3:.1f} ms, ragged rewind {rew * 1e3:.1f} ms ({100 * rew / rnd:.1f}% of the forward), "
           f"median of {args.repeats}")

@@ -9,17 +9,21 @@ drafts and drops the rest. `keep` does it: the part every row drops is a
 plain O(1) trim, and only the difference between rows is rolled (a copy of
 the cache; none for a batch of one, or when every row drops the same).
 Lengths and padding are mirrored on the host so that nothing here syncs.
+A hybrid target's recurrent layers hold each row's state instead, rewound at
+each row's own length by a replay of the forward (`recurrent.py`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from ..cache import clear, take_rows
 from ..errors import SpecmlxError
+from ..recurrent import RecurrentCache
+from .recurrent import BatchRecurrentCache
 
 COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
 
@@ -28,7 +32,8 @@ class BatchCache:
     """Rows of one target's cache; row i holds `lengths[i]` tokens."""
 
     def __init__(self, layers: int) -> None:
-        self.layers: list[BatchKVCache] = [BatchKVCache([]) for _ in range(layers)]
+        # Each layer's kind follows the first row's cache (`join`): KV, or a recurrent state.
+        self.layers: list[BatchKVCache | BatchRecurrentCache] = [BatchKVCache([]) for _ in range(layers)]
         self.lengths: list[int] = []
         self.padding: list[int] = []  # each row's left padding, as in every layer
         self.size = 0  # positions every layer holds (mlx-lm's `_idx`)
@@ -41,12 +46,22 @@ class BatchCache:
     def nbytes(self) -> int:
         return sum(layer.nbytes for layer in self.layers)
 
-    def join(self, cache: Sequence[KVCache], length: int) -> None:
+    def join(self, cache: Sequence[Any], length: int) -> None:
         """Add a row holding the first `length` tokens of a single-row cache (copied)."""
-        if len(cache) != len(self.layers) or not all(type(c) is KVCache for c in cache):
-            raise SpecmlxError("only a target whose every layer keeps a plain KV cache can be batched")
+        if len(cache) != len(self.layers) or not all(type(c) is KVCache or _recurrent(c) for c in cache):
+            raise SpecmlxError("only a target whose every layer keeps a plain KV cache or a recurrent state "
+                               "can be batched")
+        if not self.rows:
+            self.layers = [BatchRecurrentCache(len(c.cache)) if _recurrent(c) else BatchKVCache([]) for c in cache]
+        if any(_recurrent(c) != isinstance(layer, BatchRecurrentCache) for c, layer in zip(cache, self.layers)):
+            raise SpecmlxError("a row's layers are not of the batch's kinds")
         for layer, one in zip(self.layers, cache):
             one.trim(max(one.offset - length, 0))
+            if isinstance(layer, BatchRecurrentCache):
+                if one.offset != length:
+                    raise SpecmlxError(f"a recurrent layer holds {one.offset} positions, not {length}")
+                layer.join(one.cache)
+                continue
             row = BatchKVCache.merge([one]) if one.keys is not None else BatchKVCache([0])
             if self.rows:
                 layer.extend(row)
@@ -57,19 +72,30 @@ class BatchCache:
         self.lengths.append(length)
         self.size = max(self.size, length)
 
-    def move_in(self, cache: Sequence[KVCache], length: int) -> None:
+    def move_in(self, cache: Sequence[Any], length: int) -> None:
         """`join` a slot's single-row cache, which is then emptied: its rows live in the batch now."""
         self.join(cache, length)
-        clear(cache)
+        clear([c for c in cache if not _recurrent(c)])
+        for c in filter(_recurrent, cache):
+            c.hold([None] * len(c.cache), 0)
 
-    def move_out(self, row: int, cache: Sequence[KVCache]) -> None:
+    def move_out(self, row: int, cache: Sequence[Any]) -> None:
         """Row `row` leaves (`leave`) into a slot's single-row cache, which holds what it held."""
-        take_rows(cache, self.leave(row))
+        for mine, theirs in zip(cache, self.leave(row)):
+            if _recurrent(mine):
+                mine.hold(theirs.cache, theirs.offset)
+            else:
+                take_rows([mine], [theirs])
 
-    def leave(self, row: int) -> list[KVCache]:
+    def leave(self, row: int) -> list[Any]:
         """Remove row `row`; its tokens come back as a single-row cache."""
         out = []
         for layer in self.layers:
+            if isinstance(layer, BatchRecurrentCache):
+                one = RecurrentCache(len(layer.cache))
+                one.hold(layer.row(row), self.lengths[row])
+                out.append(one)
+                continue
             one = KVCache()
             if layer.keys is not None and self.lengths[row]:
                 start = self.padding[row]
@@ -101,6 +127,9 @@ class BatchCache:
         common = min(excess)
         roll = [e - common for e in excess]
         for layer in self.layers:
+            if isinstance(layer, BatchRecurrentCache):
+                layer.keep(excess)  # each row's own, by a replay of the forward
+                continue
             layer.trim(common)  # O(1): every row drops this much
             if max(roll):
                 layer.prepare(right_padding=roll)
@@ -119,6 +148,11 @@ class BatchCache:
     def view(self, row: "RowRef") -> list["RowView"]:
         """Each layer's cache as one row of it reads (what a Gemma 4 assistant attends over)."""
         return [RowView(self, i, row) for i in range(len(self.layers))]
+
+
+def _recurrent(layer: Any) -> bool:
+    """Whether a single row's layer holds a recurrent state (`recurrent.RecurrentCache`)."""
+    return hasattr(layer, "hold")
 
 
 class RowRef:

@@ -23,6 +23,7 @@ from typing import Sequence
 import mlx.core as mx
 
 from ..cache import cache_length
+from ..recurrent import rewindable
 from ..drafters import Draft, ModelDrafting
 from ..sampling import sample, warp
 from ..vocab import fit_vocab
@@ -32,9 +33,11 @@ from .member import Member
 
 def shares(member: Member) -> bool:
     """Whether `member` drafts in a shared forward: a model drafter, with no p-min and no grammar (whose
-    draws are masked by what the row's grammar allows after each, known only after a sync per step)."""
-    return (member.engine.drafter.draft_model is not None and member.config.policy.p_min == 0
-            and member.constraint is None)
+    draws are masked by what the row's grammar allows after each, known only after a sync per step),
+    and no recurrent layers (its rows would rewind inside several forwards a round: it drafts on its own row)."""
+    drafter = member.engine.drafter
+    return (drafter.draft_model is not None and member.config.policy.p_min == 0
+            and member.constraint is None and not rewindable(drafter.cache))
 
 
 class SharedDrafter:

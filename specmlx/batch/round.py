@@ -21,6 +21,7 @@ import mlx.nn as nn
 from ..drafters import Draft
 from ..hidden import decoder_taps, head
 from ..plan import Plan, Round
+from ..replay import recording
 from ..round import Proposal, constrain, copied_draft, draw, probe_chance, verify
 from ..sampling import warp
 from .cache import BatchCache
@@ -190,7 +191,8 @@ def score(target: nn.Module, cache: BatchCache, members: Sequence[Member],
     scored = list(cache.lengths)
     # (B, width, H); taps (B, width, T, H) when a row's drafter fuses target layers
     union = fused_layers(members)
-    hidden, taps = decoder_taps(target, mx.stack(rows), cache.layers, union)
+    with recording(target, cache.layers):  # a recurrent layer's rows each keep their own length (`keep`)
+        hidden, taps = decoder_taps(target, mx.stack(rows), cache.layers, union)
     cache.grown(width)
     read = [(i * width + len(p) - 1, d.size + 1) for i, (p, d) in enumerate(zip(pending, drafts))]
     flat = hidden.reshape(-1, hidden.shape[-1])

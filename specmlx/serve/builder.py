@@ -14,7 +14,6 @@ from typing import Sequence
 
 from fastapi import FastAPI
 
-from ..cache import refuse_recurrent
 from ..drafters import Drafter
 from ..grammar import grammar_tokenizer
 from ..loading import LoadedModel
@@ -54,7 +53,6 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     else keeps the slots and runs each job (a sharded target's other ranks; none by default).
     `max_batch`: requests decoded at once (one at a time with a mirror); each needs a slot, so
     the default slot count is at least that."""
-    refuse_recurrent(target.model, "the server's kept conversations")  # here, before the MLX thread runs anything
     named = {d.name: d for d in drafters}
     if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
         slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes), max_batch)

@@ -43,7 +43,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from ..cache import held_bytes, kv_bytes_per_token, refuse_recurrent, recurrent_bytes
+from ..cache import held_bytes, kv_bytes_per_token, recurrent_bytes
 from ..drafters import Drafter
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
@@ -90,7 +90,6 @@ class Slots:
     _clock: int = 0
 
     def __post_init__(self) -> None:
-        refuse_recurrent(self.target, "the server's kept conversations")
         self._slots = [self._new() for _ in range(self.count)]
 
     @property

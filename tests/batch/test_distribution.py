@@ -27,10 +27,14 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams, warp
 from specmlx.schedule import AutoDrafts
 
+from specmlx.batch.recurrent import BatchRecurrentCache
+
 from .. import tiny
 from ..costs import FixedCosts
 from ..test_engine_distribution import LENGTH, PROMPT, RUNS, VOCAB, chi_square_pvalue, exact_distribution
 from ..test_engine_distribution import pair  # noqa: F401  (the tiny target and its drafter, a fixture)
+from ..test_engine_hybrid_distribution import hybrid_pair
+from ..tiny_hybrid import tiny_nemotron_h, tiny_qwen3_5
 
 SETTINGS = {
     "temperature 1": SamplingParams(temp=1.0),
@@ -222,3 +226,49 @@ def test_a_bias_planted_in_one_settings_verification_fails_only_that_setting(pai
     runs = run_batch(target, drafter, head)
     assert pvalue(target, runs, PLANTED) < 1e-3
     assert all(pvalue(target, runs, s) > 1e-3 for s in SETTINGS if s != PLANTED)
+
+
+def hybrid_samples(target, runs: int = RUNS) -> tuple[list[tuple[int, ...]], int, int]:
+    """`runs` seeded rows of a hybrid target at temperature 1 through one batch of `ROWS`, drafting two
+    with a small transformer (one shared forward) or by prompt lookup, engines reused as rows leave.
+    Returns the samples, and the drafts proposed and accepted."""
+    small = tiny.tiny_qwen(VOCAB, seed=4)
+    free = {"model": [], "lookup": []}
+    make = {"model": lambda: ModelDrafter(small, VOCAB), "lookup": PromptLookupDrafter}
+    batch, queue, live, samples = Batch(target, len(make_cache(target)), ROWS), deque(range(runs)), {}, []
+    drafted = accepted = 0
+    while queue or batch.members:
+        while queue and not batch.full:
+            j = queue.popleft()
+            kind = "model" if j % 2 else "lookup"
+            engine = free[kind].pop() if free[kind] else Engine(target, make[kind](), eos_token_ids=[])
+            member = Member(engine, PROMPT, GenerationConfig(max_tokens=LENGTH, sampling=SamplingParams(temp=1.0),
+                                                             seed=j, policy=DraftPolicy(num_draft=2)))
+            batch.add(member)
+            live[member] = (kind, [])
+        for member, event in batch.step():
+            live[member][1].extend(t.token for t in event.tokens)
+            drafted, accepted = drafted + event.drafted, accepted + event.accepted
+            if member.finish:
+                kind, tokens = live.pop(member)
+                free[kind].append(member.engine)
+                samples.append(tuple(tokens))
+    return samples, drafted, accepted
+
+
+@pytest.mark.parametrize("build", [tiny_qwen3_5, tiny_nemotron_h], ids=["qwen3_5", "nemotron_h"])
+def test_a_hybrid_targets_rows_follow_its_distribution(build):
+    """Its recurrent layers rewound row by row (one replay, or one a group of rows for Nemotron-H)."""
+    target, _ = hybrid_pair(build)
+    samples, drafted, accepted = hybrid_samples(target)
+    assert 0 < accepted < drafted
+    assert chi_square_pvalue(samples, exact_distribution(target, SamplingParams(temp=1.0))) > 1e-3
+
+
+def test_a_hybrid_row_restored_one_position_late_fails_it(monkeypatch):
+    """The planted bias: each row's recurrent state kept one position past its accepted length."""
+    keep = BatchRecurrentCache.keep
+    monkeypatch.setattr(BatchRecurrentCache, "keep", lambda self, dropped: keep(self, [max(d - 1, 0) for d in dropped]))
+    target, _ = hybrid_pair(tiny_qwen3_5)
+    samples, _, _ = hybrid_samples(target)
+    assert chi_square_pvalue(samples, exact_distribution(target, SamplingParams(temp=1.0))) < 1e-3

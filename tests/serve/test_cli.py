@@ -130,21 +130,27 @@ def test_any_origin_without_a_key_is_refused_before_loading(capsys, tmp_path):
 
 
 def test_a_server_that_cannot_start_after_loading_says_one_line_and_exits_2(tmp_path, tokenizer, vocab):
-    """A hybrid target (kept conversations cannot rewind it yet): one line, exit 2, no traceback and
-    no abort at exit (the MLX thread that loaded it is closed on the way out)."""
+    """A checkpoint that lacks a tensor fails inside the MLX thread that loads it: one line naming the
+    tensor, exit 2, no traceback and no abort at exit (that thread is closed on the way out)."""
     import os
     import subprocess
     import sys
 
+    import mlx.core as mx
+
     from tests import tiny_hybrid
 
     path = tiny_hybrid.save_qwen3_5(tiny_hybrid.tiny_qwen3_5(vocab, seed=1), vocab, tokenizer, tmp_path / "q35")
+    weights = mx.load(str(path / "model.safetensors"))
+    lost = next(k for k in weights if k.endswith("embed_tokens.weight"))
+    mx.save_safetensors(str(path / "model.safetensors"), {k: v for k, v in weights.items() if k != lost})
     done = subprocess.run([sys.executable, "-m", "specmlx", "serve", "--target", str(path), "--drafter", "none",
                            "--port", "0"], capture_output=True, text=True, timeout=120,
                           env=os.environ | {"SPECMLX_WARM_UP": "0"})
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
-    assert "recurrent layers (qwen3_5)" in lines[0] and lines[0].startswith("specmlx serve: error:")
+    assert lines[0].startswith("specmlx serve: error:") and "Missing 1 parameters: " in lines[0]
+    assert lines[0].endswith("embed_tokens.weight.")
 
 
 def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokenizer, vocab, capsys):

@@ -75,3 +75,18 @@ def test_a_chats_next_turn_starts_from_its_slots_checkpoint(hybrid):
     assert again["choices"][0]["message"]["content"] == alone(hybrid, turn)
     asked = reply["usage"]["prompt_tokens"]
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= asked - RENDERED_AGAIN
+
+
+def test_a_prompt_whose_end_differs_starts_from_the_checkpoint_its_slot_kept_through_the_batch(hybrid):
+    """The slot's rows went into the batch and back: the checkpoint kept at its prefill, before the
+    prompt's last `RENDERED_AGAIN` tokens, is what a prompt differing in its last tokens reuses."""
+    background, _ = start(hybrid, slots=2, max_batch=2)
+    words = "def for import The print return class " * 4
+    first = {"model": MODEL, "prompt": words + "while", "max_tokens": 8, "temperature": 0,
+             "speculative": {"drafter": "mtp", "num_draft": 2}}
+    with background as url:
+        one = httpx.post(url + "/v1/completions", json=first, timeout=120).json()
+        two = httpx.post(url + "/v1/completions", json=first | {"prompt": words + "yield"}, timeout=120).json()
+    asked = one["usage"]["prompt_tokens"]
+    assert two["usage"]["prompt_tokens"] == asked
+    assert two["usage"]["prompt_tokens_details"]["cached_tokens"] == asked - RENDERED_AGAIN
