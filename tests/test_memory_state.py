@@ -110,7 +110,7 @@ def test_a_recorded_forward_keeps_one_state_and_its_record(pair):
     added = held_after(model, n, record=True) - held_after(model, n, record=False)
     s = shapes(config)
     expected = s.recurrent + n * s.record_per_token
-    assert expected <= added <= 1.01 * expected
+    assert expected <= added <= 1.01 * expected + (16 << 10)  # and a few allocations rounded up
 
 
 def test_the_native_mtp_layers_cache_is_what_their_drafter_reports():
