@@ -28,7 +28,8 @@ import mlx.nn as nn
 from mlx_lm.models import nemotron_h, qwen3_5
 from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
-from ..cache import cache_length, make_cache, prefill, rewind, recurrent_bytes
+from ..batch.bench import measure as batch_measure
+from ..cache import cache_length, make_cache, prefill, recurrent_bytes, rewind
 from ..replay import recording
 
 VOCAB = 4096  # the head's width does not change what the recurrent layers cost
@@ -148,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=1024, help="the hidden width the weights are narrowed to")
     parser.add_argument("--k", type=int, default=4, help="drafted tokens a round (the forward scores k + 1)")
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--rows", type=int, default=0,
+                        help="also a batch of this many rows, each keeping its own count (specmlx.batch.bench)")
     args = parser.parse_args(argv)
     print(f"k={args.k}, hidden {args.hidden}, float32, {args.rounds} rounds; medians a round")
     print(f"{'model':<15}{'forward ms':>11}{'recorded':>10}{'rewind ms':>11}{'replay ms':>11}"
@@ -160,6 +163,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name:<15}{c.plain_ms:>11.1f}{c.recorded_ms:>10.1f}{c.rewind_ms:>11.2f}{c.replay_ms:>11.2f}"
               f"{c.replay_ms / c.plain_ms:>10.1%}{c.record_per_position / 1024:>15.0f}{c.kept_state / 2**20:>10.1f}"
               f"{c.kept_else / 2**20:>9.1f}")
+        if args.rows:
+            forward, ragged = batch_measure(model, args.rows, 64, args.k + 1, args.rounds)
+            print(f"{'':<15}{args.rows} rows: verify forward {forward * 1e3:.1f} ms, the rows' own rewinds "
+                  f"(roll and replay) {ragged * 1e3:.1f} ms ({ragged / forward:.1%})")
         del model
         mx.clear_cache()
 
