@@ -47,7 +47,7 @@ def refuse_recurrent(model: nn.Module, what: str) -> None:
     if any(type(layer) is ArraysCache for layer in make_prompt_cache(model)):
         kind = getattr(model, "model_type", type(model).__name__)
         raise SpecmlxError(f"{what}: targets with recurrent layers ({kind}) are not supported yet; "
-                           "a single stream (`specmlx generate`) runs them")
+                           "one process runs them (`specmlx generate`, `serve`, the chat app)")
 
 
 def _rewindable(layer: Any) -> Any:
@@ -142,6 +142,8 @@ def chunks(cache: list[Any], prompt_length: int) -> Iterator[tuple[int, int]]:
     that span: a chat's next turn, which may render those tokens anew, is rewound to it."""
     start, end = cache_length(cache), prompt_length - 1
     at = prompt_length - min(RENDERED_AGAIN, prompt_length // 2) if rewindable(cache) else None
+    if at is not None and 0 < start >= at:  # already past it (a turn that continued): the nearest is here
+        checkpoint(cache)
     cuts = sorted({*range(start, end, PREFILL_STEP), end, *([at] if at is not None and start < at <= end else [])})
     for low, high in zip(cuts, cuts[1:]):
         yield low, high

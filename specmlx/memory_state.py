@@ -37,7 +37,8 @@ def state_bytes(config: dict, context: int = CONTEXT, num_draft: int = NUM_DRAFT
     s = shapes(config)
     if s is None:
         return 0
-    kept = KEPT_FORWARDS * (s.recurrent + s.record_per_token * (num_draft + 1)) if s.recurrent else 0
+    # The marks of the last recorded forwards (a state and a record each) and the prompt's checkpoint.
+    kept = KEPT_FORWARDS * (s.recurrent + s.record_per_token * (num_draft + 1)) + s.recurrent if s.recurrent else 0
     return rows * ((s.kv_per_token + s.mtp_kv_per_token) * context + s.recurrent + kept)
 
 

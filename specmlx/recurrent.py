@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
-Replay = Callable[[int], None]  # runs a recorded forward's first n positions into its cache
+Replay = Any  # `replay.Recorded`: called with n, runs a recorded forward's first n positions into its cache
 
 # A chat's next turn may render the last few tokens of this prompt anew: a template's generation prompt
 # that the answer's turn drops (Qwen3's `<think>\n\n</think>\n\n` with thinking off), a merge across its end.
@@ -81,8 +81,12 @@ class RecurrentCache(ArraysCache):
 
     @property
     def nbytes(self) -> int:
-        kept = self._checkpoint.slots if self._checkpoint is not None else ()
-        return super().nbytes + sum(s.nbytes for s in kept if s is not None and all(s is not c for c in self.cache))
+        """The state, and what is kept to rewind it: the marks' states and records, the checkpoint."""
+        kept = (self._checkpoint,) if self._checkpoint is not None else ()
+        arrays = {id(a): a for slots in (self.cache, *(m.slots for m in (*self._marks, *kept)))
+                  for a in slots if a is not None}
+        records = sum(m.replay.nbytes for m in self._marks if m.replay is not None)
+        return sum(a.nbytes for a in arrays.values()) + records
 
     def reachable(self, length: int) -> int:
         """The longest prefix of at most `length` positions this layer can restore exactly."""

@@ -14,6 +14,7 @@ take some rows only, or every row under a mask of its own length (`batch/recurre
 from __future__ import annotations
 
 import inspect
+import weakref
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -91,13 +92,31 @@ def _replay(mixer: nn.Module, kept: dict[str, list[mx.array]], args: tuple, kwar
 
 
 class Recorded:
-    """One mixer's recorded forward: called with n, it replays the first n positions into its cache."""
+    """One mixer's recorded forward: called with n, it replays the first n positions into its cache.
+
+    The cache keeps this in its marks, so this keeps the cache only weakly: else a dropped engine's
+    recurrent layers would wait for Python's cycle collector to free their states."""
 
     def __init__(self, mixer: nn.Module, kept: dict[str, list[mx.array]], args: tuple, kwargs: dict) -> None:
-        self.mixer, self._kept, self._args, self._kwargs = mixer, kept, args, kwargs
+        cache = _cache_of(args, kwargs)
+        self._cache = weakref.ref(cache)
+        self.mixer, self._kept = mixer, kept
+        self._args = tuple(_CACHE if a is cache else a for a in args)
+        self._kwargs = {k: _CACHE if v is cache else v for k, v in kwargs.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """What the record holds: the mixer's input and its sub-modules' outputs."""
+        return self._args[0].nbytes + sum(out.nbytes for outs in self._kept.values() for out in outs)
 
     def __call__(self, n: int, rows: mx.array | None = None, mask: mx.array | None = None) -> None:
-        _replay(self.mixer, self._kept, self._args, self._kwargs, n, rows, mask)
+        cache = self._cache()
+        args = tuple(cache if a is _CACHE else a for a in self._args)
+        kwargs = {k: cache if v is _CACHE else v for k, v in self._kwargs.items()}
+        _replay(self.mixer, self._kept, args, kwargs, n, rows, mask)
+
+
+_CACHE = object()  # where a recorded call's cache went among its arguments
 
 
 def _record(mixer: nn.Module, cache: Any, args: tuple, kwargs: dict) -> Any:

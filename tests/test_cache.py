@@ -96,12 +96,17 @@ def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefil
 
 
 def test_the_default_slot_count_counts_a_hybrids_state_and_checkpoint_per_slot():
-    from specmlx.cache import kv_bytes_per_token, recurrent_bytes
     from specmlx.serve.slots import TOKENS_PER_SLOT, default_count
 
     from . import tiny_hybrid
 
+    from specmlx.recurrent import RecurrentCache
+
     model = tiny_hybrid.tiny_qwen3_5(64, seed=1)
-    budget = (kv_bytes_per_token(model) * TOKENS_PER_SLOT + 2 * recurrent_bytes(model)) * 5
+    cache = make_cache(model)
+    prefill(model, cache, [1, 2, 3, 4])  # what a slot's layers allocate: keys and values a position, a state
+    state = sum(s.nbytes for c in cache if isinstance(c, RecurrentCache) for s in c.cache if s is not None)
+    per_token = sum(c.keys.nbytes // c.keys.shape[2] * 2 for c in cache if not isinstance(c, RecurrentCache))
+    budget = (per_token * TOKENS_PER_SLOT + 2 * state) * 5  # and a checkpoint: a second state
     assert default_count([model], budget) == 5
     assert default_count([model], budget - 1) == 4

@@ -92,6 +92,22 @@ def test_a_next_turn_that_renders_the_prompts_end_anew_is_prefilled_from_its_che
     assert second == greedy_alone(target, turn, 12)
 
 
+def test_a_turn_that_continued_past_its_checkpoint_point_keeps_one_where_it_started(target):
+    """A next turn that reuses more than its own prompt's end (little was added) keeps its checkpoint
+    where its prefill started, so the turn after it does not fall back to an older one."""
+    engine = Engine(target, ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), VOCAB),
+                    eos_token_ids=[])
+    config = GenerationConfig(max_tokens=10, policy=DraftPolicy(num_draft=3))
+    first = [e.token for e in engine.generate(PROMPT, config).token_events()]
+    turn = PROMPT + first + [6]
+    start = engine.reusable(turn)
+    assert start >= len(turn) - RENDERED_AGAIN  # past where its own checkpoint would go
+    second = [e.token for e in engine.generate(turn, config).token_events()]
+    third = turn[:-1] + [7] + second
+    assert engine.reusable(third) == start
+    assert [e.token for e in engine.generate(third, config).token_events()] == greedy_alone(target, third, 10)
+
+
 def test_without_a_drafter(target):
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
     assert [e.token for e in engine.generate(PROMPT, GenerationConfig(max_tokens=16)).token_events()] == \

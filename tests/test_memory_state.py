@@ -125,7 +125,7 @@ def test_the_native_mtp_layers_cache_is_what_their_drafter_reports():
 
 def test_the_figure_adds_context_rewind_and_mtp_layers():
     s = shapes(qwen_config(mtp=1))
-    kept = KEPT_FORWARDS * (s.recurrent + 5 * s.record_per_token)
+    kept = KEPT_FORWARDS * (s.recurrent + 5 * s.record_per_token) + s.recurrent  # and the checkpoint
     assert state_bytes(qwen_config(mtp=1), context=100, num_draft=4) == (
         (s.kv_per_token + s.mtp_kv_per_token) * 100 + s.recurrent + kept)
     assert state_bytes(qwen_config(mtp=1), context=100, num_draft=4, rows=3) == 3 * state_bytes(
@@ -138,3 +138,23 @@ def test_an_architecture_it_does_not_read_adds_nothing():
     assert state_bytes({"model_type": "qwen2"}) == 0 == state_bytes({})
     assert state_bytes({"model_type": "qwen3_5", "text_config": {"hidden_size": 64}}) == 0  # mlx-lm refuses it at load
     assert memory_state.CONTEXT > 0
+
+
+def test_what_an_engines_caches_hold_after_rounds_is_within_the_figure(pair):
+    """After a generation (marks, records and the prompt's checkpoint held), the caches hold at most
+    what `state_bytes` counts for their length, and at least the state and checkpoint."""
+    from specmlx.cache import cache_length, held_bytes
+    from specmlx.drafters import ModelDrafter
+    from specmlx.engine import Engine, GenerationConfig
+    from specmlx.policy import DraftPolicy
+
+    from . import tiny
+
+    config, model = pair
+    engine = Engine(model, ModelDrafter(tiny.perturbed(model, model.args, noise=0.3, seed=3), VOCAB), eos_token_ids=[])
+    prompt = [(5 * i) % VOCAB for i in range(40)]
+    list(engine.generate(prompt, GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=4))))
+    s = shapes(config)
+    held = held_bytes(engine.cache)
+    assert s.kv_per_token * cache_length(engine.cache) + 2 * s.recurrent <= held
+    assert held <= state_bytes(config, context=cache_length(engine.cache), num_draft=4)

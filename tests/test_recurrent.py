@@ -161,3 +161,31 @@ def test_a_generation_that_ends_inside_a_round_leaves_the_committed_tokens(pair)
     assert len(PROMPT) + len(out) <= engine.cache_length() <= len(committed)
     assert_holds(target, engine.cache, committed[: engine.cache_length()])
     assert_holds(target, engine.drafter.cache, committed[: cache_length(engine.drafter.cache)])
+
+
+@pytest.mark.parametrize("build", ["qwen3_5_9b", "nemotron_h_8b"])
+def test_what_a_cache_holds_after_rounds_is_what_dropping_it_frees_without_the_cycle_collector(build, monkeypatch):
+    """Marks keep states and records, and `held_bytes` counts them (a server's memory cap reads it);
+    the records keep their cache only weakly, so dropping an engine frees its recurrent layers at once.
+    At real state shapes (the rewind bench's models, narrowed), so that the states dwarf the rest."""
+    import gc
+
+    from specmlx.bench import rewind as shapes
+
+    monkeypatch.setattr(shapes, "VOCAB", VOCAB)
+    mx.random.seed(0)
+    target = getattr(shapes, build)(hidden=64, **({"layers": 4} if build == "qwen3_5_9b" else {}))
+    engine = Engine(target, ModelDrafter(target, VOCAB), eos_token_ids=[])
+    list(engine.generate(PROMPT, GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=3))))
+    mx.eval([c.state for c in (*engine.cache, *engine.drafter.cache)])  # the last rewind's replay is lazy
+    held = held_bytes(engine.cache) + held_bytes(engine.drafter.cache)
+    assert max(len(layer._marks) for layer in engine.cache if isinstance(layer, RecurrentCache)) >= 2
+    gc.collect()
+    gc.disable()
+    try:
+        before = mx.get_active_memory()
+        del engine
+        freed = before - mx.get_active_memory()
+    finally:
+        gc.enable()
+    assert abs(freed - held) <= 0.02 * held

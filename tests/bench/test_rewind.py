@@ -19,7 +19,6 @@ def test_the_record_a_position_is_what_each_gated_deltanet_layers_sub_modules_re
     assert abs(costs.record_per_position - 3 * per_layer * 4) <= 0.05 * 3 * per_layer * 4
     assert costs.kept_state == 3 * 4 * (value_heads * 128 * 128 + 3 * (2 * keys + values))
     assert abs(costs.kept_else) <= 0.01 * costs.kept_state  # a Gated DeltaNet forward keeps nothing else
-    assert 0 < costs.rewind_ms and 0 < costs.replay_ms and 0 < costs.plain_ms
 
 
 def test_a_mamba2_forward_keeps_only_its_record_and_one_state(monkeypatch):
