@@ -83,6 +83,8 @@ def _replay(mixer: nn.Module, kept: dict[str, list[mx.array]], args: tuple, kwar
     x = args[0][:, :n] if rows is None else args[0][rows, :n]
     if mask is not None:
         bound = inspect.signature(mixer).bind(x, *args[1:], **kwargs)
+        if "mask" not in inspect.signature(mixer).parameters:  # else the rows would replay past their lengths
+            raise SpecmlxError(f"cannot replay {type(mixer).__name__} row by row: it takes no `mask`")
         bound.arguments["mask"] = mask
         args, kwargs = bound.args, bound.kwargs
     else:

@@ -91,3 +91,14 @@ def test_the_model_is_left_as_it_was_after_a_failed_record():
     with pytest.raises(SpecmlxError):
         forward(model, [RecurrentCache(1)], 3)
     assert model.model.layers[0] is layer and layer.mixer.proj is proj
+
+
+def test_a_row_by_row_replay_of_a_mixer_that_takes_no_mask_is_refused_not_run_unmasked():
+    from specmlx.replay import _replay
+
+    class NoMask(nn.Module):
+        def __call__(self, x, cache=None):
+            raise AssertionError("replayed without its rows' mask")
+
+    with pytest.raises(SpecmlxError, match="cannot replay NoMask row by row: it takes no `mask`"):
+        _replay(NoMask(), {}, (mx.zeros((2, 3, 4)),), {"cache": None}, 2, mask=mx.ones((2, 2), dtype=mx.bool_))
