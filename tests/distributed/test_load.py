@@ -38,5 +38,5 @@ def test_a_hybrid_target_is_refused_in_one_line(tmp_path, tokenizer, vocab):
 
     path = tiny_hybrid.save_qwen3_5(tiny_hybrid.tiny_qwen3_5(vocab, seed=0), vocab, tokenizer, tmp_path / "q35")
     with pytest.raises(SpecmlxError, match=r"^--distributed: targets with recurrent layers \(qwen3_5\) are not "
-                       r"supported yet; a single stream \(`specmlx generate`\) runs them$"):
+                       r"supported yet; one process runs them \(`specmlx generate`, `serve`, the chat app\)$"):
         sharding_of(path)
