@@ -14,7 +14,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
 
 from .errors import SpecmlxError
-from .recurrent import RENDERED_AGAIN, RecurrentCache, reachable, rewindable
+from .recurrent import RENDERED_AGAIN, RecurrentCache, is_recurrent, reachable, rewindable
 
 PREFILL_STEP = 512
 
@@ -65,7 +65,7 @@ def cache_length(cache: list[Any]) -> int:
 
 def held_bytes(cache: list[Any]) -> int:
     """What the cache's layers hold in memory now (a recurrent layer: its state and checkpoint)."""
-    return sum(layer.nbytes for layer in cache if getattr(layer, "keys", None) is not None or hasattr(layer, "reachable"))
+    return sum(layer.nbytes for layer in cache if getattr(layer, "keys", None) is not None or is_recurrent(layer))
 
 
 def bytes_per_position(cache: list[Any]) -> int:
@@ -82,7 +82,7 @@ def kv_bytes_per_token(model: nn.Module) -> int:
 
 def recurrent_bytes(model: nn.Module) -> int:
     """What a model's recurrent layers hold at any length (0 for a transformer), from shapes alone."""
-    return sum(slot.nbytes for layer in _one_token(model) if hasattr(layer, "reachable")
+    return sum(slot.nbytes for layer in _one_token(model) if is_recurrent(layer)
                for slot in layer.cache if slot is not None)
 
 
@@ -97,23 +97,32 @@ def rewind(cache: list[Any], length: int) -> None:
     """Keep only the first `length` tokens; a no-op if it holds fewer. A recurrent layer may reach
     only fewer (`recurrent.reachable`): then every layer holds that many, and the caller feeds the rest."""
     held = cache_length(cache)
-    length = reachable(cache, min(length, held))
-    if length < held or rewindable(cache):  # a recurrent layer drops its marks even at its own length
+    recurrent = [layer for layer in cache if is_recurrent(layer)]  # one scan a round, in the hot path
+    length = reachable(recurrent, min(length, held)) if recurrent else min(length, held)
+    if length < held or recurrent:  # a recurrent layer drops its marks even at its own length
         for layer in cache:
             layer.trim(held - length)
 
 
 def clear(cache: list[Any]) -> None:
-    """Hold nothing: each layer lets go of its arrays (whoever else holds them keeps them)."""
+    """Hold nothing: each layer lets go of its arrays (whoever else holds them keeps them); a
+    recurrent layer keeps its checkpoint, for the positions it will hold again (a server slot)."""
     for layer in cache:
-        layer.keys = layer.values = None
-        layer.offset = 0
+        if is_recurrent(layer):
+            layer.hold([None] * len(layer.cache), 0)
+        else:
+            layer.keys = layer.values = None
+            layer.offset = 0
 
 
-def take_rows(cache: list[Any], rows: Sequence[KVCache]) -> None:
-    """Each layer holds its row's arrays and length in place of its own: O(1), nothing is copied."""
+def take_rows(cache: list[Any], rows: Sequence[Any]) -> None:
+    """Each layer holds its row's arrays (a recurrent layer: its state) and length in place of its
+    own: O(1), nothing is copied."""
     for layer, row in zip(cache, rows):
-        layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+        if is_recurrent(layer):
+            layer.hold(row.cache, row.offset)
+        else:
+            layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
 
 
 def copyable(cache: list[Any]) -> bool:

@@ -22,7 +22,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from ..cache import clear, take_rows
 from ..errors import SpecmlxError
-from ..recurrent import RecurrentCache
+from ..recurrent import RecurrentCache, is_recurrent
 from .recurrent import BatchRecurrentCache
 
 COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
@@ -48,12 +48,12 @@ class BatchCache:
 
     def join(self, cache: Sequence[Any], length: int) -> None:
         """Add a row holding the first `length` tokens of a single-row cache (copied)."""
-        if len(cache) != len(self.layers) or not all(type(c) is KVCache or _recurrent(c) for c in cache):
+        if len(cache) != len(self.layers) or not all(type(c) is KVCache or is_recurrent(c) for c in cache):
             raise SpecmlxError("only a target whose every layer keeps a plain KV cache or a recurrent state "
                                "can be batched")
         if not self.rows:
-            self.layers = [BatchRecurrentCache(len(c.cache)) if _recurrent(c) else BatchKVCache([]) for c in cache]
-        if any(_recurrent(c) != isinstance(layer, BatchRecurrentCache) for c, layer in zip(cache, self.layers)):
+            self.layers = [BatchRecurrentCache(len(c.cache)) if is_recurrent(c) else BatchKVCache([]) for c in cache]
+        if any(is_recurrent(c) != isinstance(layer, BatchRecurrentCache) for c, layer in zip(cache, self.layers)):
             raise SpecmlxError("a row's layers are not of the batch's kinds")
         for layer, one in zip(self.layers, cache):
             one.trim(max(one.offset - length, 0))
@@ -75,17 +75,11 @@ class BatchCache:
     def move_in(self, cache: Sequence[Any], length: int) -> None:
         """`join` a slot's single-row cache, which is then emptied: its rows live in the batch now."""
         self.join(cache, length)
-        clear([c for c in cache if not _recurrent(c)])
-        for c in filter(_recurrent, cache):
-            c.hold([None] * len(c.cache), 0)
+        clear(cache)
 
     def move_out(self, row: int, cache: Sequence[Any]) -> None:
         """Row `row` leaves (`leave`) into a slot's single-row cache, which holds what it held."""
-        for mine, theirs in zip(cache, self.leave(row)):
-            if _recurrent(mine):
-                mine.hold(theirs.cache, theirs.offset)
-            else:
-                take_rows([mine], [theirs])
+        take_rows(cache, self.leave(row))
 
     def leave(self, row: int) -> list[Any]:
         """Remove row `row`; its tokens come back as a single-row cache."""
@@ -148,11 +142,6 @@ class BatchCache:
     def view(self, row: "RowRef") -> list["RowView"]:
         """Each layer's cache as one row of it reads (what a Gemma 4 assistant attends over)."""
         return [RowView(self, i, row) for i in range(len(self.layers))]
-
-
-def _recurrent(layer: Any) -> bool:
-    """Whether a single row's layer holds a recurrent state (`recurrent.RecurrentCache`)."""
-    return hasattr(layer, "hold")
 
 
 class RowRef:
