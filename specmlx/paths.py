@@ -52,4 +52,5 @@ def disk_cache_dir() -> Path:
     (~/Library/Caches/specmlx/prompt-cache on macOS, $XDG_CACHE_HOME/specmlx/prompt-cache on Linux)."""
     if os.environ.get("SPECMLX_CACHE_DIR"):
         return Path(os.environ["SPECMLX_CACHE_DIR"]).expanduser()
-    return Path(platformdirs.user_cache_dir("specmlx", appauthor=False)) / "prompt-cache"  # beside fetched models (models_dir), never one of them
+    # Beside fetched models (models_dir in a wheel install), under a name no model folder takes.
+    return Path(platformdirs.user_cache_dir("specmlx", appauthor=False)) / "prompt-cache"
