@@ -116,28 +116,48 @@ CRASH = textwrap.dedent("""
     from specmlx.diskcache.blocks import chain
     from specmlx.diskcache.fingerprint import Fingerprint
     cache = module.DiskCache(sys.argv[1], cap_bytes=1 << 30)
-    if sys.argv[2] == "before-rename":
+    fp, moment, tokens = Fingerprint("models/tiny", "digest-1"), sys.argv[2], [int(t) for t in sys.argv[3:]]
+    cache.put("alice", fp, chain([1, 2, 3, 4])[0], {"x": mx.ones(4)})
+    if moment == "before-rename":
         module.os.replace = lambda *a: os._exit(9)
     else:
         cache.index.put = lambda *a: os._exit(9)
-    cache.put("alice", Fingerprint("models/tiny", "digest-1"), chain([1, 2, 3])[0], {"x": mx.ones(4)})
+    cache.put("alice", fp, chain(tokens)[0], {"x": mx.zeros(len(tokens))})
 """)
 
 
-@pytest.mark.parametrize("moment", ["before-rename", "before-index"])
-def test_a_process_killed_mid_write_leaves_no_entry(tmp_path, moment):
-    root = tmp_path / "kept"
+def crash(root: Path, moment: str, tokens: list[int]) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", CRASH, str(root), moment], env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", CRASH, str(root), moment, *map(str, tokens)], env=env, timeout=120)
     assert done.returncode == 9
-    left = [p for p in root.glob("*.safetensors")]
-    assert len(left) == 1  # the temporary file, or the renamed one never indexed
+
+
+def x_of(store: DiskCache, tokens: list[int]) -> list[list[float]]:
+    return [a["x"].tolist() for a in store.load("alice", FP, store.longest("alice", FP, tokens))]
+
+
+@pytest.mark.parametrize("moment", ["before-rename", "before-index"])
+def test_a_process_killed_writing_a_new_entry_leaves_none(tmp_path, moment):
+    """What was half done is never an entry, and is swept at a start once stale."""
+    root = tmp_path / "kept"
+    crash(root, moment, [1, 2, 3])
     store = DiskCache(root, cap_bytes=1 << 30)
-    assert store.longest("alice", FP, [1, 2, 3]) == [] and store.total_bytes() == 0
-    assert left[0].exists()  # young: another process may still be writing it
-    os.utime(left[0], (time.time() - STALE_S - 1,) * 2)
+    assert store.longest("alice", FP, [1, 2, 3]) == [] and x_of(store, [1, 2, 3, 4]) == [[1.0] * 4]
+    stray = sorted(set(root.glob("*.safetensors")) - {root / e.file for e in store.longest("alice", FP, [1, 2, 3, 4])})
+    assert len(stray) == 1  # the temporary file, or the renamed one never indexed
+    assert DiskCache(root, cap_bytes=1 << 30) and stray[0].exists()  # young: another process may be writing it
+    os.utime(stray[0], (time.time() - STALE_S - 1,) * 2)
     DiskCache(root, cap_bytes=1 << 30)
-    assert not left[0].exists()  # stale: swept at the next start
+    assert not stray[0].exists()
+
+
+@pytest.mark.parametrize("moment, found", [("before-rename", [1.0] * 4), ("before-index", [0.0] * 4)])
+def test_a_process_killed_rewriting_an_entry_leaves_one_whole_version(tmp_path, moment, found):
+    """The entry's file is replaced whole or not at all: the old arrays, or the new (same block,
+    same weights), never a mix; before the rename nothing of the new write is visible."""
+    root = tmp_path / "kept"
+    crash(root, moment, [1, 2, 3, 4])
+    assert x_of(DiskCache(root, cap_bytes=1 << 30), [1, 2, 3, 4]) == [found]
 
 
 def test_the_cap_evicts_the_least_recently_used_first(tmp_path):
