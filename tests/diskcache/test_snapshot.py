@@ -16,6 +16,7 @@ from specmlx.drafters.history import HiddenHistory
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.policy import DraftPolicy
+from specmlx.recurrent import RENDERED_AGAIN
 
 from .. import tiny, tiny_hybrid
 from ..test_engine_hybrid import greedy_alone
@@ -123,3 +124,19 @@ def test_hidden_state_rows_come_back_as_they_were():
     again = HiddenHistory()
     again.observe(0, restore_rows(blocks))
     assert again.length == 300 and mx.array_equal(again.rows(0, 300), rows).item()
+
+
+def test_a_next_turn_that_renders_the_prompts_end_anew_restores_up_to_the_checkpoint(target, answered):
+    """A chat's next turn renders the prompt's last tokens anew (`recurrent.RENDERED_AGAIN`): a hybrid's
+    state at the conversation's end is of no use to it, its checkpoint's is. A chain cut there (its
+    last, partial block ending at the checkpoint) restores it, and greedy is the target's alone."""
+    engine, tokens = answered
+    at = len(PROMPT) - RENDERED_AGAIN
+    blocks = [capture(engine.cache, b.start, b.end) for b in chain(tokens[:at])]
+    fresh = Engine(target, NoDrafter(), eos_token_ids=[])
+    assert restorable(fresh.cache, blocks) == len(blocks)
+    turn = PROMPT[:at] + [9, 9, 2] + tokens[len(PROMPT):] + [6, 6]  # the end rendered anew, then the answer
+    fresh.context = turn[: restore(fresh.cache, blocks)]
+    assert fresh.reusable(turn) == at
+    answer = [e.token for e in fresh.generate(turn, CONFIG).token_events()]
+    assert answer == greedy_alone(target, turn, CONFIG.max_tokens)
