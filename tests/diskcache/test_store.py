@@ -160,6 +160,14 @@ def test_a_process_killed_rewriting_an_entry_leaves_one_whole_version(tmp_path, 
     assert x_of(DiskCache(root, cap_bytes=1 << 30), [1, 2, 3, 4]) == [found]
 
 
+def test_a_write_that_fails_leaves_nothing(store, monkeypatch):
+    """A full disk (here: the flush fails): the error is raised, no file and no entry stay."""
+    monkeypatch.setattr("specmlx.diskcache.store._flush", lambda path: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        keep(store)
+    assert list(store.root.glob("*.safetensors")) == [] and store.total_bytes() == 0
+
+
 def test_the_cap_evicts_the_least_recently_used_first(tmp_path):
     blocks = chain(TOKENS)
     size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], arrays_of(blocks[0])).nbytes
