@@ -56,10 +56,14 @@ class DiskCache:
         name = hashlib.sha256("\0".join((owner, fp.model, block.hash)).encode()).hexdigest() + SUFFIX
         metadata = {"owner": owner, "model": fp.model, "hash": block.hash, "fingerprint": fp.digest}
         temporary = self.root / f"{TEMPORARY}{uuid.uuid4().hex}{SUFFIX}"
-        mx.save_safetensors(str(temporary), dict(arrays), metadata=metadata)
-        os.chmod(temporary, 0o600)
-        _flush(temporary)
-        os.replace(temporary, self.root / name)
+        try:
+            mx.save_safetensors(str(temporary), dict(arrays), metadata=metadata)
+            os.chmod(temporary, 0o600)
+            _flush(temporary)
+            os.replace(temporary, self.root / name)
+        except BaseException:  # a full disk, an interrupt: nothing of this write stays
+            temporary.unlink(missing_ok=True)
+            raise
         entry = Entry(owner, fp.model, block.hash, block.parent, block.start, len(block.tokens),
                       (self.root / name).stat().st_size, self._tick(), fp.digest, name)
         self.index.put(entry)
