@@ -1,5 +1,5 @@
 """Where specmlx keeps things on this machine: the data directory (history,
-log), fetched models, and the source checkout it may run from.
+log), fetched models, the prompt cache on disk, and the source checkout it may run from.
 
 A leaf: it imports nothing of specmlx, so any module may ask it.
 """
@@ -45,3 +45,12 @@ def models_dir() -> Path:
     if root is not None:
         return root / "models"
     return Path(platformdirs.user_cache_dir("specmlx", appauthor=False))
+
+
+def disk_cache_dir() -> Path:
+    """Where kept prompts' caches live on disk: $SPECMLX_CACHE_DIR, else the platform's user cache
+    (~/Library/Caches/specmlx/prompt-cache on macOS, $XDG_CACHE_HOME/specmlx/prompt-cache on Linux)."""
+    if os.environ.get("SPECMLX_CACHE_DIR"):
+        return Path(os.environ["SPECMLX_CACHE_DIR"]).expanduser()
+    # Beside fetched models (models_dir in a wheel install), under a name no model folder takes.
+    return Path(platformdirs.user_cache_dir("specmlx", appauthor=False)) / "prompt-cache"

@@ -79,6 +79,14 @@ class RecurrentCache(ArraysCache):
         """Keep the state now held, for a later rewind to this length (one checkpoint: the last)."""
         self._checkpoint = Mark(self.offset, tuple(self.cache))
 
+    def state_at(self, length: int) -> tuple | None:
+        """The state after exactly `length` positions, where one is held (now, a mark, the
+        checkpoint) without a replay; else None. Kept by reference: MLX arrays are immutable."""
+        if length == self.offset:
+            return tuple(self.cache)
+        kept = (*self._marks, *((self._checkpoint,) if self._checkpoint is not None else ()))
+        return next((m.slots for m in kept if m.offset == length), None)
+
     @property
     def nbytes(self) -> int:
         """The state, and what is kept to rewind it: the marks' states and records, the checkpoint."""

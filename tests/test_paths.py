@@ -93,3 +93,12 @@ def test_specmlx_models_wins_over_checkout_and_cache(monkeypatch, tmp_path):
     assert paths.models_dir() == tmp_path / "mine"  # in this checkout
     installed_elsewhere(monkeypatch, tmp_path)
     assert paths.models_dir() == tmp_path / "mine"  # installed
+
+
+def test_the_disk_cache_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECMLX_CACHE_DIR", str(tmp_path / "kept"))
+    assert paths.disk_cache_dir() == tmp_path / "kept"
+    monkeypatch.delenv("SPECMLX_CACHE_DIR")
+    if sys.platform.startswith("linux"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        assert paths.disk_cache_dir() == tmp_path / "xdg" / "specmlx" / "prompt-cache"

@@ -1,0 +1,163 @@
+"""The prompt cache on disk: named MLX arrays per block of a conversation, found by owner, model
+and chain hash (`blocks.py`), in a folder only this user can read.
+
+Safe by construction:
+- files 0600 in a 0700 folder; an entry is read only for the owner (an API key's id) that wrote it;
+- each entry's arrays are one safetensors file, written under a temporary name, flushed, then renamed,
+  and only then indexed: a crash leaves a stray file (swept at the next start), never half an entry;
+- an entry of another version of the model's weights (its fingerprint), or whose file is missing,
+  truncated, unreadable or not the one indexed, is skipped with one line in the log and removed;
+- the total is capped: least recently used entries go first.
+No pickle: safetensors holds arrays and string metadata only.
+
+The store knows nothing of caches: it keeps `dict[str, mx.array]`; `snapshot.py` makes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import mlx.core as mx
+
+from .blocks import BLOCK, ROOT, Block, block_hash
+from .fingerprint import Fingerprint
+from .index import Entry, Index
+
+log = logging.getLogger("specmlx.diskcache")
+
+SUFFIX = ".safetensors"
+TEMPORARY = "tmp-"  # a file being written; one older than STALE_S was left by a crash
+STALE_S = 600  # long enough that another process's write in progress is never swept
+
+
+class DiskCache:
+    """Blocks' arrays on disk under `root`, at most `cap_bytes` in all."""
+
+    def __init__(self, root: Path, cap_bytes: int) -> None:
+        self.root = Path(root)
+        self.cap_bytes = cap_bytes
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)  # mkdir's mode is cut by the umask, and an old folder keeps its own
+        self.index = Index(self.root / "index.sqlite")
+        for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
+            if (self.root / name).exists():
+                os.chmod(self.root / name, 0o600)
+        self._clock = self.index.latest()
+        self.sweep()
+
+    def put(self, owner: str, fp: Fingerprint, block: Block, arrays: Mapping[str, mx.array]) -> Entry:
+        """Keep `arrays` as `owner`'s `block`, for the model `fp` names; then evict down to the cap."""
+        name = hashlib.sha256("\0".join((owner, fp.model, block.hash)).encode()).hexdigest() + SUFFIX
+        metadata = {"owner": owner, "model": fp.model, "hash": block.hash, "fingerprint": fp.digest}
+        temporary = self.root / f"{TEMPORARY}{uuid.uuid4().hex}{SUFFIX}"
+        try:
+            mx.save_safetensors(str(temporary), dict(arrays), metadata=metadata)
+            os.chmod(temporary, 0o600)
+            _flush(temporary)
+            os.replace(temporary, self.root / name)
+        except BaseException:  # a full disk, an interrupt: nothing of this write stays
+            temporary.unlink(missing_ok=True)
+            raise
+        entry = Entry(owner, fp.model, block.hash, block.parent, block.start, len(block.tokens),
+                      (self.root / name).stat().st_size, self._tick(), fp.digest, name)
+        self.index.put(entry)
+        self.evict()
+        return entry
+
+    def longest(self, owner: str, fp: Fingerprint, tokens: Sequence[int], size: int = BLOCK) -> list[Entry]:
+        """The entries, in order, that hold the longest prefix of `tokens` kept for `owner`: whole
+        blocks by their hashes, then the longest partial block that continues them. Index only: a
+        file may still fail to `load`."""
+        found: list[Entry] = []
+        parent, start = ROOT, 0
+        while start < len(tokens):
+            entry = self.index.get(owner, fp.model, block_hash(parent, tokens[start : start + size]))
+            if entry is None or entry.length < size:  # a partial block: among the children below
+                break
+            found.append(entry)
+            parent, start = entry.hash, entry.end
+        for child in self.index.children(owner, fp.model, parent):
+            if child.end <= len(tokens) and child.hash == block_hash(parent, tokens[start : child.end]):
+                found.append(child)
+                break
+        return found
+
+    def load(self, owner: str, fp: Fingerprint, entries: Sequence[Entry]) -> list[dict[str, mx.array]]:
+        """Each entry's arrays, in order, up to the first that cannot be used (skipped and removed)."""
+        loaded: list[dict[str, mx.array]] = []
+        for entry in entries:
+            arrays = self._read(owner, fp, entry)
+            if arrays is None:
+                break
+            loaded.append(arrays)
+        self.index.touch(list(entries[: len(loaded)]), self._tick())
+        return loaded
+
+    def _read(self, owner: str, fp: Fingerprint, entry: Entry) -> dict[str, mx.array] | None:
+        if entry.owner != owner or entry.model != fp.model:
+            raise ValueError("an entry is read only for the owner and model it was written for")
+        if entry.fingerprint != fp.digest:
+            return self._drop(entry, "written for another version of the model's weights or of specmlx")
+        path = self.root / entry.file
+        if not path.is_file() or path.stat().st_size != entry.nbytes:
+            return self._drop(entry, "its file is missing or not of the size written")
+        try:
+            arrays, metadata = mx.load(str(path), return_metadata=True)
+            mx.eval(list(arrays.values()))
+        except (RuntimeError, ValueError, OSError) as err:
+            return self._drop(entry, f"its file cannot be read ({str(err).splitlines()[0]})")
+        if metadata != {"owner": owner, "model": fp.model, "hash": entry.hash, "fingerprint": fp.digest}:
+            return self._drop(entry, "its file is not the one indexed")
+        return arrays
+
+    def _drop(self, entry: Entry, why: str) -> None:
+        log.warning("disk cache: skipped and removed the block at positions %d..%d (%s): %s",
+                    entry.start, entry.end - 1, entry.file, why)
+        self.remove(entry)
+
+    def remove(self, entry: Entry) -> None:
+        self.index.remove(entry)
+        (self.root / entry.file).unlink(missing_ok=True)
+
+    def evict(self) -> None:
+        """Remove least recently used entries until the total fits the cap."""
+        total = self.index.total_bytes()
+        for entry in self.index.oldest():
+            if total <= self.cap_bytes:
+                return
+            self.remove(entry)
+            total -= entry.nbytes
+
+    def sweep(self) -> None:
+        """Remove what a crash left: a temporary file, or a renamed one never indexed (both stale)."""
+        indexed = self.index.files()
+        stale = time.time() - STALE_S
+        for path in self.root.glob(f"*{SUFFIX}"):
+            if path.name not in indexed and path.stat().st_mtime < stale:
+                path.unlink(missing_ok=True)
+
+    def total_bytes(self) -> int:
+        return self.index.total_bytes()
+
+    def close(self) -> None:
+        self.index.close()
+
+    def _tick(self) -> int:
+        """A use's time for eviction's order: nanoseconds, strictly increasing within this process."""
+        self._clock = max(time.time_ns(), self._clock + 1)
+        return self._clock
+
+
+def _flush(path: Path) -> None:
+    """Make the file's bytes durable before its rename makes it an entry (a crashed machine)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
