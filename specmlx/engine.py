@@ -10,14 +10,16 @@ nothing of ranks: a sharded target's lockstep comes in as its `peers`.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from .cache import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
-from .drafters import Drafter, missing_members, reads_hidden
+from .diskcache import snapshot
+from .diskcache.snapshot import TARGET, leading
+from .drafters import Drafter, keeps_on_disk, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
 from .errors import SpecmlxError
 from .generation import Generation
@@ -135,6 +137,35 @@ class Engine:
         self.context = source.context[:length]
         self.drafter.rewind(length)  # a drafter's copy past what the target's holds is dropped
         return length
+
+    def capture(self, start: int, end: int) -> dict[str, mx.array]:
+        """What the caches hold for positions start..end-1 as named arrays, for the prompt cache on disk
+        (`diskcache.snapshot`): the target's, and the drafter's in use where it keeps its own."""
+        arrays = snapshot.capture(self.cache, start, end, TARGET)
+        if keeps_on_disk(self.drafter):
+            arrays.update(self.drafter.capture(start, end, self._kept_as()))
+        return arrays
+
+    def restore(self, tokens: Sequence[int], blocks: Sequence[Mapping[str, mx.array]]) -> int:
+        """Hold the prefix of `tokens` that `blocks` (read from disk, from position 0) cover, in place of
+        what it holds, where that is more; how many positions it holds. A recurrent layer is restored
+        only from a block holding its state; a drafter reading hidden states only as far as its rows."""
+        count = len(blocks)
+        if self.reads_hidden:  # without its rows it cannot draft from what the target's cache holds
+            count = leading(blocks, self._kept_as()) if keeps_on_disk(self.drafter) else 0
+        count = snapshot.restorable(self.cache, blocks[:count], TARGET)
+        held = self.reusable(tokens)
+        if count == 0 or int(blocks[count - 1][f"{TARGET}.span"][1].item()) <= held:
+            return held
+        self.forget(0)
+        length = snapshot.restore(self.cache, blocks[:count], TARGET)
+        if keeps_on_disk(self.drafter):
+            self.drafter.restore(blocks[:count], self._kept_as())
+        self.context = list(tokens[:length])
+        return length
+
+    def _kept_as(self) -> str:
+        return f"drafter.{self.drafter.name}"
 
     def rewind(self, length: int) -> None:
         """Both caches hold the first `length` committed tokens at most: an O(1) offset move."""

@@ -47,10 +47,13 @@ def models_dir() -> Path:
     return Path(platformdirs.user_cache_dir("specmlx", appauthor=False))
 
 
+CACHE_DIR_ENV = "SPECMLX_CACHE_DIR"
+
+
 def disk_cache_dir() -> Path:
     """Where kept prompts' caches live on disk: $SPECMLX_CACHE_DIR, else the platform's user cache
     (~/Library/Caches/specmlx/prompt-cache on macOS, $XDG_CACHE_HOME/specmlx/prompt-cache on Linux)."""
-    if os.environ.get("SPECMLX_CACHE_DIR"):
-        return Path(os.environ["SPECMLX_CACHE_DIR"]).expanduser()
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
     # Beside fetched models (models_dir in a wheel install), under a name no model folder takes.
     return Path(platformdirs.user_cache_dir("specmlx", appauthor=False)) / "prompt-cache"

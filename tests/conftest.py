@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ SLOW = "slow"  # the xdist group of every real-model test
 
 
 def pytest_configure(config):
+    # A server a test starts keeps its prompt cache on disk: in a folder of the run's own, never the user's.
+    os.environ["SPECMLX_CACHE_DIR"] = tempfile.mkdtemp(prefix="specmlx-test-cache-")
     # xdist hands out the groups with the most tests first unless told otherwise: the slow group must lead.
     if getattr(config.option, "dist", None) == "loadgroup":
         config.option.loadscopereorder = False

@@ -20,9 +20,10 @@ from ..cache import cache_length
 from ..errors import SpecmlxError
 
 Arrays = dict[str, mx.array]
+TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name}`
 
 
-def capture(cache: list[Any], start: int, end: int, prefix: str = "target") -> Arrays:
+def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arrays:
     """Copies of what `cache` holds for positions `start`..`end - 1`; a recurrent layer's state only
     where it holds one at `end` (else the span cannot end a restored prefix: `restorable`)."""
     if not 0 <= start < end <= cache_length(cache):
@@ -42,7 +43,7 @@ def capture(cache: list[Any], start: int, end: int, prefix: str = "target") -> A
     return arrays
 
 
-def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = "target") -> int:
+def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
     """How many of `blocks` (from the first) `restore` can take: a recurrent layer is restored only
     from a block that holds its state, so the prefix ends at the last such block."""
     recurrent = [i for i, layer in enumerate(cache) if hasattr(layer, "state_at")]
@@ -52,7 +53,7 @@ def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefi
     return 0
 
 
-def restore(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = "target") -> int:
+def restore(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
     """Make `cache` hold the positions `blocks` cover, from position 0, in order; how many."""
     spans = [tuple(block[f"{prefix}.span"].tolist()) for block in blocks]
     if not spans or spans[0][0] != 0 or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
@@ -70,6 +71,12 @@ def restore(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: 
                                      for part in ("keys", "values")))
     mx.eval([layer.state for layer in cache])
     return length
+
+
+def leading(blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
+    """How many of `blocks`, from the first, hold arrays under `prefix` (a drafter's, kept beside
+    the target's only while that drafter was in use)."""
+    return next((n for n, block in enumerate(blocks) if f"{prefix}.span" not in block), len(blocks))
 
 
 def capture_rows(rows: mx.array, name: str = "hidden") -> Arrays:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -142,6 +142,22 @@ class HiddenDrafter(Drafter, Protocol):
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         """`hidden` (n, H): the target's final hidden states at positions start..start+n-1;
         `taps` (n, T, H): what enters each of `fused_layers` there (None when there are none)."""
+
+
+class KeepsOnDisk(Protocol):
+    """A drafter whose state the prompt cache on disk keeps beside the target's (`specmlx.diskcache`),
+    as named arrays under `prefix`, block by block. One without it keeps nothing there: one that holds
+    nothing, or catches up itself, loses nothing; one that reads hidden states then restores none."""
+
+    def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
+        """Copies of its state for positions start..end-1; empty where it does not hold them all."""
+
+    def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
+        """Hold what `blocks` (from position 0) keep under `prefix`, in place of its own; how many positions."""
+
+
+def keeps_on_disk(drafter: Drafter) -> bool:
+    return hasattr(drafter, "capture") and hasattr(drafter, "restore")
 
 
 class ModelDrafting(Drafter, Protocol):

@@ -22,7 +22,7 @@ cuts the hidden-state history.
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -117,6 +117,12 @@ class Gemma4AssistantDrafter(AlwaysMayPropose):
 
     def held_bytes(self) -> int:
         return self.history.nbytes
+
+    def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
+        return self.history.capture(start, end, prefix)
+
+    def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
+        return self.history.restore(blocks, prefix)
 
     def bytes_per_token(self, target: nn.Module) -> int:
         return one_row(target).nbytes  # a row a position; it reads the target's KV cache, keeping none

@@ -9,10 +9,13 @@ new prompt may reuse any prefix of the last one.
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 import mlx.core as mx
 import mlx.nn as nn
 
 from ..cache import make_cache
+from ..diskcache.snapshot import capture_rows, leading, restore_rows
 from ..errors import SpecmlxError
 from ..hidden import decoder
 
@@ -57,6 +60,23 @@ class HiddenHistory:
             mx.eval(rows)
             self.observe(0, rows)
         return length
+
+    def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
+        """Its rows for positions start..end-1, for the prompt cache on disk; none where it lacks them."""
+        if not 0 <= start < end <= self.length:
+            return {}
+        rows = capture_rows(self.rows(start, end), prefix)
+        mx.eval(list(rows.values()))
+        return {f"{prefix}.span": mx.array([start, end], dtype=mx.int32), **rows}
+
+    def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
+        """Hold the rows `blocks` (read from disk, from position 0) keep under `prefix`, in place of its
+        own; how many positions."""
+        self.rewind(0)
+        count = leading(blocks, prefix)
+        if count:
+            self.observe(0, restore_rows(blocks[:count], prefix))
+        return self.length
 
     @property
     def nbytes(self) -> int:

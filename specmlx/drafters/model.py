@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import cache_length, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill_prompt, rewind
+from ..cache import cache_length, clear, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill_prompt, rewind
+from ..diskcache.snapshot import capture, leading, restorable, restore
 from ..replay import recording
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
@@ -46,6 +47,15 @@ class ModelDrafter(AlwaysMayPropose):
 
     def held_bytes(self) -> int:
         return held_bytes(self.cache)
+
+    def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
+        # It may hold fewer positions than the target (it prefills lazily): then it keeps none.
+        return capture(self.cache, start, end, prefix) if end <= cache_length(self.cache) else {}
+
+    def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
+        clear(self.cache)
+        count = restorable(self.cache, blocks[: leading(blocks, prefix)], prefix)
+        return restore(self.cache, blocks[:count], prefix) if count else 0
 
     def bytes_per_token(self, target: nn.Module) -> int:
         return kv_bytes_per_token(self.model)

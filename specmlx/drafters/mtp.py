@@ -9,7 +9,7 @@ features. Those k-1 speculative entries are dropped before the next round.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -70,6 +70,13 @@ class MTPDrafter(AlwaysMayPropose):
 
     def held_bytes(self) -> int:
         return held_bytes(self.cache) + self.history.nbytes
+
+    def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
+        return self.history.capture(start, end, prefix)  # its own cache is rebuilt from them, as `adopt`'s is
+
+    def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
+        self.rewind(0)
+        return self.history.restore(blocks, prefix)
 
     def bytes_per_token(self, target: nn.Module) -> int:
         """A row of the target's a position, and its own cache's entry j: (embed(token j+1), hidden j)."""

@@ -123,5 +123,7 @@ class Batched:
         if failed is not None:
             self.ledger.fail(run.ticket, run.started, failed)
             return
-        self.ledger.end(run.ticket, run.started, Done(run.member.stats, run.member.tail, run.cached, run.queue_s))
+        self.ledger.end(run.ticket, run.started, Done(run.member.stats, run.member.tail, run.cached, run.queue_s,
+                                                      min(run.slot.from_disk, run.cached)))
+        self.slots.keep()  # once the answer is sent
         self.slots.trim(extra_bytes=self.batch.cache.nbytes)

@@ -15,12 +15,18 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
 import os
 import signal
+import sqlite3
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from ..cli import run_cli
+from ..diskcache.fingerprint import fingerprint
+from ..diskcache.keeper import Keeper
+from ..diskcache.store import DiskCache
 from ..distributed import Lockstep, lockstep_of
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
@@ -31,6 +37,7 @@ from ..errors import SpecmlxError
 from ..loading import load_models, ships_mtp
 from ..memory import GB
 from ..mlx_thread import MLXThread, closed_on_error
+from ..paths import CACHE_DIR_ENV, disk_cache_dir
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
                        sampling_params)
 from ..warmup import warm_up_at_load
@@ -39,6 +46,9 @@ from .run import Server, bind
 from .mirror import NO_MIRROR, Mirror
 from .builder import MAX_BATCH, Built, build
 from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
+
+# A Mac's disk holds far more than its memory: about ten agent sessions' prefixes of a 14B target.
+DISK_CACHE_GB = 20.0
 
 API_KEY_ENV = "SPECMLX_API_KEY"
 
@@ -70,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{MIN_SLOTS} to {MAX_SLOTS}, and at least --max-batch)")
     p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold: KV caches, "
                    "and the target's hidden states an MTP-style drafter keeps (default 4)")
+    p.add_argument("--disk-cache-gb", type=float, default=DISK_CACHE_GB, help="most disk the prompt cache may "
+                   "hold: kept prompts' caches, restored by a later request and after a restart; least recently "
+                   f"used go first; in ${CACHE_DIR_ENV} or the user cache folder (default {DISK_CACHE_GB:g})")
+    p.add_argument("--no-disk-cache", action="store_true", help="keep prompts' caches in memory only")
     p.add_argument("--max-tokens", type=int, default=512, help="tokens generated when a request does not say, "
                    "at most what the context window leaves (default 512)")
     p.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body accepted, in MiB; a "
@@ -136,6 +150,8 @@ def serve(args: argparse.Namespace) -> int:
     allowed = access(args, keys)
     defaults_policy, sampling = draft_policy(args), sampling_params(args)
     GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, policy=defaults_policy)  # checks them now
+    if args.disk_cache_gb <= 0 and not args.no_disk_cache:
+        raise SpecmlxError(f"--disk-cache-gb must be > 0, got {args.disk_cache_gb:g} (--no-disk-cache turns it off)")
     with joined(args) as group:
         # Rank 0 alone listens: a port in use is one line now, not after minutes of loading.
         sock = bind(args.host, args.port) if leads(group) else None
@@ -154,11 +170,28 @@ def serve(args: argparse.Namespace) -> int:
                      loaded.peers.one_process, say)
             lockstep = lockstep_of(loaded.peers)
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
+            disk = None if args.no_disk_cache or lockstep is not None else disk_cache(args, loaded.target.path)
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                          mirror=mirror, max_batch=args.max_batch)
+                          mirror=mirror, max_batch=args.max_batch, disk=disk)
         return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
+
+
+def disk_cache(args: argparse.Namespace, target: Path) -> Keeper:
+    """The prompt cache on disk for `target`'s weights, its lines (skipped entries) on stderr."""
+    log = logging.getLogger("specmlx.diskcache")
+    if not log.handlers:
+        line = logging.StreamHandler(sys.stderr)
+        line.setFormatter(logging.Formatter("specmlx serve: %(message)s"))
+        log.addHandler(line)
+    root = disk_cache_dir()
+    try:
+        store = DiskCache(root, int(args.disk_cache_gb * GB))
+    except (OSError, sqlite3.Error) as err:
+        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({err}); "
+                           f"set ${CACHE_DIR_ENV} to another folder, or --no-disk-cache") from None
+    return Keeper(store, fingerprint(target))
 
 
 def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror: Mirror, target, drafters,
@@ -175,6 +208,12 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
           + f"; {worker.slots.count} kept conversations", file=sys.stderr)
     if not is_loopback(args.host) and not keys:
         print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
+    disk = worker.slots.disk
+    if disk is not None:
+        print(f"prompt cache on disk: {disk.store.root} ({disk.store.total_bytes() / GB:.1f} of "
+              f"{disk.store.cap_bytes / GB:g} GB held)", file=sys.stderr)
+    elif lockstep is not None and not args.no_disk_cache:
+        print("note: the prompt cache on disk is off with --distributed", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
     server = Server(built.app, worker, args.log_level)
     worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again

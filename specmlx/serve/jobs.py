@@ -30,12 +30,13 @@ class Job:
 @dataclass(frozen=True)
 class Done:
     """A finished generation: its stats, the text the detokenizer held to the
-    end, how many prompt tokens a slot already held, and the wait in the queue."""
+    end, how many prompt tokens a slot already held (from memory or disk), and the wait in the queue."""
 
     stats: GenerationStats
     tail: str
     cached_tokens: int
     queue_s: float
+    disk_tokens: int = 0  # of `cached_tokens`, how many the prompt cache on disk held
 
 
 @dataclass(frozen=True)

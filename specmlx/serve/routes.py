@@ -10,6 +10,7 @@ the reply, streamed as Server-Sent Events or answered whole.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import threading
 from typing import Any, Callable
@@ -73,7 +74,7 @@ def given_key(request: Request) -> str | None:
 
 
 def authorized(request: Request) -> None:
-    """Let the request in, or 401; `request.state.owner` is then the index of its key (None without keys)."""
+    """Let the request in, or 401; `request.state.owner` is then its key's `owner_of` (None without keys)."""
     keys = serving(request).access.api_keys
     request.state.owner = None
     if not keys:
@@ -84,7 +85,13 @@ def authorized(request: Request) -> None:
     if given is None or not any(matches):
         raise APIError(401, "missing or incorrect API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
                        "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-    request.state.owner = matches.index(True)
+    request.state.owner = owner_of(keys[matches.index(True)])
+
+
+def owner_of(key: str) -> str:
+    """Whose caches a key's requests reuse: a digest of the key, the same across restarts and
+    whatever the order of `--api-key`s (the prompt cache on disk is read by it), never the key."""
+    return hashlib.sha256(b"specmlx owner\0" + key.encode()).hexdigest()[:32]
 
 
 open_routes = APIRouter()

@@ -51,6 +51,7 @@ class OneAtATime:
             self.ledger.fail(ticket, started, err, told=lost is not None)
             return
         self.ledger.end(ticket, started, done)
+        self.slots.keep()  # once the answer is sent
 
     def _generate(self, ticket: Ticket, queue_s: float) -> Done:
         job = ticket.job
@@ -70,4 +71,4 @@ class OneAtATime:
         finally:
             self.slots.release(slot)
             self.slots.trim(keep=slot)
-        return Done(run.stats, run.tail, cached, queue_s)
+        return Done(run.stats, run.tail, cached, queue_s, min(slot.from_disk, cached))

@@ -28,6 +28,11 @@ least recently used. So one-off requests take turns in the other slots, a
 short one does not push out a longer chat, and a conversation gone quiet
 makes room.
 
+With the prompt cache on disk (`disk`), a slot's caches are kept there block by block once it has
+answered, and a request whose prompt continues a prefix its owner kept (this process or an
+earlier one) has it restored into its slot rather than prefilled: any such request, not only one
+that continues a slot (`diskcache.keeper`).
+
 Slots belong to an owner (an API key): a request only continues, and so only
 reuses the cache of, what its own owner sent. What a cache holds shows in
 `cached_tokens` and in how fast a prompt is prefilled, so sharing one would let
@@ -45,6 +50,7 @@ from mlx_lm.utils import common_prefix_len
 
 from ..cache import held_bytes, kv_bytes_per_token, recurrent_bytes
 from ..drafters import Drafter
+from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
@@ -68,6 +74,8 @@ class Slot:
     owner: Hashable = None  # whose requests it serves (an API key's id; None without keys)
     asked: int = 0  # the length of the last prompt it served: a request that shares it all is its next turn
     busy: bool = False  # a request runs in it (taken, not yet released)
+    from_disk: int = 0  # of what its request's prompt found held, how many tokens came from disk
+    unkept: bool = False  # it answered since the disk last kept its caches
 
     def held_bytes(self) -> int:
         """The target's KV cache and what each drafter's state holds: its own KV cache, the target's
@@ -86,6 +94,7 @@ class Slots:
     max_bytes: int = 4 << 30
     mirror: Mirror = NO_MIRROR  # who else holds these slots (a sharded target's other ranks)
     autos: AutoDrafts = field(default_factory=AutoDrafts)  # the automatic draft lengths, shared by every slot
+    disk: Keeper | None = None  # the prompt cache on disk (None: off)
     _slots: list[Slot] = field(default_factory=list)
     _clock: int = 0
 
@@ -133,6 +142,7 @@ class Slots:
             copied = best.engine.adopt(source.engine, shared)
             if copied:
                 self.mirror.copied(self.index(source), self.index(best), copied)
+        best.from_disk = 0 if self.disk is None else self.disk.restore(best.engine, owner, prompt)
         return best
 
     def _cheapest(self, prompt: Sequence[int]) -> Slot:
@@ -146,8 +156,17 @@ class Slots:
     def release(self, slot: Slot, broken: bool = False) -> None:
         """The request in `slot` ended; a `broken` one (its request failed midway) is emptied."""
         slot.busy = False
+        slot.unkept = self.disk is not None and not broken
         if broken and slot in self._slots:
             self._empty(slot)
+
+    def keep(self) -> None:
+        """Hand what each free slot answered since it was last kept to the disk (`Keeper.keep`): called
+        once its answer is sent, and before a slot is emptied."""
+        for slot in self._slots:
+            if slot.unkept and not slot.busy:
+                slot.unkept = False
+                self.disk.keep(slot.engine, slot.owner, slot.asked)
 
     def _live(self, slot: Slot) -> bool:
         """A conversation (continued at least once) used within the last `LIVE_FOR` × `count` requests."""
@@ -155,6 +174,7 @@ class Slots:
 
     def _empty(self, slot: Slot) -> Slot:
         """Replace `slot` by a new, empty one (its caches are freed), as the mirror's too."""
+        self.keep()
         index = self._slots.index(slot)
         self._slots[index] = self._new()
         self.mirror.emptied(index)

@@ -86,3 +86,5 @@ class Worker:
         if self.lost is None:  # else the mirror's processes are gone, or wait in a collective
             self.mlx.call(self.mirror.end)
         self.mlx.close()
+        if self.slots.disk is not None:  # what is queued is written before the process ends
+            self.slots.disk.close()

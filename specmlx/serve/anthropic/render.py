@@ -101,16 +101,17 @@ class MessageReply:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
                 "stop_reason": stop, "stop_sequence": stop_sequence, "usage": usage}
 
-    def _usage(self, cached: int, output: int) -> dict:
+    def _usage(self, cached: int, output: int, disk: int = 0) -> dict:
         """Anthropic's usage: the prompt is `input_tokens` plus the `cache_read_input_tokens` a kept cache held
-        (nothing is written on request: the slots keep every prompt)."""
+        (nothing is written on request: the slots keep every prompt); `disk_read_input_tokens`, ours: how
+        many of those the prompt cache on disk held."""
         return {"input_tokens": self.input_tokens - cached, "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": cached, "output_tokens": output}
+                "cache_read_input_tokens": cached, "disk_read_input_tokens": disk, "output_tokens": output}
 
     def whole(self, said: Said, done: Done) -> dict:
         stop = stop_reason(said, done, self.window_bound)
         message = self._message([block(p) for p in said.pieces], stop, done.stats.stop or None,
-                                self._usage(done.cached_tokens, done.stats.generation_tokens))
+                                self._usage(done.cached_tokens, done.stats.generation_tokens, done.disk_tokens))
         return message | extras(done, self.sources, said.tokens)
 
     def first(self) -> str:
@@ -134,7 +135,7 @@ class MessageReply:
         out = [e for p in said.pieces for e in self.blocks.events(p)] + self.blocks.close()
         delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(said, done, self.window_bound),
                                                     "stop_sequence": done.stats.stop or None},
-                 "usage": self._usage(done.cached_tokens, done.stats.generation_tokens)}
+                 "usage": self._usage(done.cached_tokens, done.stats.generation_tokens, done.disk_tokens)}
         return "".join(typed_event(e) for e in out) + typed_event(delta | extras(done, self.sources)) + \
             typed_event({"type": "message_stop"})
 

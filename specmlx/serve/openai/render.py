@@ -86,7 +86,8 @@ class CompletionReply:
                      "rejected_prediction_tokens": max(s.prediction_tokens - s.prediction_accepted, 0)}
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
                 "total_tokens": self.prompt_tokens + generated,
-                "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+                # `disk_tokens`, ours: how many of the cached ones the prompt cache on disk held.
+                "prompt_tokens_details": {"cached_tokens": done.cached_tokens, "disk_tokens": done.disk_tokens},
                 "completion_tokens_details": predicted}
 
     # -- stream chunks (each an SSE `data:` line) -----------------------------

@@ -138,7 +138,8 @@ class ResponseReply:
     def usage(self, done: Done) -> dict:
         output = done.stats.generation_tokens
         return {"input_tokens": self.input_tokens,
-                "input_tokens_details": {"cached_tokens": done.cached_tokens, "cache_write_tokens": 0},
+                "input_tokens_details": {"cached_tokens": done.cached_tokens, "cache_write_tokens": 0,
+                                         "disk_tokens": done.disk_tokens},  # ours: of the cached, from disk
                 "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.input_tokens + output}
 

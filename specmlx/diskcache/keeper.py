@@ -1,0 +1,115 @@
+"""What ties engines to the prompt cache on disk: a later request restores what an earlier one kept.
+
+After each answer, `keep` copies the blocks of an engine's caches that the disk lacks (on the MLX
+thread: a memory copy, no forward) and hands them to a writer thread, so the answer never waits for
+the disk and a kept prefix is there within seconds of it: a killed process loses at most the turns
+still queued. Before a request, `restore` reads the longest prefix of its prompt that its owner kept,
+where that is more than the engine holds in memory.
+
+Which blocks an answer keeps: every whole block of what the caches hold, and two partial ones: the
+end of what they hold, and the prompt's end less the tokens a next turn may render anew
+(`RENDERED_AGAIN`). A hybrid target's recurrent state is kept only where its caches hold one (the
+end and the prompt's checkpoint), so its prefixes restore from those points.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Hashable, Mapping, Protocol, Sequence
+
+import mlx.core as mx
+
+from ..recurrent import RENDERED_AGAIN
+from .blocks import Block, chain
+from .fingerprint import Fingerprint
+from .store import DiskCache
+
+log = logging.getLogger("specmlx.diskcache")
+
+# A prompt holding fewer tokens past what memory holds is prefilled: reading a file costs more.
+MIN_GAIN = 16
+
+
+class Restorable(Protocol):
+    """What `Keeper` reads and writes of an engine (`specmlx.engine.Engine`)."""
+
+    context: list[int]
+
+    def cache_length(self) -> int: ...
+    def reusable(self, prompt: Sequence[int]) -> int: ...
+    def capture(self, start: int, end: int) -> dict[str, mx.array]: ...
+    def restore(self, tokens: Sequence[int], blocks: Sequence[Mapping[str, mx.array]]) -> int: ...
+
+
+@dataclass(frozen=True)
+class Write:
+    owner: str
+    block: Block
+    arrays: dict[str, mx.array]
+
+
+def owner_key(owner: Hashable) -> str:
+    """The owner's name on disk (an API key's digest: `serve.routes`), "" for a server without keys."""
+    return "" if owner is None else str(owner)
+
+
+class Keeper:
+    """`store`'s entries for the weights `fp` names, written by a thread of its own."""
+
+    def __init__(self, store: DiskCache, fp: Fingerprint) -> None:
+        self.store, self.fp = store, fp
+        self._queue: queue.Queue[Write | None] = queue.Queue()
+        self._queued: set[tuple[str, str]] = set()  # (owner, hash) queued and not yet written
+        self._writer = threading.Thread(target=self._write_all, name="disk-cache-writer", daemon=True)
+        self._writer.start()
+
+    def restore(self, engine: Restorable, owner: Hashable, prompt: Sequence[int]) -> int:
+        """Bring `engine` to hold the longest prefix of `prompt` its owner kept, where that is at least
+        `MIN_GAIN` tokens more than it holds; how many more it holds (0: none came from disk)."""
+        held = engine.reusable(prompt)
+        entries = self.store.longest(owner_key(owner), self.fp, prompt[: len(prompt) - 1])
+        if not entries or entries[-1].end < held + MIN_GAIN:
+            return 0
+        blocks = self.store.load(owner_key(owner), self.fp, entries)
+        if not blocks:
+            return 0
+        return max(0, engine.restore(prompt, blocks) - held)
+
+    def keep(self, engine: Restorable, owner: Hashable, asked: int) -> None:
+        """Queue the blocks of what `engine` holds that the disk lacks; `asked`: its last prompt's length."""
+        held = engine.cache_length()
+        tokens = engine.context[:held]
+        key = owner_key(owner)
+        ends = sorted({held, asked - min(RENDERED_AGAIN, asked // 2)} & set(range(1, held + 1)))
+        blocks = {b.hash: b for end in ends for b in chain(tokens[:end])}  # by hash: both ends' chains share whole blocks
+        for block in blocks.values():
+            if (key, block.hash) in self._queued or self.store.index.get(key, self.fp.model, block.hash):
+                continue
+            self._queued.add((key, block.hash))
+            self._queue.put(Write(key, block, engine.capture(block.start, block.end)))
+
+    def flush(self) -> None:
+        """Wait until every queued block is written (a test; shutdown)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer and close the index."""
+        self._queue.put(None)
+        self._writer.join()
+        self.store.close()
+
+    def _write_all(self) -> None:
+        while (write := self._queue.get()) is not None:
+            try:
+                self.store.put(write.owner, self.fp, write.block, write.arrays)
+            except Exception as err:  # noqa: BLE001 - a full disk loses this block, never an answer
+                log.warning("disk cache: a block at positions %d..%d was not written: %s",
+                            write.block.start, write.block.end - 1, str(err).splitlines()[0] if str(err) else err)
+            finally:
+                self._queued.discard((write.owner, write.block.hash))
+                self._queue.task_done()
+        self._queue.task_done()
+
