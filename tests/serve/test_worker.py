@@ -352,6 +352,8 @@ def test_closing_ends_the_mirror_unless_it_was_lost():
             self.closed = True
 
     class Pool:
+        disk = None  # no prompt cache on disk to close
+
         def __init__(self, mirror) -> None:
             self.mirror = mirror
 

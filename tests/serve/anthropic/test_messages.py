@@ -233,7 +233,7 @@ def test_text_around_calls_streams_as_blocks_in_order_and_whole_as_the_same_bloc
         ("text", "Let me look.", None), ("tool_use", None, {"city": "Paris", "days": 2}),
         ("tool_use", None, {"city": "Oslo", "days": 2}), ("text", " Done.", None)]
     assert whole["stop_reason"] == "tool_use" and whole["usage"] == {
-        "input_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": len(tokens)}
+        "input_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "disk_read_input_tokens": 0, "output_tokens": len(tokens)}
     reply, feed = MessageReply(MODEL, 9, False), Feed(reader())
     events = sse_events(reply.first() + "".join(reply.piece(feed.piece([t])) for t in tokens)
                         + reply.last(feed.last(done), done))

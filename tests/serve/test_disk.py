@@ -1,0 +1,198 @@
+"""The prompt cache on disk through the server: a conversation kept by one server is restored by the
+next on the same folder (in process, and a real `specmlx serve` killed with SIGKILL), counted as
+clients read it, for its own key alone, and never from a damaged entry or another model's; the
+answers are those of a server without it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from specmlx.diskcache.blocks import BLOCK
+from specmlx.diskcache.fingerprint import Fingerprint, fingerprint
+from specmlx.diskcache.keeper import Keeper
+from specmlx.diskcache.store import DiskCache
+from specmlx.serve.routes import owner_of
+
+from .conftest import MODEL, start
+
+SYSTEM = "You are a careful coding agent. Read files before editing them; run the tests after. " * 12
+FIRST = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What does add() return?"}]
+
+
+def ask(url: str, messages: list[dict], key: str | None = None) -> dict:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    reply = httpx.post(url + "/v1/chat/completions", headers=headers, timeout=120,
+                       json={"model": MODEL, "messages": messages, "max_tokens": 8, "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def next_turn(first: dict) -> list[dict]:
+    said = first["choices"][0]["message"]["content"]
+    return FIRST + [{"role": "assistant", "content": said}, {"role": "user", "content": "And sub()?"}]
+
+
+def keeper(root, target, digest: str | None = None) -> Keeper:
+    fp = fingerprint(target) if digest is None else Fingerprint(str(target.resolve()), digest)
+    return Keeper(DiskCache(root, 1 << 30), fp)
+
+
+def cached(reply: dict) -> tuple[int, int]:
+    details = reply["usage"]["prompt_tokens_details"]
+    return details["cached_tokens"], details["disk_tokens"]
+
+
+@pytest.fixture
+def logged():
+    """The disk cache's log lines (the `specmlx` logger does not propagate to pytest's capture)."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("specmlx.diskcache")
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def reference(loaded):
+    """Each turn's answer from a server without the disk cache, and the first turn's reply."""
+    background, _ = start(loaded)
+    with background as url:
+        first = ask(url, FIRST)
+        second = ask(url, next_turn(first))
+    return first, second
+
+
+def test_a_restarted_server_continues_from_disk(loaded, served_dirs, tmp_path, reference):
+    first, second = reference
+    kept = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=kept)
+    with background as url:
+        assert ask(url, FIRST)["choices"] == first["choices"]
+    kept.close()  # the server stopped: what was queued is written
+    assert DiskCache(tmp_path / "kept", 1 << 30).total_bytes() > 0
+    again = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=again)
+    with background as url:
+        reply = ask(url, next_turn(first))
+    background, _ = start(loaded, disk=again)  # restarted again: its slots are empty too
+    with background as url:
+        anthropic = httpx.post(url + "/v1/messages", timeout=120, json={
+            "model": MODEL, "system": SYSTEM, "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "What does add() return?"}]}).json()
+    again.close()
+    assert reply["choices"] == second["choices"]  # the answer of a server that prefilled it all
+    memory_or_disk, disk = cached(reply)
+    assert memory_or_disk == disk > BLOCK  # all of it from disk: this server's slots were empty
+    # A prompt rendered by another route shares the system prompt's blocks, if not its template's end.
+    assert anthropic["usage"]["cache_read_input_tokens"] == anthropic["usage"]["disk_read_input_tokens"] > 0
+
+
+def test_an_entry_is_read_only_for_the_key_that_wrote_it(loaded, served_dirs, tmp_path):
+    kept = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=kept, api_key=("key-a", "key-b"))
+    with background as url:
+        first = ask(url, FIRST, "key-a")
+    kept.flush()
+    owners = {row[0] for row in sqlite3.connect(tmp_path / "kept" / "index.sqlite").execute("SELECT owner FROM entries")}
+    assert owners == {owner_of("key-a")}  # a digest of the key, never the key
+    background, _ = start(loaded, disk=kept, api_key=("key-b", "key-a"))  # restarted, keys in another order
+    with background as url:
+        assert cached(ask(url, next_turn(first), "key-b")) == (0, 0)
+        assert cached(ask(url, next_turn(first), "key-a"))[1] > BLOCK
+    kept.close()
+
+
+def test_a_damaged_entry_or_another_models_is_skipped_and_the_answer_right(loaded, served_dirs, tmp_path,
+                                                                           reference, logged):
+    first, second = reference
+    kept = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=kept)
+    with background as url:
+        ask(url, FIRST)
+    kept.close()
+    other = keeper(tmp_path / "kept", served_dirs["target"], digest="weights-of-another-version")
+    background, _ = start(loaded, disk=other)
+    with background as url:
+        reply = ask(url, next_turn(first))
+    other.close()
+    assert cached(reply) == (0, 0) and reply["choices"] == second["choices"]
+    assert any("written for another version" in line for line in logged)
+
+    kept = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=kept)
+    with background as url:
+        ask(url, FIRST)
+    kept.flush()
+    files = sorted((tmp_path / "kept").glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    with open(files[-1], "r+b") as damaged:  # the largest: a whole block
+        damaged.seek(200)
+        damaged.write(b"\xff" * 64)
+    background, _ = start(loaded, disk=kept)
+    with background as url:
+        reply = ask(url, next_turn(first))
+    kept.close()
+    assert reply["choices"] == second["choices"]
+    assert cached(reply)[1] < BLOCK + 64  # the damaged block and what follows it were prefilled
+    assert any("cannot be read" in line or "not of the size" in line for line in logged)
+
+
+def test_a_server_killed_between_writes_restarts_from_what_was_written(served_dirs, tmp_path, reference):
+    first, second = reference
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "SPECMLX_CACHE_DIR": str(tmp_path / "kept")}
+
+    def serve() -> tuple[subprocess.Popen, str]:
+        proc = subprocess.Popen([sys.executable, "-m", "specmlx", "serve", "--target", str(served_dirs["target"]),
+                                 "--drafter", "ngram", "--port", "0"], stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True, env=env)
+        lines: list[str] = []
+        while not any(line.startswith("try: curl") for line in lines):
+            line = proc.stderr.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        assert any(line.startswith(f"prompt cache on disk: {tmp_path / 'kept'}") for line in lines)
+        return proc, re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1", "".join(lines)).group(1)
+
+    proc, url = serve()
+    try:
+        ask(url, FIRST)
+        deadline = time.monotonic() + 60  # the writer thread keeps it within seconds of the answer
+        while not _indexed(tmp_path / "kept") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ask(url, [FIRST[0], {"role": "user", "content": "Now something else entirely."}])
+        proc.send_signal(signal.SIGKILL)  # while the second answer's blocks may be being written
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert _indexed(tmp_path / "kept") > 0
+    proc, url = serve()
+    try:
+        reply = ask(url, next_turn(first))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert reply["choices"] == second["choices"]
+    assert cached(reply)[1] > BLOCK
+    assert all(mode & 0o777 == 0o600 for mode in (p.stat().st_mode for p in (tmp_path / "kept").iterdir()))
+    assert (tmp_path / "kept").stat().st_mode & 0o777 == 0o700
+
+
+def _indexed(root) -> int:
+    if not (root / "index.sqlite").exists():
+        return 0
+    with sqlite3.connect(root / "index.sqlite") as db:
+        return db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
