@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "or a drafter of the preset (e.g. mtp); "
                                           "default: the preset's drafter, or ngram with --target DIR")
     parser.add_argument("--system", default="", help="system prompt for new chats")
+    parser.add_argument("--no-disk-cache", action="store_true", help="keep chats' caches in memory only (default: "
+                        "kept on disk too, so a reopened chat continues without prefilling it again)")
     return parser
 
 
@@ -31,7 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_fast_blas()  # before MLX is imported (Linux CPU): may re-execute this process
     from .app import SpecApp
 
-    app = SpecApp(target=args.target or args.preset, drafter=args.drafter, system=args.system)
+    app = SpecApp(target=args.target or args.preset, drafter=args.drafter, system=args.system,
+                  disk_cache=not args.no_disk_cache)
     try:
         app.run()
     finally:

@@ -42,10 +42,10 @@ class SpecApp(App[int]):
     def __init__(
         self, *, target: str | None = None, drafter: str | None = None,
         engine_factory: EngineFactory | None = None, settings: ChatSettings | None = None,
-        system: str = "", data_dir: Path | None = None, cursor_blink: bool = True,
+        system: str = "", data_dir: Path | None = None, cursor_blink: bool = True, disk_cache: bool = True,
     ) -> None:
         super().__init__()
-        self.choice = ModelChoice(target, drafter)
+        self.choice = ModelChoice(target, drafter, disk_cache)
         self.engine_factory = engine_factory
         self.initial_settings = settings
         self.system = system
@@ -108,6 +108,8 @@ class SpecApp(App[int]):
     def close_resources(self) -> None:
         """End the MLX thread and close the history; safe to call twice."""
         self.mlx.close()
+        if self.chat is not None:
+            self.chat.session.close()
         if self.store is not None:
             self.store.close()
             self.store = None

@@ -12,11 +12,13 @@ from functools import partial
 from typing import Callable
 
 from specmlx import presets
+from specmlx.diskcache.keeper import DEFAULT_GB, open_keeper
 from specmlx.drafters import MTP, Drafter
 from specmlx.engine import Engine
 from specmlx.errors import SpecmlxError
 from specmlx.loading import LoadedModel, check_pair, load_drafter, load_pair, resolve_drafter, ships_mtp
 from specmlx.log import user_error
+from specmlx.memory import GB
 from specmlx.warmup import warm_up_at_load
 
 from .drafters import Loader
@@ -30,6 +32,7 @@ class ModelChoice:
 
     target: str | None = None
     drafter: str | None = None
+    disk_cache: bool = True  # keep the chat's caches on disk too (`specmlx.diskcache`)
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,15 @@ def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda s
     """Load the target and drafter and build the engine, reporting each step."""
     target, drafter = load_pair(choice.target, choice.drafter, progress)
     warm_up_at_load(target.model, [drafter], progress=progress)
+    disk = None
+    if choice.disk_cache:
+        try:
+            disk = open_keeper(target.path, int(DEFAULT_GB * GB))
+        except SpecmlxError as err:  # the chat works without it: say so and go on
+            progress(f"{err}; chats are kept in memory only")
     progress("ready")
     return Session(Engine(target.model, drafter, target.tokenizer), target_name=target.name,
-                   later=preset_drafters(choice.target or presets.default_preset_name(), target))
+                   later=preset_drafters(choice.target or presets.default_preset_name(), target), disk=disk)
 
 
 def preset_drafters(preset: str, target: LoadedModel) -> dict[str, Loader]:

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from jinja2 import TemplateError
 
 from specmlx.drafters import NONE
+from specmlx.diskcache.keeper import Keeper
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.events import RoundEvent
@@ -88,8 +89,11 @@ class Session:
     """
 
     def __init__(self, engine: Engine, *, target_name: str = "target",
-                 later: Mapping[str, Loader] | None = None) -> None:
+                 later: Mapping[str, Loader] | None = None, disk: Keeper | None = None) -> None:
+        """`disk`: the prompt cache on disk, which a reopened chat (in this run or a later one)
+        continues from, and each answer is kept in; None: memory only."""
         self.engine = engine
+        self.disk = disk
         self.target_name = target_name
         self.drafters = DrafterSet(engine.drafter, later)
         self.history: list[ChatMessage] = []
@@ -161,6 +165,8 @@ class Session:
             config = settings.generation_config(stop=() if self.has_chat_template else PLAIN_STOP)
             prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
             config = replace(config, max_tokens=max_tokens)
+            if self.disk is not None:
+                self.disk.restore(self.engine, None, prompt)
             generation = self.engine.generate(prompt, config)
         except Exception:
             # Not sent: a question with no answer would break the turn order
@@ -183,9 +189,17 @@ class Session:
             generation.close()  # the caches keep what was emitted
             # Even after a failure: the history keeps what was shown, as the stored chat does.
             self.history.append(ChatMessage("assistant", "".join(emitted) + generation.tail))
+            if self.disk is not None:  # written by its own thread: the answer is shown first
+                self.disk.keep(self.engine, None, len(prompt))
         answer = self.history[-1].content
         self._last = (prompt, config, generation.stats.generation_tokens)
         yield Finished(answer, generation.tail, generation.stats)
+
+    def close(self) -> None:
+        """Write what the disk cache has queued; safe to call twice."""
+        if self.disk is not None:
+            self.disk.close()
+            self.disk = None
 
     def measure_baseline(self, stop: Callable[[], bool] = lambda: False) -> Baseline:
         """Decode the last prompt again with no drafter, as many tokens as its

@@ -16,21 +16,27 @@ from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Hashable, Mapping, Protocol, Sequence
 
 import mlx.core as mx
 
+from ..errors import SpecmlxError
+from ..paths import CACHE_DIR_ENV, disk_cache_dir
 from ..recurrent import RENDERED_AGAIN
 from .blocks import Block, chain
-from .fingerprint import Fingerprint
+from .fingerprint import Fingerprint, fingerprint
 from .store import DiskCache
 
 log = logging.getLogger("specmlx.diskcache")
 
 # A prompt holding fewer tokens past what memory holds is prefilled: reading a file costs more.
 MIN_GAIN = 16
+# A Mac's disk holds far more than its memory: about ten agent sessions' prefixes of a 14B target.
+DEFAULT_GB = 20.0
 
 
 class Restorable(Protocol):
@@ -113,3 +119,14 @@ class Keeper:
                 self._queue.task_done()
         self._queue.task_done()
 
+
+
+def open_keeper(target: Path, cap_bytes: int) -> Keeper:
+    """The prompt cache on disk (`paths.disk_cache_dir`) for the weights in `target`, or one line why not."""
+    root = disk_cache_dir()
+    try:
+        store = DiskCache(root, cap_bytes)
+    except (OSError, sqlite3.Error) as err:
+        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({err}); "
+                           f"set ${CACHE_DIR_ENV} to another folder, or turn it off") from None
+    return Keeper(store, fingerprint(target))

@@ -18,15 +18,12 @@ import json
 import logging
 import os
 import signal
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from ..cli import run_cli
-from ..diskcache.fingerprint import fingerprint
-from ..diskcache.keeper import Keeper
-from ..diskcache.store import DiskCache
+from ..diskcache.keeper import DEFAULT_GB as DISK_CACHE_GB, Keeper, open_keeper
 from ..distributed import Lockstep, lockstep_of
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
@@ -37,7 +34,7 @@ from ..errors import SpecmlxError
 from ..loading import load_models, ships_mtp
 from ..memory import GB
 from ..mlx_thread import MLXThread, closed_on_error
-from ..paths import CACHE_DIR_ENV, disk_cache_dir
+from ..paths import CACHE_DIR_ENV
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
                        sampling_params)
 from ..warmup import warm_up_at_load
@@ -47,8 +44,6 @@ from .mirror import NO_MIRROR, Mirror
 from .builder import MAX_BATCH, Built, build
 from .slots import MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT
 
-# A Mac's disk holds far more than its memory: about ten agent sessions' prefixes of a 14B target.
-DISK_CACHE_GB = 20.0
 
 API_KEY_ENV = "SPECMLX_API_KEY"
 
@@ -185,13 +180,7 @@ def disk_cache(args: argparse.Namespace, target: Path) -> Keeper:
         line = logging.StreamHandler(sys.stderr)
         line.setFormatter(logging.Formatter("specmlx serve: %(message)s"))
         log.addHandler(line)
-    root = disk_cache_dir()
-    try:
-        store = DiskCache(root, int(args.disk_cache_gb * GB))
-    except (OSError, sqlite3.Error) as err:
-        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({err}); "
-                           f"set ${CACHE_DIR_ENV} to another folder, or --no-disk-cache") from None
-    return Keeper(store, fingerprint(target))
+    return open_keeper(target, int(args.disk_cache_gb * GB))
 
 
 def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror: Mirror, target, drafters,

@@ -9,6 +9,10 @@ from app.session import ChatMessage, Finished, Session, Started, Streamed, in_tu
 from app.settings import ChatSettings
 from specmlx.policy import DraftPolicy
 from specmlx.cache import cache_length
+from specmlx.diskcache.blocks import BLOCK
+from specmlx.diskcache.fingerprint import Fingerprint
+from specmlx.diskcache.keeper import Keeper
+from specmlx.diskcache.store import DiskCache
 from specmlx.drafters import NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
@@ -269,3 +273,24 @@ def test_a_hybrid_targets_turns_reuse_at_least_the_last_prompt_but_its_end_and_e
     last = session._last[0]
     expected = [e.token for e in plain.generate(last, GenerationConfig(max_tokens=24)).token_events()]
     assert [e.token for e in session.engine.tokens()] == expected
+
+
+def test_a_chat_reopened_in_a_new_session_continues_from_the_disk(tiny_engine, tmp_path):
+    """Close the app, open it again and reopen the chat: its prompt comes from the disk cache, not a
+    prefill, and the answer is the one a session without it gives."""
+    system = "You are a careful assistant who answers in one line. " * 12
+    settings = ChatSettings(max_tokens=8, system=system)
+    kept = Keeper(DiskCache(tmp_path / "kept", 1 << 30), Fingerprint("tiny", "v1"))
+    first = Session(tiny_engine(), disk=kept)
+    answer(first, "The quick brown fox", settings)
+    first.close()
+    history = list(first.history)
+    again = Session(tiny_engine(), disk=Keeper(DiskCache(tmp_path / "kept", 1 << 30), Fingerprint("tiny", "v1")))
+    again.reset(history)
+    started, *_, finished = answer(again, "jumps over the lazy dog", settings)
+    again.close()
+    plain = Session(tiny_engine())
+    plain.reset(history)
+    alone, *_, expected = answer(plain, "jumps over the lazy dog", settings)
+    assert alone.reused == 0 and started.reused > BLOCK  # the system prompt and the first turn, from disk
+    assert finished.text == expected.text
