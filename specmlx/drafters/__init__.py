@@ -1,11 +1,13 @@
-"""Drafters: a separate small LM, an MTP-style head, prompt lookup, or none."""
+"""Drafters: a separate small LM, an MTP-style head, prompt lookup, suffix lookup over a session, or none."""
 
-from .base import Draft, Drafter, HiddenDrafter, ModelDrafting, missing_members, reads_hidden
-from .labels import BUILTIN, MTP, NGRAM, NONE
+from .base import Draft, Drafter, HiddenDrafter, ModelDrafting, Remembers, missing_members, reads_hidden, tell_owner
+from .labels import BUILTIN, MTP, NGRAM, NONE, SUFFIX
 from .model import ModelDrafter
 from .ngram import PromptLookupDrafter
 from .none import NoDrafter
+from .suffix import SuffixDrafter
 
 
-__all__ = ["BUILTIN", "MTP", "NGRAM", "NONE", "Draft", "Drafter", "HiddenDrafter", "ModelDrafter", "ModelDrafting",
-           "NoDrafter", "PromptLookupDrafter", "missing_members", "reads_hidden"]
+__all__ = ["BUILTIN", "MTP", "NGRAM", "NONE", "SUFFIX", "Draft", "Drafter", "HiddenDrafter", "ModelDrafter",
+           "ModelDrafting", "NoDrafter", "PromptLookupDrafter", "Remembers", "SuffixDrafter", "missing_members",
+           "reads_hidden", "tell_owner"]
