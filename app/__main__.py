@@ -17,8 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--target", help="target model: a preset name, an MLX model directory or a Hugging Face "
                                          "repo id (default: the default preset)")
     source.add_argument("--preset", help="a preset name (specmlx models list); the same as --target NAME")
-    parser.add_argument("--drafter", help="drafter: a preset name, model directory or repo id, 'ngram', 'none', "
-                                          "or a drafter of the preset (e.g. mtp); "
+    parser.add_argument("--drafter", help="drafter: a preset name, model directory or repo id, 'ngram', 'suffix', "
+                                          "'none', or a drafter of the preset (e.g. mtp); "
                                           "default: the preset's drafter, or ngram with --target DIR")
     parser.add_argument("--system", default="", help="system prompt for new chats")
     parser.add_argument("--no-disk-cache", action="store_true", help="keep chats' caches in memory only (default: "

@@ -1,5 +1,6 @@
 """The drafters a chat offers: the one loaded with the target, the others of
-its preset (each loaded the first time it is chosen), prompt lookup and none.
+its preset (each loaded the first time it is chosen), prompt lookup and none (and suffix lookup when
+loaded with it).
 
 No Textual here; `drafter()` may load a model, so it runs on the MLX thread.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from specmlx.drafters import BUILTIN, NGRAM, NONE, Drafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters import BUILTIN, NGRAM, NONE, SUFFIX, Drafter, NoDrafter, PromptLookupDrafter
 from specmlx.errors import SpecmlxError
 
 Loader = Callable[[], Drafter]  # loads one drafter; raises SpecmlxError saying why not
@@ -24,7 +25,7 @@ class DrafterSet:
             self._loaded.setdefault(builtin.name, builtin)
         self._later = {name: load for name, load in (later or {}).items() if name not in self._loaded}
         models = [name for name in (loaded.name, *self._later) if name not in BUILTIN]
-        self.names: tuple[str, ...] = (*models, NGRAM, NONE)
+        self.names: tuple[str, ...] = (*models, NGRAM, *[SUFFIX][: SUFFIX in self._loaded], NONE)
 
     def is_loaded(self, name: str) -> bool:
         return name in self._loaded

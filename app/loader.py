@@ -91,7 +91,7 @@ def failure(err: BaseException, choice: ModelChoice) -> LoadFailure:
     commands.append("specmlx models list")
     commands += [
         "specmlx convert SOURCE --out DIR   # SOURCE: a GGUF file, a Hugging Face directory or repo id",
-        "specmlx-chat --target DIR [--drafter DIR|ngram|none]",
+        "specmlx-chat --target DIR [--drafter DIR|ngram|suffix|none]",
     ]
     return LoadFailure(message, tuple(commands))
 

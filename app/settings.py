@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specmlx.drafters import NGRAM, NONE
+from specmlx.drafters import NGRAM, NONE, SUFFIX
 from specmlx.engine import GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.policy import START_DRAFT, DraftPolicy
 from specmlx.sampling import SamplingParams
 
-BUILTIN_LABELS = {NGRAM: "prompt lookup", NONE: "none (plain decoding)"}
+BUILTIN_LABELS = {NGRAM: "prompt lookup", SUFFIX: "suffix lookup (this session)", NONE: "none (plain decoding)"}
 
 
 def read_policy(text: str) -> DraftPolicy:

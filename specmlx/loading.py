@@ -19,7 +19,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import mlx.nn as nn
 
 from .compat import check_compatible, check_vocab_fits
-from .drafters import BUILTIN, MTP, NGRAM, NONE, Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .drafters import (BUILTIN, MTP, NGRAM, NONE, SUFFIX, Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
+                       SuffixDrafter)
 from .drafters.gemma4_assistant import Gemma4AssistantDrafter
 from .drafters.mtp import MTPDrafter
 from .drafters.native_mtp import NativeMTPDrafter
@@ -34,7 +35,7 @@ from .peers import ALONE, Peers
 from .presets import default_preset_name, fetched_path, get_preset, is_preset
 from .vocab import vocab_size
 
-MODEL_DRAFTERS = "a preset name, model directory or repo id, 'ngram' or 'none'"
+MODEL_DRAFTERS = "a preset name, model directory or repo id, 'ngram', 'suffix' or 'none'"
 
 # Told each step of a load, as one line ("loading target ..."), for progress displays.
 Progress = Callable[[str], None]
@@ -97,7 +98,7 @@ def load(source: str, path: Path | None = None) -> LoadedModel:
 
 @dataclass(frozen=True)
 class DrafterSource:
-    """A drafter spec resolved against a target: `ngram`, `none`, or a model
+    """A drafter spec resolved against a target: `ngram`, `suffix`, `none`, or a model
     directory / repo id (`source`), and its display `name`."""
 
     source: str
@@ -140,9 +141,11 @@ def ships_mtp(target: str) -> bool:
 
 
 def load_drafter(drafter: DrafterSource, target: LoadedModel, path: Path | None = None) -> Drafter:
-    """`ngram`, `none`, an MTP-style head, or a model that shares the target's tokenizer."""
+    """`ngram`, `suffix`, `none`, an MTP-style head, or a model that shares the target's tokenizer."""
     if drafter.source == NGRAM:
         return PromptLookupDrafter()
+    if drafter.source == SUFFIX:
+        return SuffixDrafter()  # its instances (`fresh`) share one memory of the sessions
     if drafter.source == NONE:
         return NoDrafter()
     path = resolve(drafter.source) if path is None else path

@@ -102,7 +102,7 @@ def test_a_plain_prompts_answer_keeps_its_leading_space_and_a_chats_drops_it(cap
     assert chat["tokens"] == plain["tokens"] and chat["text"] == expected[1:]
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "none"])
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "none"])
 def test_plain_text_output_and_stats(capsys, model_dirs, drafter):
     code, out, err = cli(capsys, "--target", model_dirs["target"], "--drafter", drafter,
                          "--prompt", PROMPT, "--max-tokens", 10, "--chat", "--system", "be brief")

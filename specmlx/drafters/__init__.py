@@ -1,11 +1,14 @@
-"""Drafters: a separate small LM, an MTP-style head, prompt lookup, or none."""
+"""Drafters: a separate small LM, an MTP-style head, prompt lookup, suffix lookup over a session, or none."""
 
-from .base import Draft, Drafter, HiddenDrafter, KeepsOnDisk, ModelDrafting, keeps_on_disk, missing_members, reads_hidden
-from .labels import BUILTIN, MTP, NGRAM, NONE
+from .base import (Draft, Drafter, HiddenDrafter, KeepsOnDisk, ModelDrafting, Remembers, keeps_on_disk, missing_members,
+                   reads_hidden, tell_owner)
+from .labels import BUILTIN, MTP, NGRAM, NONE, SUFFIX
 from .model import ModelDrafter
 from .ngram import PromptLookupDrafter
 from .none import NoDrafter
+from .suffix import SuffixDrafter
 
 
-__all__ = ["BUILTIN", "MTP", "NGRAM", "NONE", "Draft", "Drafter", "HiddenDrafter", "KeepsOnDisk", "ModelDrafter", "ModelDrafting",
-           "NoDrafter", "PromptLookupDrafter", "keeps_on_disk", "missing_members", "reads_hidden"]
+__all__ = ["BUILTIN", "MTP", "NGRAM", "NONE", "SUFFIX", "Draft", "Drafter", "HiddenDrafter", "KeepsOnDisk",
+           "ModelDrafter", "ModelDrafting", "NoDrafter", "PromptLookupDrafter", "Remembers", "SuffixDrafter",
+           "keeps_on_disk", "missing_members", "reads_hidden", "tell_owner"]

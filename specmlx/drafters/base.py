@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, Hashable, Mapping, Protocol, Sequence, runtime_checkable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -117,6 +117,22 @@ class AlwaysMayPropose:
 
     def may_propose(self, tokens: Sequence[int]) -> bool:
         return True
+
+
+@runtime_checkable
+class Remembers(Protocol):
+    """A drafter that learns from its owner's earlier requests (`suffix`): told, before each request,
+    whose it serves (an API key's id; None without keys), so that it proposes only from that owner's text."""
+
+    def serve(self, owner: Hashable) -> None:
+        """Serve `owner`'s requests from now on."""
+
+
+def tell_owner(drafter: "Drafter", owner: Hashable) -> None:
+    """Tell `drafter` whose request it serves next, if it remembers requests (`Remembers`); a server
+    calls it on each drafter of the slot it takes, before the request runs."""
+    if isinstance(drafter, Remembers):
+        drafter.serve(owner)
 
 
 @runtime_checkable

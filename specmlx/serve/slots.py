@@ -49,7 +49,7 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from ..cache import held_bytes, kv_bytes_per_token, recurrent_bytes
-from ..drafters import Drafter
+from ..drafters import Drafter, tell_owner
 from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
@@ -137,6 +137,8 @@ class Slots:
             best.turns, best.owner = 1, owner
         self._clock += 1
         best.used, best.busy, best.asked = self._clock, True, len(prompt)
+        for own in best.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
+            tell_owner(own, owner)
         best.engine.use(best.drafters[drafter])
         if source is not None and best is not source and shared > best.engine.reusable(prompt):
             copied = best.engine.adopt(source.engine, shared)

@@ -3,7 +3,7 @@
 import pytest
 
 from app.drafters import DrafterSet
-from specmlx.drafters import NoDrafter, PromptLookupDrafter
+from specmlx.drafters import NoDrafter, PromptLookupDrafter, SuffixDrafter
 from specmlx.errors import SpecmlxError
 
 from .fakes import FakeDrafter
@@ -46,3 +46,11 @@ def test_a_failed_load_says_why_and_is_tried_again():
     assert len(attempts) == 2
     with pytest.raises(SpecmlxError, match=r"no drafter 'gpt' with these models; choose one of mtp, ngram, none"):
         drafters.drafter("gpt")
+
+
+def test_suffix_lookup_is_offered_when_loaded_with_it():
+    loaded = SuffixDrafter()
+    drafters = DrafterSet(loaded, {"mtp": FakeDrafter})
+    assert drafters.names == ("mtp", "ngram", "suffix", "none") and drafters.default == "suffix"
+    assert drafters.drafter("suffix") is loaded
+    assert DrafterSet(FakeDrafter("mtp")).names == ("mtp", "ngram", "none")  # not otherwise
