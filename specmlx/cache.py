@@ -144,16 +144,19 @@ def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     return length
 
 
-def chunks(cache: list[Any], prompt_length: int) -> Iterator[tuple[int, int]]:
+def chunks(cache: list[Any], prompt_length: int, every: int | None = None) -> Iterator[tuple[int, int]]:
     """The spans a prefill feeds to bring `cache` from what it holds to `prompt_length - 1` positions
-    (the last token is the first round's), `PREFILL_STEP` at most. With recurrent layers it also stops
+    (the last token is the first round's), `PREFILL_STEP` at most, and ending at each multiple of
+    `every` on the way (where a caller keeps the caches by block). With recurrent layers it also stops
     `RENDERED_AGAIN` before the prompt's end and keeps a checkpoint there once the caller has fed
     that span: a chat's next turn, which may render those tokens anew, is rewound to it."""
     start, end = cache_length(cache), prompt_length - 1
     at = prompt_length - min(RENDERED_AGAIN, prompt_length // 2) if rewindable(cache) else None
     if at is not None and 0 < start >= at:  # already past it (a turn that continued): the nearest is here
         checkpoint(cache)
-    cuts = sorted({*range(start, end, PREFILL_STEP), end, *([at] if at is not None and start < at <= end else [])})
+    blocks = range((start // every + 1) * every, end, every) if every else ()
+    cuts = sorted({*range(start, end, PREFILL_STEP), end, *blocks,
+                   *([at] if at is not None and start < at <= end else [])})
     for low, high in zip(cuts, cuts[1:]):
         yield low, high
         if high == at:

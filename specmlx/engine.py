@@ -10,7 +10,7 @@ nothing of ranks: a sharded target's lockstep comes in as its `peers`.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -18,6 +18,7 @@ from mlx_lm.utils import common_prefix_len
 
 from .cache import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
 from .diskcache import snapshot
+from .diskcache.blocks import BLOCK
 from .diskcache.snapshot import TARGET, leading
 from .drafters import Drafter, keeps_on_disk, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
@@ -66,6 +67,9 @@ class Engine:
         self.context: list[int] = []  # committed tokens; the caches hold a prefix
         self.context_window = context_window(target)  # None: the config does not say
         self.autos = AutoDrafts() if autos is None else autos
+        # Called after each block of a prefill with the engine, the prompt and how many positions the caches
+        # now hold: the prompt cache on disk keeps a block as it passes, a recurrent layer's state there too.
+        self.on_prefilled: Callable[[Engine, Sequence[int], int], None] | None = None
         check_exposes_hidden(target)
         # For each drafter swapped out, the context its state is a prefix of.
         self._covered: weakref.WeakKeyDictionary[Drafter, list[int]] = weakref.WeakKeyDictionary()
@@ -216,13 +220,16 @@ class Engine:
         keep = self.reusable(prompt)
         self.rewind(keep)
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
-        for start, end in chunks(self.cache, len(prompt)):
+        every = None if self.on_prefilled is None else BLOCK
+        for start, end in chunks(self.cache, len(prompt), every):
             chunk = mx.array(prompt[start:end], dtype=mx.uint32)
             hidden, taps = decoder_taps(self.target, chunk[None], self.cache, self.fused_layers)
             if self.reads_hidden:
                 self.drafter.observe(start, hidden[0], None if taps is None else taps[0])
             with self.peers.waiting():
                 mx.eval(hidden, [c.state for c in self.cache])
+            if self.on_prefilled is not None:
+                self.on_prefilled(self, prompt, end)
         if drafter:
             self.drafter.prefill(prompt)
         self.context = prompt

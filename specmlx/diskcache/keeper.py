@@ -27,7 +27,7 @@ import mlx.core as mx
 from ..errors import SpecmlxError
 from ..paths import CACHE_DIR_ENV, disk_cache_dir
 from ..recurrent import RENDERED_AGAIN
-from .blocks import Block, chain
+from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
 from .store import DiskCache
 
@@ -92,10 +92,20 @@ class Keeper:
         ends = sorted({held, asked - min(RENDERED_AGAIN, asked // 2)} & set(range(1, held + 1)))
         blocks = {b.hash: b for end in ends for b in chain(tokens[:end])}  # by hash: both ends' chains share whole blocks
         for block in blocks.values():
-            if (key, block.hash) in self._queued or self.store.index.get(key, self.fp.model, block.hash):
-                continue
-            self._queued.add((key, block.hash))
-            self._queue.put(Write(key, block, engine.capture(block.start, block.end)))
+            self._put(key, engine, block)
+
+    def _put(self, key: str, engine: Restorable, block: Block) -> None:
+        """Queue `block` of what `engine` holds, unless the disk has it or it is queued already."""
+        if (key, block.hash) in self._queued or self.store.index.get(key, self.fp.model, block.hash):
+            return
+        self._queued.add((key, block.hash))
+        self._queue.put(Write(key, block, engine.capture(block.start, block.end)))
+
+    def keep_prefilled(self, owner: Hashable, engine: Restorable, prompt: Sequence[int], held: int) -> None:
+        """Queue the block a prefill just completed (`Engine.on_prefilled`), if `held` ends one: while a
+        recurrent layer holds its state there, and before a long prefill is done (a crash keeps it)."""
+        if held % BLOCK == 0 and held > 0:
+            self._put(owner_key(owner), engine, chain(prompt[:held])[-1])
 
     def flush(self) -> None:
         """Wait until every queued block is written (a test; shutdown)."""

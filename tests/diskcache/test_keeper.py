@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import random
+from functools import partial
 
 import pytest
 
@@ -120,12 +121,24 @@ def test_a_next_turn_that_renders_the_prompts_end_anew_restores_up_to_it(target,
 
 def test_a_branch_restores_the_whole_blocks_it_shares_where_every_layer_can(target, keeper):
     """A subagent: the same first block, then its own question. A KV cache restores that block; a
-    recurrent layer holds no state at a block's end mid-prompt, so a hybrid prefills it."""
+    recurrent layer holds no state at a block's end once past it, so a hybrid prefills it..."""
     answered(target, keeper, NoDrafter)
     branch = PROMPT[:BLOCK] + [7] * 40
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
     assert keeper.restore(engine, "alice", branch) == (0 if hybrid(target) else BLOCK)
     assert answer(engine, branch) == greedy_alone(target, branch, CONFIG.max_tokens)
+
+
+def test_a_prefill_keeps_each_block_as_it_passes_so_a_hybrids_branch_restores_it(target, keeper):
+    """...unless its prefill kept each block as it completed it (`Engine.on_prefilled`), the state then held."""
+    engine = Engine(target, NoDrafter(), eos_token_ids=[])
+    engine.on_prefilled = partial(keeper.keep_prefilled, "alice")
+    answer(engine, PROMPT)
+    keeper.flush()
+    for branch in (PROMPT[:BLOCK] + [7] * 40, PROMPT[: 2 * BLOCK] + [7] * 40):
+        fresh = Engine(target, NoDrafter(), eos_token_ids=[])
+        assert keeper.restore(fresh, "alice", branch) == len(branch) - 40
+        assert answer(fresh, branch) == greedy_alone(target, branch, CONFIG.max_tokens)
 
 
 def test_weights_of_another_version_are_never_restored(target, keeper, tmp_path):
