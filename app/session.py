@@ -10,7 +10,6 @@ all be called from one thread (see `specmlx.mlx_thread`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
 from time import perf_counter
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -167,7 +166,7 @@ class Session:
             prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
             config = replace(config, max_tokens=max_tokens)
             if self.disk is not None:
-                self.engine.on_prefilled = partial(self.disk.keep_prefilled, None)
+                self.disk.watch(self.engine, None)
                 self.disk.restore(self.engine, None, prompt)
             generation = self.engine.generate(prompt, config)
         except Exception:

@@ -19,14 +19,15 @@ import queue
 import sqlite3
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Hashable, Mapping, Protocol, Sequence
+from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 import mlx.core as mx
 
 from ..errors import SpecmlxError
 from ..paths import CACHE_DIR_ENV, disk_cache_dir
-from ..recurrent import RENDERED_AGAIN
+from ..recurrent import RENDERED_AGAIN, is_recurrent
 from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
 from .store import DiskCache
@@ -43,6 +44,8 @@ class Restorable(Protocol):
     """What `Keeper` reads and writes of an engine (`specmlx.engine.Engine`)."""
 
     context: list[int]
+    cache: list
+    on_prefilled: Callable | None
 
     def cache_length(self) -> int: ...
     def reusable(self, prompt: Sequence[int]) -> int: ...
@@ -101,9 +104,16 @@ class Keeper:
         self._queued.add((key, block.hash))
         self._queue.put(Write(key, block, engine.capture(block.start, block.end)))
 
+    def watch(self, engine: Restorable, owner: Hashable) -> None:
+        """Have a hybrid target's prefills, for `owner`, keep each block as they complete it
+        (`keep_prefilled`). A transformer's blocks wait for `keep`, after the answer: its KV rows
+        stay, and by then its drafter's own caches (which a prefill fills after the target's) are there."""
+        hybrid = any(is_recurrent(layer) for layer in engine.cache)
+        engine.on_prefilled = partial(self.keep_prefilled, owner) if hybrid else None
+
     def keep_prefilled(self, owner: Hashable, engine: Restorable, prompt: Sequence[int], held: int) -> None:
-        """Queue the block a prefill just completed (`Engine.on_prefilled`), if `held` ends one: while a
-        recurrent layer holds its state there, and before a long prefill is done (a crash keeps it)."""
+        """Queue the block a prefill just completed (`Engine.on_prefilled`), if `held` ends one, while the
+        recurrent layers hold their state there."""
         if held % BLOCK == 0 and held > 0:
             self._put(owner_key(owner), engine, chain(prompt[:held])[-1])
 

@@ -42,7 +42,6 @@ a client read another's prompt a token at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Hashable, Iterable, Sequence
 
 import mlx.core as mx
@@ -145,8 +144,8 @@ class Slots:
             copied = best.engine.adopt(source.engine, shared)
             if copied:
                 self.mirror.copied(self.index(source), self.index(best), copied)
-        if self.disk is not None:  # its prefill keeps each block it completes
-            best.engine.on_prefilled = partial(self.disk.keep_prefilled, owner)
+        if self.disk is not None:
+            self.disk.watch(best.engine, owner)
         best.from_disk = 0 if self.disk is None else self.disk.restore(best.engine, owner, prompt)
         return best
 

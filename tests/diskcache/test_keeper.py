@@ -130,9 +130,12 @@ def test_a_branch_restores_the_whole_blocks_it_shares_where_every_layer_can(targ
 
 
 def test_a_prefill_keeps_each_block_as_it_passes_so_a_hybrids_branch_restores_it(target, keeper):
-    """...unless its prefill kept each block as it completed it (`Engine.on_prefilled`), the state then held."""
+    """...unless its prefill kept each block as it completed it (`Keeper.watch`), the state then held."""
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
-    engine.on_prefilled = partial(keeper.keep_prefilled, "alice")
+    keeper.watch(engine, "alice")
+    if not hybrid(target):  # a transformer's prefill keeps nothing: its blocks wait for the answer
+        assert engine.on_prefilled is None
+        engine.on_prefilled = partial(keeper.keep_prefilled, "alice")
     answer(engine, PROMPT)
     keeper.flush()
     for branch in (PROMPT[:BLOCK] + [7] * 40, PROMPT[: 2 * BLOCK] + [7] * 40):

@@ -10,6 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from specmlx.diskcache.blocks import BLOCK
+from specmlx.diskcache.fingerprint import fingerprint
+from specmlx.diskcache.keeper import Keeper
+from specmlx.diskcache.store import DiskCache
 from specmlx.drafters import NGRAM, NONE
 from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
@@ -90,3 +94,37 @@ def test_a_prompt_whose_end_differs_starts_from_the_checkpoint_its_slot_kept_thr
     asked = one["usage"]["prompt_tokens"]
     assert two["usage"]["prompt_tokens"] == asked
     assert two["usage"]["prompt_tokens_details"]["cached_tokens"] == asked - RENDERED_AGAIN
+
+
+def test_a_restarted_server_and_a_subagent_restore_a_hybrids_state_from_disk(hybrid, fingerprinted):
+    """The prompt cache on disk with a hybrid target: after a restart, a next turn restores the
+    recurrent state its turn kept, and a subagent (the same long system prompt, its own question)
+    the state its prefill kept at the last whole block they share; both answer as the target alone,
+    drafting with its MTP layers."""
+    system = "You are a careful coding agent; read before you edit and test after. " * 12
+    first = {"model": MODEL, "max_tokens": 8, "temperature": 0, "speculative": {"drafter": "mtp", "num_draft": 2},
+             "messages": [{"role": "system", "content": system}, {"role": "user", "content": "What is add?"}]}
+    kept = fingerprinted()
+    background, _ = start(hybrid, slots=2, max_batch=2, disk=kept)
+    with background as url:
+        answer = httpx.post(url + CHAT, json=first, timeout=120).json()["choices"][0]["message"]["content"]
+    kept.close()
+    turn = first | {"messages": first["messages"] + [{"role": "assistant", "content": answer},
+                                                     {"role": "user", "content": "and then"}]}
+    subagent = first | {"messages": [first["messages"][0], {"role": "user", "content": "Find the tests."}]}
+    for payload in (turn, subagent):
+        again = fingerprinted()
+        background, _ = start(hybrid, slots=2, max_batch=2, disk=again)  # restarted: empty slots
+        with background as url:
+            reply = httpx.post(url + CHAT, json=payload, timeout=120).json()
+        again.close()
+        details = reply["usage"]["prompt_tokens_details"]
+        assert details["cached_tokens"] == details["disk_tokens"] >= BLOCK
+        assert reply["choices"][0]["message"]["content"] == alone(hybrid, payload)
+
+
+@pytest.fixture
+def fingerprinted(hybrid, tmp_path):
+    """A new Keeper over one folder, for the hybrid's weights, each time it is called (a restart)."""
+    _, target, _ = hybrid
+    return lambda: Keeper(DiskCache(tmp_path / "kept", 1 << 30), fingerprint(target.path))
