@@ -17,7 +17,7 @@ from ...errors import SpecmlxError
 from .session import Request
 
 HEADERS = {"anthropic-version": "2023-06-01"}
-EVENTS_PER_TOKEN = 4  # a stream's events are bounded by its tokens: a round's piece, its blocks, pings
+EVENTS_PER_TOKEN = 4  # a stream's events are bounded by its tokens: a round's piece and its blocks
 
 
 @dataclass(frozen=True)
@@ -58,21 +58,22 @@ class Answered:
 
 
 def read_stream(lines: Iterable[tuple[float, str]], request: Request, deadline_s: float) -> Answered:
-    """An answer from its SSE lines, each with its time since sending; past `deadline_s`, or past
-    the events its max_tokens allows, it is an error (a stream that never ends is one too)."""
+    """An answer from its SSE lines, each with its time since sending; past `deadline_s`, or past the
+    events its max_tokens allows (keep-alive pings aside: the deadline bounds them), it is an error."""
     tokens: list[int] = []
     times: list[float] = []
-    firsts, text, end = 0, [], None
+    firsts, text, end, count = 0, [], None, 0
     limit = EVENTS_PER_TOKEN * request.body["max_tokens"] + 64
-    for count, (at, line) in enumerate(lines):
-        if at > deadline_s or count > 2 * limit:  # two lines an event: `event:` and `data:`
+    for at, line in lines:
+        if at > deadline_s or count > limit:
             raise SpecmlxError(f"{request.step}: the answer took more than {deadline_s:.0f} s or {limit} events")
         if not line.startswith("data: "):
             continue
         event = json.loads(line[len("data: "):])
+        got = event.get("speculative", {}).get("tokens")
+        count += event.get("type") != "ping" or bool(got)
         if event.get("type") == "error":
             raise SpecmlxError(f"{request.step}: the server's error: {event.get('error', {}).get('message')}")
-        got = event.get("speculative", {}).get("tokens") if event.get("type") != "message_delta" else None
         if got:
             firsts = firsts or len(got)
             tokens += got

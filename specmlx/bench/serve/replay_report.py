@@ -104,8 +104,11 @@ def agreement(runs: list[Run]) -> dict[str, list[str]]:
     if not runs:
         return {}
     first = by_step(runs[0])
-    return {run.name: [step for step, a in first.items() if by_step(run).get(step, None) is None
-                       or by_step(run)[step].tokens != a.tokens] for run in runs[1:]}
+    differ = {}
+    for run in runs[1:]:
+        answers = by_step(run)
+        differ[run.name] = [step for step, a in first.items() if step not in answers or answers[step].tokens != a.tokens]
+    return differ
 
 
 def goal_mark(value: float | None, bound: float) -> str:
@@ -149,7 +152,7 @@ def across(runs: list[Run]) -> str:
         t, g = totals(run), restart_goal(run, None)
         same = "-" if run is runs[0] else ("all" if not differ[run.name] else "not " + ", ".join(differ[run.name]))
         lines.append(f"| {run.name} | {t['session_s']:.1f} | {t['ttft_s']:.1f} | {t['prefilled']} | {t['memory']} | "
-                     f"{t['disk']} | {cell(g and g['ttft_s'])} | {cell(t['mean_tokens_per_s'])} | {same} |")
+                     f"{t['disk']} | {cell(g['ttft_s'] if g else None)} | {cell(t['mean_tokens_per_s'])} | {same} |")
     return "\n".join(lines)
 
 

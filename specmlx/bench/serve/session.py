@@ -64,7 +64,7 @@ def check_step(step: dict, where: str) -> None:
         raise SpecmlxError(f"{where}: kind is {kind!r}, not {TURN!r} or {RESTART!r}")
     for key, role in (("user", "user"), ("assistant", "assistant")):
         if step.get(key, {}).get("role") != role or not step[key].get("content"):
-            raise SpecmlxError(f"{where}: a turn needs a {key} message (role {role!r}, with content)")
+            raise SpecmlxError(f"{where}: a turn needs its {key} message (role {role!r}, with content)")
     if not step.get("id") or not step.get("thread"):
         raise SpecmlxError(f"{where}: a turn needs an id and a thread")
 
