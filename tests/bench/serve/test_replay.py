@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from specmlx.bench.serve import replay as replay_module
 from specmlx.bench.serve.messages import Answered, read_stream
+from specmlx.bench.serve.process import Refused, ServeProcess
 from specmlx.bench.serve.replay import CONFIGS, configs_spec, main, replay_on, server_flags
 from specmlx.bench.serve.replay_report import Run, agreement, figures, report, restart_goal, subagents, totals
 from specmlx.bench.serve.session import MAIN, SESSION_PATH, Request, Restart, plan, read_session
@@ -117,6 +119,8 @@ def test_turns_keeps_the_first_requests_and_a_restart_only_before_one(session):
     assert len(cut) == before and all(isinstance(i, Request) for i in cut)
     assert isinstance(plan(session, 8, turns=before + 1)[before], Restart)
     assert len(plan(session, 8, turns=1)) == 1
+    ending = session | {"steps": [*session["steps"], {"kind": "restart"}]}  # nothing to restart for
+    assert isinstance(plan(ending, 8)[-1], Request)
 
 
 def test_a_broken_session_is_one_line(tmp_path, session):
@@ -303,6 +307,35 @@ def test_the_loop_restarts_the_server_at_the_marker(monkeypatch, session):
     assert run.restarts == (at,) and len(run.restart_s) == 1
     assert {url for url, _ in sent[:at]} == {"http://127.0.0.1:1"} and {url for url, _ in sent[at:]} == \
         {"http://127.0.0.1:3"}
+
+
+def stand_in_process(tmp_path: Path, script: str) -> ServeProcess:
+    """A ServeProcess whose command is a short script in place of `specmlx serve`."""
+    server = ServeProcess(["--drafter", "none"], tmp_path / "cache", tmp_path / "serve.log")
+    assert server.argv[-6:] == ["--drafter", "none", "--host", "127.0.0.1", "--port", "0"]
+    server.argv = [sys.executable, "-c", script]
+    return server
+
+
+def test_the_server_process_is_found_listening_and_killed(tmp_path):
+    import os
+    import signal
+    script = ("import os, time; print('specmlx serve: target'); "
+              "print('listening on http://127.0.0.1:4321/v1 in', os.environ['SPECMLX_CACHE_DIR'], flush=True); "
+              "time.sleep(60)")
+    server = stand_in_process(tmp_path, script)
+    assert server.start() == "http://127.0.0.1:4321"
+    assert str(tmp_path / "cache") in server.log.read_text()
+    server.stop("kill")
+    assert server.proc.returncode == -signal.SIGKILL
+    server.stop("kill")  # stopped already: nothing to do
+    assert os.environ.get("SPECMLX_CACHE_DIR") != str(tmp_path / "cache")  # only the child's
+
+
+def test_a_server_that_exits_before_listening_is_refused_with_its_last_line(tmp_path):
+    script = "import sys; print('loading...'); print('specmlx serve: error: unknown drafter suffix'); sys.exit(2)"
+    with pytest.raises(Refused, match="^specmlx serve: error: unknown drafter suffix$"):
+        stand_in_process(tmp_path, script).start()
 
 
 def test_bad_arguments_are_one_line_before_any_server(capsys, tmp_path):
