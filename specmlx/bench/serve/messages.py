@@ -46,11 +46,18 @@ class Answered:
         return self.prompt_tokens - self.cached_tokens
 
     @property
+    def decoded(self) -> int:
+        """Tokens after the first event's: what decoding's rate counts."""
+        return max(0, len(self.tokens) - self.first_tokens)
+
+    @property
+    def decode_s(self) -> float:
+        return (self.last_s or 0.0) - (self.first_s or 0.0)
+
+    @property
     def tokens_per_s(self) -> float | None:
         """Decoding's rate: the tokens after the first event over the time after it."""
-        later = len(self.tokens) - self.first_tokens
-        span = (self.last_s or 0.0) - (self.first_s or 0.0)
-        return later / span if later > 0 and span > 0 else None
+        return self.decoded / self.decode_s if self.decoded and self.decode_s > 0 else None
 
     @property
     def tokens_per_round(self) -> float | None:

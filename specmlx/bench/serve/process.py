@@ -30,8 +30,11 @@ class Refused(SpecmlxError):
 
 def serve_help() -> str:
     """`specmlx serve --help`: which flags this server takes (an older one has no disk cache)."""
-    done = subprocess.run([sys.executable, "-m", "specmlx", "serve", "--help"], capture_output=True, text=True,
-                          timeout=HELP_S)
+    try:
+        done = subprocess.run([sys.executable, "-m", "specmlx", "serve", "--help"], capture_output=True, text=True,
+                              timeout=HELP_S)
+    except subprocess.TimeoutExpired:
+        raise SpecmlxError(f"specmlx serve --help did not answer within {HELP_S} s") from None
     if done.returncode != 0:
         raise SpecmlxError(f"specmlx serve --help failed: {last_line(done.stderr)}")
     return done.stdout

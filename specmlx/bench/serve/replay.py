@@ -140,7 +140,10 @@ def replay_on(server: ServeProcess, config: Config, flags: list[str], steps: Pla
             time.sleep(args.settle)
             say(f"{config.name}: restart (SIG{args.stop.upper()})...")
             server.stop(args.stop)
-            url, took = started(server, config.name)
+            try:
+                url, took = started(server, config.name)
+            except Refused as err:  # not a flag it refused: it took them a moment ago
+                raise SpecmlxError(f"the server did not start again after the restart: {err}") from None
             restarts.append(len(answers))
             restart_s.append(took)
             continue
@@ -193,7 +196,9 @@ def replay(args: argparse.Namespace) -> int:
         raise SpecmlxError("no configuration ran")
     print(report(runs))
     if args.json:
-        args.json.write_text(json.dumps(figures(runs), indent=1))
+        given = {"session": str(args.session), "max_tokens": args.max_tokens, "turns": args.turns,
+                 "stop": args.stop, "settle_s": args.settle}
+        args.json.write_text(json.dumps(given | figures(runs), indent=1))
     return 0
 
 

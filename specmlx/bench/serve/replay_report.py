@@ -5,7 +5,6 @@ equal turn for turn). Pure arithmetic over `Answered` records: tests feed it mad
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 
 from .messages import Answered
@@ -13,6 +12,7 @@ from .session import MAIN
 
 RESTART_VS_BEFORE = 1.2  # goal: the turn after a restart waits at most 1.2x the turn before it
 RESTART_VS_COLD = 0.10  # and at most 10% of a cold prefill of its prompt
+BASELINES = ("disk", "memory")  # the target alone: what the drafters' decoding is measured against
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,14 @@ def cell(value: float | int | None, form: str = ".2f") -> str:
 
 def totals(run: Run) -> dict:
     """The session's sums: its requests' time (first byte sent to last byte read), prompt tokens by where
-    they came from, answer tokens, and the mean decoding rate over turns that decoded."""
-    rates = [a.tokens_per_s for a in run.answers if a.tokens_per_s is not None]
-    return {"requests": len(run.answers), "session_s": sum(a.wall_s for a in run.answers),
-            "ttft_s": sum(a.first_s or 0.0 for a in run.answers),
-            "prompt": sum(a.prompt_tokens for a in run.answers), "memory": sum(a.memory_tokens for a in run.answers),
-            "disk": sum(a.disk_tokens for a in run.answers), "prefilled": sum(a.prefilled for a in run.answers),
-            "tokens": sum(len(a.tokens) for a in run.answers), "restart_s": sum(run.restart_s),
-            "mean_tokens_per_s": statistics.mean(rates) if rates else None}
+    they came from, answer tokens, decoding's rate over every turn, and tokens per round."""
+    a = run.answers
+    decode_s, rounds, tokens = sum(x.decode_s for x in a), sum(x.rounds for x in a), sum(len(x.tokens) for x in a)
+    return {"requests": len(a), "session_s": sum(x.wall_s for x in a), "ttft_s": sum(x.first_s or 0.0 for x in a),
+            "prompt": sum(x.prompt_tokens for x in a), "memory": sum(x.memory_tokens for x in a),
+            "disk": sum(x.disk_tokens for x in a), "prefilled": sum(x.prefilled for x in a), "tokens": tokens,
+            "restart_s": sum(run.restart_s), "tokens_per_s": sum(x.decoded for x in a) / decode_s if decode_s else None,
+            "tokens_per_round": tokens / rounds if rounds else None}
 
 
 def turn_table(run: Run) -> str:
@@ -57,7 +57,7 @@ def turn_table(run: Run) -> str:
                      f"{a.prefilled} | {cell(a.first_s)} | {cell(a.tokens_per_s)} | {cell(a.tokens_per_round)} |")
     t = totals(run)
     lines.append(f"| total | | {t['prompt']} | {t['memory']} | {t['disk']} | {t['prefilled']} | {t['ttft_s']:.2f} | "
-                 f"{cell(t['mean_tokens_per_s'])} | |")
+                 f"{cell(t['tokens_per_s'])} | {cell(t['tokens_per_round'])} |")
     return "\n".join(lines)
 
 
@@ -143,16 +143,20 @@ def subagent_lines(run: Run) -> list[str]:
 
 
 def across(runs: list[Run]) -> str:
-    """One line per configuration: the session's totals, the turn after the restart, answers as the first's."""
+    """One line per configuration: the session's totals, the turn after the restart, decoding against the
+    target alone (`BASELINES`: the first of them that ran), and answers against the first configuration's."""
     differ = agreement(runs)
-    lines = ["| configuration | session (s) | TTFT sum (s) | prefilled | from memory | from disk | "
-             "TTFT after restart (s) | mean tok/s | answers as " + (runs[0].name if runs else "-") + " |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    base = next((r for name in BASELINES for r in runs if r.name == name), None)
+    base_tps = totals(base)["tokens_per_s"] if base else None
+    lines = ["| configuration | session (s) | TTFT sum (s) | prefilled | from memory | from disk | TTFT after restart (s) "
+             f"| tok/s | tok/round | x {base.name if base else '-'} | answers as {runs[0].name if runs else '-'} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for run in runs:
         t, g = totals(run), restart_goal(run, None)
         same = "-" if run is runs[0] else ("all" if not differ[run.name] else "not " + ", ".join(differ[run.name]))
         lines.append(f"| {run.name} | {t['session_s']:.1f} | {t['ttft_s']:.1f} | {t['prefilled']} | {t['memory']} | "
-                     f"{t['disk']} | {cell(g['ttft_s'] if g else None)} | {cell(t['mean_tokens_per_s'])} | {same} |")
+                     f"{t['disk']} | {cell(g['ttft_s'] if g else None)} | {cell(t['tokens_per_s'])} | "
+                     f"{cell(t['tokens_per_round'])} | {cell(ratio(t['tokens_per_s'], base_tps))} | {same} |")
     return "\n".join(lines)
 
 

@@ -189,8 +189,9 @@ def test_a_stream_that_fails_or_runs_long_is_one_line():
 
 
 def answer(step: str, first_s: float, prompt: int, cached: int, disk: int = 0, thread: str = MAIN,
-           tokens: tuple[int, ...] = (1, 2, 3, 4, 5), rounds: int = 5) -> Answered:
-    return Answered(step, thread, first_s + 2.0, first_s, first_s + 1.0, 1, tokens, prompt, cached, disk, rounds, "")
+           tokens: tuple[int, ...] = (1, 2, 3, 4, 5), rounds: int = 5, decode_s: float = 1.0) -> Answered:
+    return Answered(step, thread, first_s + 2.0, first_s, first_s + decode_s, 1, tokens, prompt, cached, disk, rounds,
+                    "")
 
 
 def memory_run() -> Run:
@@ -209,7 +210,8 @@ def test_totals_add_up_the_session():
     t = totals(disk_run())
     assert (t["requests"], t["prompt"], t["memory"], t["disk"], t["prefilled"]) == (4, 15000, 5400, 5800, 3800)
     assert t["session_s"] == pytest.approx(70 + 4 + 10 + 6 + 4 * 2.0) and t["ttft_s"] == pytest.approx(90.0)
-    assert t["tokens"] == 20 and t["restart_s"] == 21.0 and t["mean_tokens_per_s"] == pytest.approx(4.0)
+    assert t["tokens"] == 20 and t["restart_s"] == 21.0
+    assert t["tokens_per_s"] == pytest.approx(16 / 4.0) and t["tokens_per_round"] == pytest.approx(20 / 17)
 
 
 def test_the_restart_goal_compares_with_the_turn_before_and_a_cold_prefill():
@@ -238,12 +240,17 @@ def test_answers_are_compared_turn_for_turn_with_the_first_configuration():
 
 
 def test_the_report_prints_every_table_and_goal():
-    runs = [memory_run(), disk_run()]
+    lookup = Run("disk+lookup", (), tuple(answer(a.step, a.first_s, a.prompt_tokens, a.cached_tokens, a.disk_tokens,
+                                                 a.thread, rounds=2, decode_s=0.5) for a in disk_run().answers))
+    runs = [memory_run(), disk_run(), lookup]
     text = report(runs)
     assert "| t3 | main | 6000 | 0 | 5800 | 200 | 6.00 | 4.00 | 2.50 |" in text
     assert "| restart | | | | | | 21.0 to listen | | |" in text
-    assert "| total | | 15000 | 5400 | 5800 | 3800 | 90.00 | 4.00 | |" in text
-    assert "| disk | 98.0 | 90.0 | 3800 | 5400 | 5800 | 6.00 | 4.00 | all |" in text
+    assert "| total | | 15000 | 5400 | 5800 | 3800 | 90.00 | 4.00 | 1.18 |" in text
+    assert "| x disk | answers as memory |" in text
+    assert "| memory | 312.0 | 304.0 | 12200 | 2800 | 0 | 150.00 | 4.00 | 1.00 | 1.00 | - |" in text
+    assert "| disk | 98.0 | 90.0 | 3800 | 5400 | 5800 | 6.00 | 4.00 | 1.18 | 1.00 | all |" in text
+    assert "| disk+lookup | 98.0 | 90.0 | 3800 | 5400 | 5800 | - | 8.00 | 2.50 | 2.00 | all |" in text
     assert "disk: after the restart, t3's first token in 6.00 s: 0.60x t2's 10.00 s before it (goal <= 1.2x: met); " \
            "4.0% of a cold prefill (memory: 150.00 s; goal <= 10%: met)" in text
     assert "memory: after the restart, t3's first token in 150.00 s: 12.50x t2's 12.00 s before it (goal <= 1.2x: " \
@@ -251,7 +258,7 @@ def test_the_report_prints_every_table_and_goal():
     assert "disk: subagent s1 prefilled 200 of 2900 prompt tokens (2700 cached); the parent's next turn t2 found " \
            "2700 of 3300 cached, its turn before was 2800: 100 lost" in text
     written = figures(runs)
-    assert written["differ_from_first"] == {"disk": []} and written["runs"][1]["answers"][3]["disk_tokens"] == 5800
+    assert written["differ_from_first"] == {"disk": [], "disk+lookup": []} and written["runs"][1]["answers"][3]["disk_tokens"] == 5800
     json.dumps(written)
 
 
@@ -278,13 +285,16 @@ def test_each_configuration_has_its_server_flags(tmp_path):
 
 
 class StandIn:
-    """A server's stand-in: counts starts and stops."""
+    """A server's stand-in: counts starts and stops; `refuse`: the starts (1, 2...) that exit before listening."""
 
-    def __init__(self) -> None:
+    def __init__(self, refuse: tuple[int, ...] = ()) -> None:
         self.calls: list[str] = []
+        self.refuse = refuse
 
     def start(self) -> str:
         self.calls.append("start")
+        if self.calls.count("start") in self.refuse:
+            raise Refused("specmlx serve: error: no such drafter")
         return f"http://127.0.0.1:{len(self.calls)}"
 
     def stop(self, how: str) -> None:
@@ -307,6 +317,46 @@ def test_the_loop_restarts_the_server_at_the_marker(monkeypatch, session):
     assert run.restarts == (at,) and len(run.restart_s) == 1
     assert {url for url, _ in sent[:at]} == {"http://127.0.0.1:1"} and {url for url, _ in sent[at:]} == \
         {"http://127.0.0.1:3"}
+
+
+def test_a_server_that_does_not_come_back_after_the_restart_is_an_error(monkeypatch, session):
+    monkeypatch.setattr(replay_module, "send", lambda url, request, timeout_s: answer(request.step, 1.0, 10, 0))
+    with pytest.raises(SpecmlxError, match="did not start again after the restart: specmlx serve: error") as caught:
+        replay_on(StandIn(refuse=(2,)), CONFIGS["disk"], [], plan(session, 4), args())
+    assert not isinstance(caught.value, Refused)  # not a configuration to skip
+
+
+def test_a_refused_drafter_is_skipped_and_a_failed_turn_keeps_the_servers_output(monkeypatch, tmp_path, capsys):
+    """disk+suffix on a server without the suffix drafter: one line, and the other configurations' report;
+    a turn that fails: one line naming the server's output, kept, and the server stopped."""
+    servers = []
+
+    class Process(StandIn):
+        def __init__(self, flags, cache_dir, log):
+            super().__init__(refuse=(1,) if "suffix" in flags else ())
+            self.log = log
+            log.write_text("the server's last words")
+            servers.append(self)
+
+    monkeypatch.setattr(replay_module, "ServeProcess", Process)
+    monkeypatch.setattr(replay_module, "serve_help", lambda: "--no-disk-cache")
+    monkeypatch.setattr(replay_module, "send", lambda url, request, timeout_s: answer(request.step, 1.0, 10, 0))
+    assert main(["--configs", "memory,disk+suffix", "--turns", "2", "--settle", "0"]) == 0
+    captured = capsys.readouterr()
+    assert "disk+suffix: skipped: the server refused it (specmlx serve: error: no such drafter)" in captured.err
+    assert "| memory | " in captured.out and "disk+suffix |" not in captured.out
+    assert [s.calls for s in servers] == [["start", "term"], ["start", "term"]]
+
+    def fail(url, request, timeout_s):
+        raise SpecmlxError(f"{request.step}: HTTP 500: boom")
+
+    monkeypatch.setattr(replay_module, "send", fail)
+    assert main(["--configs", "disk", "--turns", "2"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    kept = Path(re.search(r"\(the server's output: (\S+)\)$", last).group(1))
+    assert last.startswith("specmlx bench serve replay: error: disk: t1: HTTP 500: boom")
+    assert kept.read_text() == "the server's last words" and servers[-1].calls == ["start", "term"]
+    kept.unlink()
 
 
 def stand_in_process(tmp_path: Path, script: str) -> ServeProcess:
