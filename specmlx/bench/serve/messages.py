@@ -76,7 +76,10 @@ def read_stream(lines: Iterable[tuple[float, str]], request: Request, deadline_s
             raise SpecmlxError(f"{request.step}: the answer took more than {deadline_s:.0f} s or {limit} events")
         if not line.startswith("data: "):
             continue
-        event = json.loads(line[len("data: "):])
+        try:
+            event = json.loads(line[len("data: "):])
+        except ValueError:
+            raise SpecmlxError(f"{request.step}: a stream line that is not JSON: {line[:120]}") from None
         got = event.get("speculative", {}).get("tokens")
         count += event.get("type") != "ping" or bool(got)
         if event.get("type") == "error":

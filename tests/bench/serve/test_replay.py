@@ -174,6 +174,8 @@ def test_a_stream_that_fails_or_runs_long_is_one_line():
     err = event({"type": "error", "error": {"type": "overloaded_error", "message": "shutting down"}})
     with pytest.raises(SpecmlxError, match="t3: the server's error: shutting down"):
         read_stream([(0.1, line) for line in err], REQUEST, 60)
+    with pytest.raises(SpecmlxError, match="t3: a stream line that is not JSON: data: {oops"):
+        read_stream([(0.1, "data: {oops")], REQUEST, 60)
     with pytest.raises(SpecmlxError, match="without its message_delta"):
         read_stream(stream({}, [[1]], [1.0], 2.0)[:-8], REQUEST, 60)
     with pytest.raises(SpecmlxError, match="took more than 60 s"):
