@@ -33,7 +33,8 @@ PROMPT = "def add(a, b):\n    return"
 # The chat app's folder app/ installs as this package (pyproject's package-dir).
 CHAT = "specmlx_chat"
 # Package data read at run time (pyproject's [tool.setuptools.package-data]).
-DATA = ["specmlx/presets/presets.toml", "specmlx/bench/prompts.jsonl", f"{CHAT}/app.tcss"]
+DATA = ["specmlx/presets/presets.toml", "specmlx/bench/prompts.jsonl", "specmlx/bench/serve/session.json",
+        f"{CHAT}/app.tcss"]
 BUNDLED_FILES = ["config.json", "model.safetensors"]
 DEFAULT = presets.default_preset_name()
 
