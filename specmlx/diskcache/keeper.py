@@ -99,8 +99,9 @@ class Keeper:
 
     def _put(self, key: str, engine: Restorable, block: Block) -> None:
         """Queue `block` of what `engine` holds, unless the disk has it or it is queued already."""
-        if (key, block.hash) in self._queued or self.store.index.get(key, self.fp.model, block.hash):
-            return
+        kept = self.store.index.get(key, self.fp.model, block.hash)
+        if (key, block.hash) in self._queued or (kept is not None and kept.fingerprint == self.fp.digest):
+            return  # (one of other weights is written anew, in its place)
         self._queued.add((key, block.hash))
         self._queue.put(Write(key, block, engine.capture(block.start, block.end)))
 

@@ -57,8 +57,9 @@ class DiskCache:
         metadata = {"owner": owner, "model": fp.model, "hash": block.hash, "fingerprint": fp.digest}
         temporary = self.root / f"{TEMPORARY}{uuid.uuid4().hex}{SUFFIX}"
         try:
+            # Made 0600 before a byte is written: a crash mid-write leaves nothing another user may read.
+            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             mx.save_safetensors(str(temporary), dict(arrays), metadata=metadata)
-            os.chmod(temporary, 0o600)
             _flush(temporary)
             os.replace(temporary, self.root / name)
         except BaseException:  # a full disk, an interrupt: nothing of this write stays
