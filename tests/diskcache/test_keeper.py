@@ -144,7 +144,8 @@ def test_a_prefill_keeps_each_block_as_it_passes_so_a_hybrids_branch_restores_it
         assert answer(fresh, branch) == greedy_alone(target, branch, CONFIG.max_tokens)
 
 
-def test_weights_of_another_version_are_never_restored(target, keeper, tmp_path):
+@pytest.mark.parametrize("other", [Fingerprint(FP.model, "digest-2"), Fingerprint("models/another", FP.digest)],
+                         ids=["another version", "another model"])
+def test_what_other_weights_kept_is_never_restored(target, keeper, other):
     _, turn = answered(target, keeper, NoDrafter)
-    other = Keeper(keeper.store, Fingerprint(FP.model, "digest-2"))
-    assert other.restore(Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == 0
+    assert Keeper(keeper.store, other).restore(Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == 0
