@@ -79,6 +79,11 @@ class Baseline:
     tokens: int
 
 
+# The chat's owner in the prompt cache on disk: not a keyless server's (""), whose clients could
+# otherwise find its chats' prefixes there.
+APP = "specmlx-chat"
+
+
 class Session:
     """One conversation over one engine.
 
@@ -166,8 +171,8 @@ class Session:
             prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
             config = replace(config, max_tokens=max_tokens)
             if self.disk is not None:
-                self.disk.watch(self.engine, None)
-                self.disk.restore(self.engine, None, prompt)
+                self.disk.watch(self.engine, APP)
+                self.disk.restore(self.engine, APP, prompt)
             generation = self.engine.generate(prompt, config)
         except Exception:
             # Not sent: a question with no answer would break the turn order
@@ -191,7 +196,7 @@ class Session:
             # Even after a failure: the history keeps what was shown, as the stored chat does.
             self.history.append(ChatMessage("assistant", "".join(emitted) + generation.tail))
             if self.disk is not None:  # written by its own thread: the answer is shown first
-                self.disk.keep(self.engine, None, len(prompt))
+                self.disk.keep(self.engine, APP, len(prompt))
         answer = self.history[-1].content
         self._last = (prompt, config, generation.stats.generation_tokens)
         yield Finished(answer, generation.tail, generation.stats)

@@ -218,7 +218,7 @@ class Engine:
         `drafter`, the target's alone: a `ModelDrafter` keeps a prefix of it, for a caller
         that feeds it the rest (its `prefill`) only once it drafts."""
         keep = self.reusable(prompt)
-        self.rewind(keep)
+        self.forget(keep)  # the context says what the caches hold, should a chunk below fail
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
         every = None if self.on_prefilled is None else BLOCK
         for start, end in chunks(self.cache, len(prompt), every):

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable, Hashable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Hashable, Sequence
 
 import mlx.core as mx
 
@@ -30,7 +30,12 @@ from ..paths import CACHE_DIR_ENV, disk_cache_dir
 from ..recurrent import RENDERED_AGAIN, is_recurrent
 from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
+from .index import Entry
+from .snapshot import keepable
 from .store import DiskCache
+
+if TYPE_CHECKING:  # the engine imports this package's snapshots
+    from ..engine import Engine
 
 log = logging.getLogger("specmlx.diskcache")
 
@@ -38,19 +43,7 @@ log = logging.getLogger("specmlx.diskcache")
 MIN_GAIN = 16
 # A Mac's disk holds far more than its memory: about ten agent sessions' prefixes of a 14B target.
 DEFAULT_GB = 20.0
-
-
-class Restorable(Protocol):
-    """What `Keeper` reads and writes of an engine (`specmlx.engine.Engine`)."""
-
-    context: list[int]
-    cache: list
-    on_prefilled: Callable | None
-
-    def cache_length(self) -> int: ...
-    def reusable(self, prompt: Sequence[int]) -> int: ...
-    def capture(self, start: int, end: int) -> dict[str, mx.array]: ...
-    def restore(self, tokens: Sequence[int], blocks: Sequence[Mapping[str, mx.array]]) -> int: ...
+MAX_PENDING = 1 << 30  # bytes of blocks copied and waiting for the writer before a keep waits for it
 
 
 @dataclass(frozen=True)
@@ -61,62 +54,87 @@ class Write:
 
 
 def owner_key(owner: Hashable) -> str:
-    """The owner's name on disk (an API key's digest: `serve.routes`), "" for a server without keys."""
+    """The owner's name on disk: an API key's digest (`serve.routes`), "" for a server without keys."""
     return "" if owner is None else str(owner)
 
 
 class Keeper:
-    """`store`'s entries for the weights `fp` names, written by a thread of its own."""
+    """`store`'s entries for the weights `fp` names, written by a thread of its own.
+
+    Nothing here fails a request: a block that cannot be read, kept or written is a line in the log,
+    and the prompt is prefilled as without the disk."""
 
     def __init__(self, store: DiskCache, fp: Fingerprint) -> None:
         self.store, self.fp = store, fp
         self._queue: queue.Queue[Write | None] = queue.Queue()
         self._queued: set[tuple[str, str]] = set()  # (owner, hash) queued and not yet written
+        self._pending = 0  # bytes captured and not yet written
         self._writer = threading.Thread(target=self._write_all, name="disk-cache-writer", daemon=True)
         self._writer.start()
 
-    def restore(self, engine: Restorable, owner: Hashable, prompt: Sequence[int]) -> int:
+    def restore(self, engine: Engine, owner: Hashable, prompt: Sequence[int]) -> int:
         """Bring `engine` to hold the longest prefix of `prompt` its owner kept, where that is at least
         `MIN_GAIN` tokens more than it holds; how many more it holds (0: none came from disk)."""
+        if not keepable(engine.cache):
+            return 0
         held = engine.reusable(prompt)
-        entries = self.store.longest(owner_key(owner), self.fp, prompt[: len(prompt) - 1])
-        if not entries or entries[-1].end < held + MIN_GAIN:
+        try:
+            entries = self.store.longest(owner_key(owner), self.fp, prompt[: len(prompt) - 1])
+            if not entries or entries[-1].end < held + MIN_GAIN:
+                return 0
+            blocks = self.store.load(owner_key(owner), self.fp, entries)
+            return max(0, engine.restore(prompt, blocks) - held) if blocks else 0
+        except Exception as err:  # noqa: BLE001 - what the caches held may be gone: they hold nothing
+            log.warning("disk cache: a kept prefix could not be restored, so it is prefilled: %s", _line(err))
+            engine.forget(0)
             return 0
-        blocks = self.store.load(owner_key(owner), self.fp, entries)
-        if not blocks:
-            return 0
-        return max(0, engine.restore(prompt, blocks) - held)
 
-    def keep(self, engine: Restorable, owner: Hashable, asked: int) -> None:
-        """Queue the blocks of what `engine` holds that the disk lacks; `asked`: its last prompt's length."""
-        held = engine.cache_length()
-        tokens = engine.context[:held]
-        key = owner_key(owner)
-        ends = sorted({held, asked - min(RENDERED_AGAIN, asked // 2)} & set(range(1, held + 1)))
+    def keep(self, engine: Engine, owner: Hashable, asked: int) -> None:
+        """Queue the blocks of what `engine` holds that the disk lacks, and mark those it has as used
+        now (a conversation served from memory keeps its blocks from eviction); `asked`: its last
+        prompt's length."""
+        if not keepable(engine.cache):
+            return
+        tokens = engine.context[: engine.cache_length()]
+        at = asked - min(RENDERED_AGAIN, asked // 2)
+        ends = sorted({len(tokens), *([at] if 0 < at < len(tokens) else [])})
         blocks = {b.hash: b for end in ends for b in chain(tokens[:end])}  # by hash: both ends' chains share whole blocks
-        for block in blocks.values():
-            self._put(key, engine, block)
+        try:
+            kept = [entry for block in blocks.values() if (entry := self._put(owner_key(owner), engine, block))]
+            self.store.touch(kept)
+        except Exception as err:  # noqa: BLE001 - the answer was sent: this turn is not kept
+            log.warning("disk cache: a turn was not kept: %s", _line(err))
 
-    def _put(self, key: str, engine: Restorable, block: Block) -> None:
-        """Queue `block` of what `engine` holds, unless the disk has it or it is queued already."""
-        kept = self.store.index.get(key, self.fp.model, block.hash)
-        if (key, block.hash) in self._queued or (kept is not None and kept.fingerprint == self.fp.digest):
-            return  # (one of other weights is written anew, in its place)
-        self._queued.add((key, block.hash))
-        self._queue.put(Write(key, block, engine.capture(block.start, block.end)))
-
-    def watch(self, engine: Restorable, owner: Hashable) -> None:
+    def watch(self, engine: Engine, owner: Hashable) -> None:
         """Have a hybrid target's prefills, for `owner`, keep each block as they complete it
         (`keep_prefilled`). A transformer's blocks wait for `keep`, after the answer: its KV rows
         stay, and by then its drafter's own caches (which a prefill fills after the target's) are there."""
-        hybrid = any(is_recurrent(layer) for layer in engine.cache)
+        hybrid = keepable(engine.cache) and any(is_recurrent(layer) for layer in engine.cache)
         engine.on_prefilled = partial(self.keep_prefilled, owner) if hybrid else None
 
-    def keep_prefilled(self, owner: Hashable, engine: Restorable, prompt: Sequence[int], held: int) -> None:
+    def keep_prefilled(self, owner: Hashable, engine: Engine, prompt: Sequence[int], held: int) -> None:
         """Queue the block a prefill just completed (`Engine.on_prefilled`), if `held` ends one, while the
         recurrent layers hold their state there."""
         if held % BLOCK == 0 and held > 0:
-            self._put(owner_key(owner), engine, chain(prompt[:held])[-1])
+            try:
+                self._put(owner_key(owner), engine, chain(prompt[:held])[-1])
+            except Exception as err:  # noqa: BLE001 - the prefill goes on
+                log.warning("disk cache: a block was not kept: %s", _line(err))
+
+    def _put(self, key: str, engine: Engine, block: Block) -> Entry | None:
+        """Queue `block` of what `engine` holds, unless it is queued already or on disk (its entry, then)."""
+        kept = self.store.index.get(key, self.fp.model, block.hash)
+        if kept is not None and kept.fingerprint == self.fp.digest:
+            return kept  # (one of other weights is written anew, in its place)
+        if (key, block.hash) in self._queued:
+            return None
+        if self._pending > MAX_PENDING:  # copies wait in memory for the disk: at most this many
+            self._queue.join()
+        arrays = engine.capture(block.start, block.end)
+        self._queued.add((key, block.hash))
+        self._pending += sum(a.nbytes for a in arrays.values())
+        self._queue.put(Write(key, block, arrays))
+        return None
 
     def flush(self) -> None:
         """Wait until every queued block is written (a test; shutdown)."""
@@ -134,20 +152,28 @@ class Keeper:
                 self.store.put(write.owner, self.fp, write.block, write.arrays)
             except Exception as err:  # noqa: BLE001 - a full disk loses this block, never an answer
                 log.warning("disk cache: a block at positions %d..%d was not written: %s",
-                            write.block.start, write.block.end - 1, str(err).splitlines()[0] if str(err) else err)
+                            write.block.start, write.block.end - 1, _line(err))
             finally:
                 self._queued.discard((write.owner, write.block.hash))
+                self._pending -= sum(a.nbytes for a in write.arrays.values())
                 self._queue.task_done()
         self._queue.task_done()
 
 
+def _line(err: BaseException) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0]
 
-def open_keeper(target: Path, cap_bytes: int) -> Keeper:
-    """The prompt cache on disk (`paths.disk_cache_dir`) for the weights in `target`, or one line why not."""
+
+def open_store(cap_bytes: int) -> DiskCache:
+    """The prompt cache on disk (`paths.disk_cache_dir`), or one line why it cannot be opened."""
     root = disk_cache_dir()
     try:
-        store = DiskCache(root, cap_bytes)
+        return DiskCache(root, cap_bytes)
     except (OSError, sqlite3.Error) as err:
-        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({err}); "
+        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({_line(err)}); "
                            f"set ${CACHE_DIR_ENV} to another folder, or turn it off") from None
-    return Keeper(store, fingerprint(target))
+
+
+def open_keeper(target: Path, cap_bytes: int) -> Keeper:
+    """`open_store`'s store, for the weights in `target`."""
+    return Keeper(open_store(cap_bytes), fingerprint(target))

@@ -15,12 +15,19 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import mlx.core as mx
+from mlx_lm.models.cache import KVCache
 
 from ..cache import cache_length
 from ..errors import SpecmlxError
 
 Arrays = dict[str, mx.array]
 TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name}`
+
+
+def keepable(cache: list[Any]) -> bool:
+    """Whether every layer is one `capture` keeps: a plain KV cache (rows are positions; not a chunked
+    or rotating one's buffer) or a recurrent layer."""
+    return all(type(layer) is KVCache or hasattr(layer, "state_at") for layer in cache)
 
 
 def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arrays:
@@ -34,7 +41,7 @@ def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arr
             for j, slot in enumerate(layer.state_at(end) or ()):
                 if slot is not None:
                     arrays[f"{prefix}.{i}.state.{j}"] = slot
-        elif isinstance(getattr(layer, "keys", None), mx.array):
+        elif type(layer) is KVCache and layer.keys is not None:
             arrays[f"{prefix}.{i}.keys"] = mx.contiguous(layer.keys[..., start:end, :])
             arrays[f"{prefix}.{i}.values"] = mx.contiguous(layer.values[..., start:end, :])
         else:
@@ -47,6 +54,11 @@ def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefi
     """How many of `blocks` (from the first) `restore` can take: a recurrent layer is restored only
     from a block that holds its state, so the prefix ends at the last such block."""
     recurrent = [i for i, layer in enumerate(cache) if hasattr(layer, "state_at")]
+    attention = [i for i in range(len(cache)) if i not in recurrent]
+    # Blocks of a model of other layers (a drafter of the same name) restore nothing.
+    if any(f"{prefix}.{len(cache)}.keys" in b or f"{prefix}.{len(cache)}.state.0" in b or
+           not all(f"{prefix}.{i}.keys" in b for i in attention) for b in blocks):
+        return 0
     for n in range(len(blocks), 0, -1):
         if all(any(k.startswith(f"{prefix}.{i}.state.") for k in blocks[n - 1]) for i in recurrent):
             return n

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +36,7 @@ log = logging.getLogger("specmlx.diskcache")
 SUFFIX = ".safetensors"
 TEMPORARY = "tmp-"  # a file being written; one older than STALE_S was left by a crash
 STALE_S = 600  # long enough that another process's write in progress is never swept
+OURS = re.compile(rf"({TEMPORARY}[0-9a-f]{{32}}|[0-9a-f]{{64}}){re.escape(SUFFIX)}")  # what `put` names files
 
 
 class DiskCache:
@@ -44,7 +47,7 @@ class DiskCache:
         self.cap_bytes = cap_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # mkdir's mode is cut by the umask, and an old folder keeps its own
-        self.index = Index(self.root / "index.sqlite")
+        self.index = _index(self.root / "index.sqlite")
         for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
             if (self.root / name).exists():
                 os.chmod(self.root / name, 0o600)
@@ -136,12 +139,19 @@ class DiskCache:
             total -= entry.nbytes
 
     def sweep(self) -> None:
-        """Remove what a crash left: a temporary file, or a renamed one never indexed (both stale)."""
+        """Remove what a crash left: a temporary file, or a renamed one never indexed (both stale).
+        Only names this store writes: the folder may hold a user's own files ($SPECMLX_CACHE_DIR)."""
         indexed = self.index.files()
         stale = time.time() - STALE_S
         for path in self.root.glob(f"*{SUFFIX}"):
-            if path.name not in indexed and path.stat().st_mtime < stale:
+            ours = OURS.fullmatch(path.name) is not None
+            if ours and path.name not in indexed and path.stat().st_mtime < stale:
                 path.unlink(missing_ok=True)
+
+    def touch(self, entries: Sequence[Entry]) -> None:
+        """Mark `entries` used now: least recently used entries go first."""
+        if entries:
+            self.index.touch(list(entries), self._tick())
 
     def total_bytes(self) -> int:
         return self.index.total_bytes()
@@ -162,3 +172,17 @@ def _flush(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _index(path: Path) -> Index:
+    """The index at `path`; a damaged one is set aside with a line in the log and started anew (its
+    entries' files, then unindexed, are swept)."""
+    try:
+        return Index(path)
+    except sqlite3.DatabaseError as err:
+        aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+        log.warning("disk cache: the index %s cannot be read (%s): moved to %s, starting anew", path, err, aside.name)
+        path.replace(aside)
+        for name in (f"{path.name}-wal", f"{path.name}-shm"):
+            (path.parent / name).unlink(missing_ok=True)
+        return Index(path)

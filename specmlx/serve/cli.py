@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Sequence
 
 from ..cli import run_cli
-from ..diskcache.keeper import DEFAULT_GB as DISK_CACHE_GB, Keeper, open_keeper
+from ..diskcache.fingerprint import fingerprint
+from ..diskcache.keeper import DEFAULT_GB as DISK_CACHE_GB, Keeper, open_store
+from ..diskcache.store import DiskCache
 from ..distributed import Lockstep, lockstep_of
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
@@ -159,13 +161,15 @@ def serve(args: argparse.Namespace) -> int:
         if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             loaded = load_models(args.preset or args.target, specs, placement=where)
             return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name)
+        # Opened before minutes of loading: a folder it cannot use is one line now.
+        store = None if args.no_disk_cache or args.distributed else disk_store(args)
         with closed_on_error(MLXThread()) as mlx:  # with ranks, every collective of rank 0 runs on it, in order
             loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
             mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy,
                      loaded.peers.one_process, say)
             lockstep = lockstep_of(loaded.peers)
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
-            disk = None if args.no_disk_cache or lockstep is not None else disk_cache(args, loaded.target.path)
+            disk = None if store is None else Keeper(store, fingerprint(loaded.target.path))
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
@@ -173,14 +177,14 @@ def serve(args: argparse.Namespace) -> int:
         return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
 
 
-def disk_cache(args: argparse.Namespace, target: Path) -> Keeper:
-    """The prompt cache on disk for `target`'s weights, its lines (skipped entries) on stderr."""
+def disk_store(args: argparse.Namespace) -> DiskCache:
+    """The prompt cache on disk, its lines (skipped entries) on stderr."""
     log = logging.getLogger("specmlx.diskcache")
     if not log.handlers:
         line = logging.StreamHandler(sys.stderr)
         line.setFormatter(logging.Formatter("specmlx serve: %(message)s"))
         log.addHandler(line)
-    return open_keeper(target, int(args.disk_cache_gb * GB))
+    return open_store(int(args.disk_cache_gb * GB))
 
 
 def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror: Mirror, target, drafters,
@@ -201,7 +205,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
     if disk is not None:
         print(f"prompt cache on disk: {disk.store.root} ({disk.store.total_bytes() / GB:.1f} of "
               f"{disk.store.cap_bytes / GB:g} GB held)", file=sys.stderr)
-    elif lockstep is not None and not args.no_disk_cache:
+    elif args.distributed and not args.no_disk_cache:
         print("note: the prompt cache on disk is off with --distributed", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
     server = Server(built.app, worker, args.log_level)

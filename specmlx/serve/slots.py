@@ -137,8 +137,8 @@ class Slots:
             best.turns, best.owner = 1, owner
         self._clock += 1
         best.used, best.busy, best.asked = self._clock, True, len(prompt)
-        for own in best.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
-            tell_owner(own, owner)
+        for instance in best.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
+            tell_owner(instance, owner)
         best.engine.use(best.drafters[drafter])
         if source is not None and best is not source and shared > best.engine.reusable(prompt):
             copied = best.engine.adopt(source.engine, shared)
