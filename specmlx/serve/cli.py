@@ -30,7 +30,7 @@ from ..distributed import Lockstep, lockstep_of
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
 from ..distributed.serve import RankMirror, follow
-from ..drafters import MTP, NGRAM, NONE
+from ..drafters import MTP, NGRAM, NONE, SUFFIX
 from ..config import GenerationConfig
 from ..errors import SpecmlxError
 from ..loading import load_models, ships_mtp
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                "Messages, streamed or not; requests are decoded together in a continuous batch.")
     add_model_arguments(p, preset="a preset: its target and drafter (default: the default preset)", repeat=True,
                         drafter="one to load, repeatable; the first is the default, and a request picks one by "
-                        "name (speculative.drafter); ngram and none are always offered (default: the preset's "
+                        "name (speculative.drafter); ngram, suffix and none are always offered (default: the preset's "
                         "drafter)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on; 0: any free one (default 8000)")
@@ -156,7 +156,9 @@ def serve(args: argparse.Namespace) -> int:
             print(key_note, file=sys.stderr)
         say = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else (
             lambda step: None)
-        specs = list(dict.fromkeys([*(args.drafter or [None]), *own_mtp(args, leads(group)), NGRAM, NONE]))
+        # suffix remembers each key's session on rank 0 alone: a sharded target's ranks do not offer it.
+        offered = [NGRAM, NONE] if args.distributed else [NGRAM, SUFFIX, NONE]
+        specs = list(dict.fromkeys([*(args.drafter or [None]), *own_mtp(args, leads(group)), *offered]))
         where = placement(args, group)
         if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             loaded = load_models(args.preset or args.target, specs, placement=where)

@@ -149,3 +149,34 @@ def test_a_prefill_keeps_each_block_as_it_passes_so_a_hybrids_branch_restores_it
 def test_what_other_weights_kept_is_never_restored(target, keeper, other):
     _, turn = answered(target, keeper, NoDrafter)
     assert Keeper(keeper.store, other).restore(Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == 0
+
+
+def test_a_restore_that_fails_is_a_line_in_the_log_and_a_prefill(target, keeper, monkeypatch, log_lines):
+    """Nothing of the disk fails a request: a read that raises leaves the caches empty and consistent,
+    and the prompt is prefilled."""
+    _, turn = answered(target, keeper, NoDrafter)
+    engine = Engine(target, NoDrafter(), eos_token_ids=[])
+    answer(engine, PROMPT[:40])  # it held something, which the failed restore may have dropped
+    monkeypatch.setattr(keeper.store, "load", lambda *args: (_ for _ in ()).throw(OSError("I/O error")))
+    assert keeper.restore(engine, "alice", turn) == 0
+    assert engine.cache_length() == len(engine.context) == 0
+    assert any("could not be restored" in line and "I/O error" in line for line in log_lines)
+    assert answer(engine, turn) == greedy_alone(target, turn, CONFIG.max_tokens)
+
+
+def test_blocks_of_a_model_of_other_layers_restore_nothing(target, keeper):
+    """A drafter of the same name but other layers: its arrays are not taken for this one's."""
+    first, turn = answered(target, keeper, drafters(target)["model"])
+    blocks = keeper.store.load("alice", FP, keeper.store.longest("alice", FP, turn))
+    fewer = ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), VOCAB)
+    fewer.cache = fewer.cache[:-1]  # as a drafter of one layer fewer
+    assert fewer.restore(blocks, f"drafter.{first.drafter.name}") == 0
+
+
+def test_keep_marks_blocks_on_disk_used(target, keeper):
+    first, _ = answered(target, keeper, NoDrafter)
+    before = {e.hash: e.last_used for e in keeper.store.index.oldest()}
+    keeper.keep(first, "alice", len(PROMPT))  # the same turn again: nothing new to write
+    keeper.flush()
+    after = {e.hash: e.last_used for e in keeper.store.index.oldest()}
+    assert after.keys() == before.keys() and all(after[h] > before[h] for h in before)

@@ -194,3 +194,39 @@ def test_files_are_the_users_alone(tmp_path):
     files = list(root.iterdir())
     assert any(p.suffix == ".safetensors" for p in files) and any(p.name == "index.sqlite" for p in files)
     assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p.name: "0o600" for p in files}
+
+
+def test_the_sweep_removes_only_files_the_store_names(tmp_path):
+    """$SPECMLX_CACHE_DIR may name a folder holding a user's own files: a stale one is never swept."""
+    root = tmp_path / "kept"
+    DiskCache(root, cap_bytes=1 << 30).close()
+    mine = root / "model.safetensors"
+    ours = [root / f"tmp-{'a' * 32}.safetensors", root / f"{'b' * 64}.safetensors"]
+    for path in (mine, *ours):
+        path.write_bytes(b"x")
+        os.utime(path, (time.time() - STALE_S - 1,) * 2)
+    DiskCache(root, cap_bytes=1 << 30).close()
+    assert mine.exists() and not any(path.exists() for path in ours)
+
+
+def test_a_damaged_index_is_set_aside_with_a_line_and_the_store_starts_anew(tmp_path, log_lines):
+    root = tmp_path / "kept"
+    store = DiskCache(root, cap_bytes=1 << 30)
+    keep(store)
+    store.close()
+    (root / "index.sqlite").write_bytes(b"not a database" * 100)
+    again = DiskCache(root, cap_bytes=1 << 30)
+    assert again.longest("alice", FP, TOKENS) == [] and keep(again)  # usable again
+    assert any("cannot be read" in line and "starting anew" in line for line in log_lines)
+    assert len(list(root.glob("index.sqlite.damaged-*"))) == 1
+
+
+def test_touched_entries_are_evicted_last(tmp_path):
+    """A conversation served from memory keeps its blocks on disk: `touch` marks them used."""
+    blocks = chain(TOKENS)
+    size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], arrays_of(blocks[0])).nbytes
+    store = DiskCache(tmp_path / "kept", cap_bytes=2 * size + size // 2)
+    first, _ = (store.put(owner, FP, blocks[0], arrays_of(blocks[0])) for owner in ("a", "b"))
+    store.touch([first])
+    store.put("c", FP, blocks[0], arrays_of(blocks[0]))
+    assert [bool(store.longest(owner, FP, TOKENS)) for owner in "abc"] == [True, False, True]

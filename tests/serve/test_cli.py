@@ -95,7 +95,7 @@ def test_the_command_serves_until_ctrl_c_or_sigterm_then_stops_cleanly(served_di
             line = proc.stderr.readline()
             assert line, "".join(lines)
             lines.append(line)
-        assert lines[0].startswith("specmlx serve: target (") and "drafters: drafter (default), ngram, none" in lines[0]
+        assert lines[0].startswith("specmlx serve: target (") and "drafters: drafter (default), ngram, suffix, none" in lines[0]
         url = re.search(r"listening on (http://127\.0\.0\.1:\d+)/v1 \(API key required\); 3 kept conversations",
                         lines[1]).group(1)
         reply = httpx.post(url + "/v1/chat/completions", headers={"Authorization": "Bearer k"}, timeout=60,

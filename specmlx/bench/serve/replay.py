@@ -83,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--small-drafter", type=Path, metavar="DIR", help="the 0.5B drafter's directory for disk+0.5b")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens each turn's answer may take (default 32)")
     p.add_argument("--turns", type=int, metavar="K", help="replay only the first K requests (default: all)")
-    p.add_argument("--stop", choices=["kill", "term"], default="kill",
-                   help="how the server is stopped at the restart: SIGKILL (a crash) or SIGTERM (default kill)")
+    p.add_argument("--stop", choices=["kill", "term", "none"], default="kill",
+                   help="how the server is stopped at the restart: SIGKILL (a crash) or SIGTERM; none: no restart, "
+                   "the yardstick of what the turn after it takes without one (default kill)")
     p.add_argument("--settle", type=float, default=5.0, metavar="S",
                    help="seconds between the last answer and the stop, for the disk cache's write (default 5)")
     p.add_argument("--disk-cache-gb", type=float, metavar="G", help="the server's --disk-cache-gb (default: its own)")
@@ -136,6 +137,8 @@ def replay_on(server: ServeProcess, config: Config, flags: list[str], steps: Pla
     answers: list[Answered] = []
     restarts, restart_s = [], []
     for item in steps:  # bounded: the plan's length, each request by --request-timeout
+        if isinstance(item, Restart) and args.stop == "none":
+            continue
         if isinstance(item, Restart):
             time.sleep(args.settle)
             say(f"{config.name}: restart (SIG{args.stop.upper()})...")

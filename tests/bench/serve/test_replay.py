@@ -321,6 +321,15 @@ def test_the_loop_restarts_the_server_at_the_marker(monkeypatch, session):
         {"http://127.0.0.1:3"}
 
 
+def test_stop_none_replays_the_session_without_its_restart(monkeypatch, session):
+    """The yardstick of the turn after a restart: the same turn, its server never stopped."""
+    monkeypatch.setattr(replay_module, "send", lambda url, request, timeout_s: answer(request.step, 1.0, 10, 0))
+    server, steps = StandIn(), plan(session, 4)
+    run = replay_on(server, CONFIGS["disk"], [], steps, args(stop="none"))
+    assert server.calls == ["start"] and run.restarts == ()
+    assert [a.step for a in run.answers] == [s.step for s in steps if isinstance(s, Request)]
+
+
 def test_a_server_that_does_not_come_back_after_the_restart_is_an_error(monkeypatch, session):
     monkeypatch.setattr(replay_module, "send", lambda url, request, timeout_s: answer(request.step, 1.0, 10, 0))
     with pytest.raises(SpecmlxError, match="did not start again after the restart: specmlx serve: error") as caught:
