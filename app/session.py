@@ -171,7 +171,6 @@ class Session:
             prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
             config = replace(config, max_tokens=max_tokens)
             if self.disk is not None:
-                self.disk.watch(self.engine, APP)
                 self.disk.restore(self.engine, APP, prompt)
             generation = self.engine.generate(prompt, config)
         except Exception:

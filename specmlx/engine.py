@@ -159,7 +159,7 @@ class Engine:
             count = leading(blocks, self._kept_as()) if keeps_on_disk(self.drafter) else 0
         count = snapshot.restorable(self.cache, blocks[:count], TARGET)
         held = self.reusable(tokens)
-        if count == 0 or int(blocks[count - 1][f"{TARGET}.span"][1].item()) <= held:
+        if count == 0 or snapshot.span(blocks[count - 1])[1] <= held:
             return held
         self.forget(0)
         length = snapshot.restore(self.cache, blocks[:count], TARGET)

@@ -73,8 +73,10 @@ class Keeper:
         self._writer.start()
 
     def restore(self, engine: Engine, owner: Hashable, prompt: Sequence[int]) -> int:
-        """Bring `engine` to hold the longest prefix of `prompt` its owner kept, where that is at least
-        `MIN_GAIN` tokens more than it holds; how many more it holds (0: none came from disk)."""
+        """Before `owner`'s request: bring `engine` to hold the longest prefix of `prompt` its owner kept,
+        where that is at least `MIN_GAIN` tokens more than it holds, and have its prefills keep their
+        blocks for `owner` (`watch`); how many more it holds (0: none came from disk)."""
+        self.watch(engine, owner)
         if not keepable(engine.cache):
             return 0
         held = engine.reusable(prompt)

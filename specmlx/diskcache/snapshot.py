@@ -17,8 +17,9 @@ from typing import Any, Mapping, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from ..cache import cache_length
+from ..cache import cache_length, clear, rewind
 from ..errors import SpecmlxError
+from ..recurrent import is_recurrent
 
 Arrays = dict[str, mx.array]
 TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name}`
@@ -27,7 +28,7 @@ TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name
 def keepable(cache: list[Any]) -> bool:
     """Whether every layer is one `capture` keeps: a plain KV cache (rows are positions; not a chunked
     or rotating one's buffer) or a recurrent layer."""
-    return all(type(layer) is KVCache or hasattr(layer, "state_at") for layer in cache)
+    return all(type(layer) is KVCache or is_recurrent(layer) for layer in cache)
 
 
 def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arrays:
@@ -37,7 +38,7 @@ def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arr
         raise SpecmlxError(f"the cache holds {cache_length(cache)} positions, not {start}..{end - 1}")
     arrays = {f"{prefix}.span": mx.array([start, end], dtype=mx.int32)}
     for i, layer in enumerate(cache):
-        if hasattr(layer, "state_at"):
+        if is_recurrent(layer):
             for j, slot in enumerate(layer.state_at(end) or ()):
                 if slot is not None:
                     arrays[f"{prefix}.{i}.state.{j}"] = slot
@@ -53,7 +54,7 @@ def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arr
 def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
     """How many of `blocks` (from the first) `restore` can take: a recurrent layer is restored only
     from a block that holds its state, so the prefix ends at the last such block."""
-    recurrent = [i for i, layer in enumerate(cache) if hasattr(layer, "state_at")]
+    recurrent = [i for i, layer in enumerate(cache) if is_recurrent(layer)]
     attention = [i for i in range(len(cache)) if i not in recurrent]
     # Blocks of a model of other layers (a drafter of the same name) restore nothing.
     if any(f"{prefix}.{len(cache)}.keys" in b or f"{prefix}.{len(cache)}.state.0" in b or
@@ -67,22 +68,28 @@ def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefi
 
 def restore(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
     """Make `cache` hold the positions `blocks` cover, from position 0, in order; how many."""
-    spans = [tuple(block[f"{prefix}.span"].tolist()) for block in blocks]
+    spans = [span(block, prefix) for block in blocks]
     if not spans or spans[0][0] != 0 or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
         raise SpecmlxError(f"blocks of positions {spans} are not a prefix")
     if restorable(cache, blocks, prefix) != len(blocks):
         raise SpecmlxError("the last block holds no state for the recurrent layers")
     length, last = spans[-1][1], blocks[-1]
+    rewind(cache, 0)  # a recurrent layer's checkpoint would hold a state of other tokens
+    clear(cache)
     for i, layer in enumerate(cache):
-        if hasattr(layer, "state_at"):
+        if is_recurrent(layer):
             layer.hold([last.get(f"{prefix}.{i}.state.{j}") for j in range(len(layer.cache))], length)
         else:
-            layer.keys = layer.values = None
-            layer.offset = 0
             layer.update_and_fetch(*(mx.concatenate([b[f"{prefix}.{i}.{part}"] for b in blocks], axis=2)
                                      for part in ("keys", "values")))
     mx.eval([layer.state for layer in cache])
     return length
+
+
+def span(block: Mapping[str, mx.array], prefix: str = TARGET) -> tuple[int, int]:
+    """The positions (start, end) a block's arrays under `prefix` hold."""
+    start, end = block[f"{prefix}.span"].tolist()
+    return start, end
 
 
 def leading(blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:

@@ -53,9 +53,11 @@ class ModelDrafter(AlwaysMayPropose):
         return capture(self.cache, start, end, prefix) if end <= cache_length(self.cache) else {}
 
     def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
-        clear(self.cache)
         count = restorable(self.cache, blocks[: leading(blocks, prefix)], prefix)
-        return restore(self.cache, blocks[:count], prefix) if count else 0
+        if count:
+            return restore(self.cache, blocks[:count], prefix)
+        clear(self.cache)  # it prefills itself
+        return 0
 
     def bytes_per_token(self, target: nn.Module) -> int:
         return kv_bytes_per_token(self.model)

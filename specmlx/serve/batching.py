@@ -124,6 +124,6 @@ class Batched:
             self.ledger.fail(run.ticket, run.started, failed)
             return
         self.ledger.end(run.ticket, run.started, Done(run.member.stats, run.member.tail, run.cached, run.queue_s,
-                                                      min(run.slot.from_disk, run.cached)))
+                                                      run.slot.from_disk))
         self.slots.keep()  # once the answer is sent
         self.slots.trim(extra_bytes=self.batch.cache.nbytes)

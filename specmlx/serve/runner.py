@@ -71,4 +71,4 @@ class OneAtATime:
         finally:
             self.slots.release(slot)
             self.slots.trim(keep=slot)
-        return Done(run.stats, run.tail, cached, queue_s, min(slot.from_disk, cached))
+        return Done(run.stats, run.tail, cached, queue_s, slot.from_disk)

@@ -144,8 +144,6 @@ class Slots:
             copied = best.engine.adopt(source.engine, shared)
             if copied:
                 self.mirror.copied(self.index(source), self.index(best), copied)
-        if self.disk is not None:
-            self.disk.watch(best.engine, owner)
         best.from_disk = 0 if self.disk is None else self.disk.restore(best.engine, owner, prompt)
         return best
 

@@ -167,7 +167,7 @@ def test_a_server_killed_between_writes_restarts_from_what_was_written(served_di
     proc, url = serve()
     try:
         ask(url, FIRST)
-        deadline = time.monotonic() + 60  # the writer thread keeps it within seconds of the answer
+        deadline = time.monotonic() + 600  # a guard against a hang, not a measure: the writer's pace is no claim
         while not _indexed(tmp_path / "kept") and time.monotonic() < deadline:
             time.sleep(0.2)
         ask(url, [FIRST[0], {"role": "user", "content": "Now something else entirely."}])
