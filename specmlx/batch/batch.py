@@ -191,7 +191,10 @@ class Batch:
         step = self.costs.step_s(rows, alone) if group_id is not None else (0.0 if own is None else own.step_s)
         if fixed is not None:  # its steps count: in a shared drafter's group they are the group's too
             return Lane((), 0, step, fixed=fixed.num_draft, group=group_id)
-        return Lane(tuple(auto.acceptance.rates()), max(min(auto.limit, member.room), 0), step, group=group_id)
+        rates = auto.acceptance.rates()
+        if auto.acceptance.gave_up:  # weighed as never right, as `AutoDraft` weighs it; its probes go on
+            rates = [0.0] * len(rates)
+        return Lane(tuple(rates), max(min(auto.limit, member.room), 0), step, group=group_id)
 
     def _learn(self, members: list[Member], done: BatchRound, seconds: float, alone: CostEstimate | None) -> None:
         """What a batched round teaches: each row's acceptance, and the batch's costs."""

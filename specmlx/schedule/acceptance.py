@@ -11,6 +11,15 @@ A position with few trials leans on the pooled rate of all positions
 accepts, so their own counts are few and, left alone, one unlucky early
 trial would keep the draft short for good. As a position goes untried its
 counts fade, and it returns to the pooled rate: the draft grows again.
+
+Those rates follow the last ten rounds or so, and ten rounds of a drafter right
+one time in six are lucky often enough to say it pays. So the first position
+also keeps a longer record (`Record`): a drafter whose record falls to one in
+five gives up (`gave_up`) until its record climbs back to one in four, or it is
+right three times in a row. A drafter right one time in six gains at most a
+sixth of a token a round, less than the costs a round does
+not see (the drafter catching up, the syncs, the look-ahead a plain round
+gives), and less than the error of the costs it does see.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ class Acceptance:
         self.prior_weight = prior_weight
         self.trials = [0.0] * positions
         self.accepts = [0.0] * positions
+        self.record = Record()
 
     @property
     def positions(self) -> int:
@@ -46,12 +56,19 @@ class Acceptance:
         for i in range(min(accepted + 1, drafted, len(self.trials))):  # positions the target ruled on
             self.trials[i] += 1.0
             self.accepts[i] += 1.0 if i < accepted else 0.0
+        self.record.observe(1.0 if accepted else 0.0)
 
     def observe_first(self, chance: float) -> None:
         """A probe: a first draft token the target would have accepted with this chance."""
         self._fade()
         self.trials[0] += 1.0
         self.accepts[0] += chance
+        self.record.observe(chance)
+
+    @property
+    def gave_up(self) -> bool:
+        """Whether the drafter's longer record says it is right too seldom to draft at all."""
+        return self.record.gave_up
 
     def _fade(self) -> None:
         self.trials = [self.decay * t for t in self.trials]
@@ -67,6 +84,41 @@ class Acceptance:
         pooled = self.pooled()
         weight = self.prior_weight
         return [(accepts + weight * pooled) / (trials + weight) for trials, accepts in zip(self.trials, self.accepts)]
+
+
+GIVE_UP = 1 / 5  # a first token right this seldom over the record gives the drafter up: one in six is below it
+RESUME = 1 / 4  # and it drafts again once right this often, or once right `STREAK` times in a row
+STREAK = 3  # a drafter right one time in six does so once in 216 tries; one whose text turned easy, at once
+RECORD_DECAY = 0.97  # the record weighs about the last 33 first tokens
+RECORD_MIN = 6  # tries it needs before it may give up (the calibration's probes are three)
+
+
+class Record:
+    """How often the drafter's first token is right over its last few dozen tries, and whether
+    that gave it up: it gives up at `GIVE_UP` and drafts again at `RESUME`, so a rate between
+    the two keeps whichever it was doing. A streak of `STREAK` right tries resumes it at once,
+    its record restarting at `RESUME` over `RECORD_MIN` tries: two misses give it up again."""
+
+    def __init__(self) -> None:
+        self.trials = 0.0  # faded
+        self.accepts = 0.0
+        self.tries = 0
+        self.streak = 0
+        self.gave_up = False
+
+    def observe(self, chance: float) -> None:
+        self.trials = RECORD_DECAY * self.trials + 1.0
+        self.accepts = RECORD_DECAY * self.accepts + chance
+        self.tries += 1
+        self.streak = self.streak + 1 if chance >= 0.5 else 0
+        rate = self.accepts / self.trials
+        if self.gave_up and self.streak >= STREAK and rate < RESUME:
+            self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * RESUME
+            rate = RESUME
+        if self.gave_up:
+            self.gave_up = rate < RESUME
+        else:
+            self.gave_up = self.tries >= RECORD_MIN and rate <= GIVE_UP
 
 
 def expected_tokens(rates: list[float], k: int) -> float:

@@ -21,6 +21,14 @@ drafting: a cheap drafter whose text turned easy (code after prose, a copied
 block), or that had a bad streak, is soon drafting again, and nothing drafts
 on hope alone (drafting below break-even is what made the unbounded head slow).
 
+A drafter right one time in six or less over its last few dozen tries gives up
+(`acceptance.Record`): it drafts nothing, whatever the costs say, until its probes
+bring its record back to one in four; an accepted probe still starts a run of
+probes, so text it turns good at (a copied block) is drafted again within a few
+rounds. A drafter left out of two rounds or more first catches up on the tokens it
+skipped, and a round that would draft then is charged that catching up (as a probe
+measures it): a drafter that only just pays does not start a run on it.
+
 A fresh controller calibrates on its first rounds: `CALIBRATION` plain rounds,
 then probes until `CALIBRATION_PROBES` are answered, or until one shows that no
 draft could pay even if always right (a drafter as dear as the target: it costs
@@ -102,9 +110,9 @@ class AutoDraft:
         """The next round, drafting at most `room` tokens."""
         cap = min(self.limit, room)
         calibrating = bool(self.calibration) and cap > 0
-        k = 0 if calibrating or cap <= 0 else self._best(cap)
         # A drafter left out of two rounds or more, or not yet used in this generation, has tokens to catch up on.
         self._behind = self._first or self.idle >= 2 or self._copied
+        k = 0 if calibrating or cap <= 0 else self._best(cap)
         timed = False
         if k > 0 and not self._behind:  # counted as planned: a draft that comes back empty still counts
             timed = not self.costs.timed or self.drafting % TIMED_EVERY == 0
@@ -126,7 +134,7 @@ class AutoDraft:
         if self.hit:  # the answer stands until a probe or a drafting round changes what is known
             step = self.costs.step
             run = CHAIN_MAX if step <= 0 else min(CHAIN_MAX, int(CHAIN_BUDGET / step))
-            self.hit = run > 0 and _argmax(self._accepted(run).rates(), self.costs, self._reach(cap)) > 0
+            self.hit = run > 0 and _choose(self._accepted(run), self.costs, self._reach(cap)) > 0
         return self.hit
 
     def _accepted(self, probes: int) -> Acceptance:
@@ -143,8 +151,8 @@ class AutoDraft:
         cap = min(self.limit, room)
         if cap <= 0 or self.calibration > 1:  # its next round calibrates: plain, or a probe
             return True
-        rates = (self._accepted(1) if self._probing else self.acceptance).rates()
-        return _argmax(rates, self.costs, self._reach(cap)) == 0
+        acceptance = self._accepted(1) if self._probing else self.acceptance
+        return _choose(acceptance, self.costs, self._reach(cap)) == 0
 
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""
@@ -175,8 +183,10 @@ class AutoDraft:
         self._copied = done.looked_up and done.accepted > 0
 
     def _best(self, cap: int) -> int:
-        """The k of most tokens per second, as measured, among the widths it may try (`_reach`)."""
-        return _argmax(self.acceptance.rates(), self.costs, self._reach(cap))
+        """The k of most tokens per second, as measured, among the widths it may try (`_reach`); a
+        drafter behind pays its catching up first, as a probe does beyond its step."""
+        catch_up = max(self.costs.probe - self.costs.step, 0.0) if self._behind else 0.0
+        return _choose(self.acceptance, self.costs, self._reach(cap), catch_up)
 
     def _reach(self, cap: int) -> int:
         """The longest draft it may plan: one length of the set past the widest drafted so far, within
@@ -201,10 +211,16 @@ def _next_width(k: int) -> int:
     return min((w for w in WIDTHS if w > k), default=k)
 
 
-def _argmax(rates: list[float], costs: Costs, cap: int) -> int:
-    """The width of the set, up to `cap`, of most tokens per plain round."""
+def _choose(acceptance: Acceptance, costs: Costs, cap: int, catch_up: float = 0.0) -> int:
+    """The width to draft: none for a drafter given up (`Acceptance.gave_up`), else `_argmax`'s."""
+    return 0 if acceptance.gave_up else _argmax(acceptance.rates(), costs, cap, catch_up)
+
+
+def _argmax(rates: list[float], costs: Costs, cap: int, catch_up: float = 0.0) -> int:
+    """The width of the set, up to `cap`, of most tokens per plain round; a round that drafts
+    costs `catch_up` plain rounds more."""
     step = costs.step
-    return max(within(cap), key=lambda k: expected_tokens(rates, k) / (k * step + costs.verify(k)))
+    return max(within(cap), key=lambda k: expected_tokens(rates, k) / (k * step + costs.verify(k) + catch_up * (k > 0)))
 
 
 class AutoDrafts:

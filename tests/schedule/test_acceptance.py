@@ -2,7 +2,7 @@
 
 import pytest
 
-from specmlx.schedule.acceptance import Acceptance, expected_tokens
+from specmlx.schedule.acceptance import Acceptance, Record, expected_tokens
 
 
 def test_before_any_round_every_position_has_the_first_guess():
@@ -55,3 +55,42 @@ def test_expected_tokens_sums_the_chances_of_each_prefix():
     assert expected_tokens([0.5, 0.5, 0.5], 0) == 1.0
     assert expected_tokens([0.5, 0.5, 0.5], 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
     assert expected_tokens([1.0, 0.0, 1.0], 3) == 2.0
+
+
+def _record(*chances: float) -> Record:
+    record = Record()
+    for chance in chances:
+        record.observe(chance)
+    return record
+
+
+def test_a_drafter_right_one_time_in_five_or_less_gives_up_after_six_tries():
+    assert not _record(0, 0, 0, 0, 0).gave_up  # five tries say too little
+    assert _record(1, 0, 0, 0, 0, 0).gave_up  # one in six
+    assert not _record(1, 0, 1, 0, 0, 0).gave_up  # one in three
+    acceptance = Acceptance(4)
+    for _ in range(3):
+        acceptance.observe_first(0.0)  # the probes of a calibration
+        acceptance.update(drafted=2, accepted=0)
+    assert acceptance.gave_up  # probes and drafts alike are first tokens tried
+
+
+def test_a_drafter_given_up_drafts_again_at_one_in_four_and_not_below():
+    record = _record(*[0.0] * 40)
+    for _ in range(200):  # a rate between the two thresholds keeps it given up
+        record.observe(0.22)
+    assert record.gave_up
+    for _ in range(40):
+        record.observe(0.3)
+    assert not record.gave_up
+
+
+def test_three_right_in_a_row_resume_a_drafter_given_up_and_two_misses_give_it_up_again():
+    record = _record(*[0.0] * 40, 1, 1)
+    assert record.gave_up
+    record.observe(1.0)
+    assert not record.gave_up
+    record.observe(0.0)
+    assert not record.gave_up
+    record.observe(0.0)
+    assert record.gave_up
