@@ -1,7 +1,9 @@
 """Benchmark the target alone, mlx-lm's speculative decoding and specmlx.
 
 All modes run in one process, interleaved prompt by prompt. Prints a markdown
-table; --json and --plot write the full results.
+table; --json and --plot write the full results. Each row's headline is the
+median of its per-prompt speed-ups over the target alone (the same prompt and
+temperature), with the lowest and highest; the total's ratio stands beside it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from .calibrate import Calibration
 from .runs import Measurement
 from .summary import Row
 
-COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target", "lowest × (prompt)", "predicted ×",
+COLUMNS = ("mode", "drafter", "temp", "k", "tokens", "tok/s", "× target, median (min–max)", "× target, total",
+           "lowest × (prompt)", "predicted ×",
            "× mlx-lm", "mean acc.", "accept", "prediction acc.", "α", "chosen k", "plain rounds", "ms/round",
            "forwards ms/round", "host/round (steps)", "draft/verify/other ms", "= target")
 
@@ -21,12 +22,19 @@ def _num(value: float | None, spec: str, suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _median(row: Row) -> str:
+    """The headline: the median per-prompt speed-up, and the lowest and highest."""
+    if row.median_speedup is None:
+        return "–"
+    return f"{row.median_speedup:.2f}× ({row.min_speedup:.2f}–{row.max_speedup:.2f})"
+
+
 def _cells(row: Row) -> list[str]:
     split = row.split_per_round
     lowest = "–" if row.min_speedup is None else f"{row.min_speedup:.2f}× ({row.min_prompt})"
     return [
         row.mode, row.drafter or "–", f"{row.temp:g}", "auto" if row.num_draft is None else str(row.num_draft),
-        str(row.tokens), f"{row.tokens_per_s:.2f}", _num(row.speedup, ".2f", "×"), lowest,
+        str(row.tokens), f"{row.tokens_per_s:.2f}", _median(row), _num(row.speedup, ".2f", "×"), lowest,
         _num(row.predicted_speedup, ".2f", "×"), _num(row.vs_mlx_lm, ".2f", "×"), f"{row.mean_accepted:.2f}",
         _num(None if row.acceptance_rate is None else 100 * row.acceptance_rate, ".0f", "%"),
         "–" if row.prediction_drafted is None else f"{row.prediction_accepted} of {row.prediction_drafted}",
@@ -67,7 +75,10 @@ def calibration_line(calibration: Calibration | None) -> str:
 NOTES = (
     "tok/s: total tokens / total decode seconds over all prompts; decode starts at the forward of "
     "the last prompt token, so prompt processing is excluded in every mode.",
-    "lowest ×: the lowest per-prompt speed-up over the target alone on the same prompt, and that prompt.",
+    "× target, median: the headline, the median over prompts of a run's tok/s over the target alone's on the "
+    "same prompt at the same temperature (measured in the same prompt's turn), with the lowest and highest "
+    "such ratio; × target, total: total tok/s over the target alone's, which one slow prompt can decide; "
+    "lowest ×: the worst prompt's ratio, and that prompt. The JSON's prompt_speedups has every prompt's.",
     "mean acc.: tokens per target forward (accepted drafts + the target's own token); "
     "accept: accepted / drafted; prediction acc.: tokens copied from the prompts' predictions "
     "(+prediction) that were accepted, of those proposed.",

@@ -2,7 +2,9 @@
 and draft length, with the ratios and the Leviathan prediction.
 
 Rates are ratios of sums (total tokens / total decode seconds), so long
-generations weigh what they cost rather than one prompt one vote.
+generations weigh what they cost rather than one prompt one vote. Beside that
+total, the speed-up over the target alone is also the median of per-prompt
+ratios with their spread (`ratios.py`): one slow prompt cannot move it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Iterable, Sequence
 from .calibrate import Calibration
 from .leviathan import alpha_from_mean_accepted, predicted_speedup
 from .plan import MLX_LM_SPEC, TARGET
+from .ratios import prompt_ratios
 from .runs import Measurement
 
 
@@ -34,15 +37,19 @@ class Row:
     s_per_round: float
     split_per_round: tuple[float, float, float] | None  # draft, verify, other seconds (--profile)
     same_as_target: int | None  # prompts whose tokens equal the target's (temperature 0 only)
-    speedup: float | None  # tokens/s over the target alone's, same temperature
+    speedup: float | None  # total tokens/s over the target alone's, same temperature
     vs_mlx_lm: float | None  # tokens/s over mlx-lm-spec's, same drafter, temperature, k
     alpha: float | None
     cost_ratio: float | None
     predicted_speedup: float | None
     fixed_length: bool = True  # num_draft drafts every round: Leviathan's formula applies
     verify_ratio: float | None = None  # a forward of k+1 tokens over one of 1 token, calibrated
+    median_speedup: float | None = None  # the median per-prompt speed-up over the target alone: the headline
     min_speedup: float | None = None  # the lowest per-prompt speed-up over the target alone
-    min_prompt: str | None = None  # ... and its prompt
+    min_prompt: str | None = None  # ... and its prompt (the worst)
+    max_speedup: float | None = None  # the highest per-prompt speed-up
+    max_prompt: str | None = None  # ... and its prompt
+    prompt_speedups: tuple[tuple[str, float], ...] = ()  # (prompt id, speed-up), in the order run
     mean_chosen: float | None = None  # specmlx: mean chosen draft length per round
     plain_share: float | None = None  # specmlx: rounds that proposed nothing, over all rounds
     prediction_drafted: int | None = None  # +prediction: tokens copied from the prompts' predictions
@@ -55,6 +62,7 @@ class Row:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         split = self.split_per_round
         out["split_per_round"] = None if split is None else dict(zip(("draft_s", "verify_s", "other_s"), split))
+        out["prompt_speedups"] = dict(self.prompt_speedups)
         return out
 
 
@@ -87,15 +95,14 @@ def _references(measurements: Sequence[Measurement]) -> dict[tuple[bool, float],
     return out
 
 
-def _lowest_speedup(group: Sequence[Measurement], target: dict[str, Measurement]) -> tuple[float, str] | None:
-    """The lowest per-prompt tokens/s over the target alone's on the same prompt."""
-    ratios = [(_tps(m) / _tps(target[m.prompt_id]), m.prompt_id) for m in group
-              if m.prompt_id in target and _tps(target[m.prompt_id]) > 0]
-    return min(ratios) if ratios else None
-
-
-def _tps(m: Measurement) -> float:
-    return m.generated / m.decode_s if m.decode_s > 0 else 0.0
+def _per_prompt(group: Sequence[Measurement], target: dict[str, Measurement]) -> dict:
+    """The row's per-prompt speed-ups over the target alone: median, spread and each prompt's."""
+    ratios = prompt_ratios(group, target)
+    if ratios is None:
+        return {}
+    (low, low_prompt), (high, high_prompt) = ratios.lowest, ratios.highest
+    return dict(median_speedup=ratios.median, min_speedup=low, min_prompt=low_prompt, max_speedup=high,
+                max_prompt=high_prompt, prompt_speedups=ratios.by_prompt)
 
 
 def _choices(group: Sequence[Measurement]) -> tuple[float, float] | None:
@@ -176,7 +183,7 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
             targets.setdefault(m.temp, {})[m.prompt_id] = m
     references = _references(measurements)
     rows = [_base_row(g, references.get((g[0].constrained, g[0].temp), {})) for g in groups.values()]
-    lowest = {_key(g[0]): _lowest_speedup(g, targets.get(g[0].temp, {})) for g in groups.values()}
+    per_prompt = {_key(g[0]): _per_prompt(g, targets.get(g[0].temp, {})) for g in groups.values()}
     choices = {_key(g[0]): _choices(g) for g in groups.values()}
     hosts = {_key(g[0]): host_work(g, calibration) for g in groups.values()}
     target_tps = {r.temp: r.tokens_per_s for r in rows if r.mode == TARGET}
@@ -190,8 +197,7 @@ def summarize(measurements: Sequence[Measurement], calibration: Calibration | No
             updates["host_steps"] = _ratio(updates["host_s_per_round"], target_step.get(row.temp))
         if row.mode != TARGET:
             updates["speedup"] = _ratio(row.tokens_per_s, target_tps.get(row.temp))
-            if lowest[_key(row)] is not None:
-                updates["min_speedup"], updates["min_prompt"] = lowest[_key(row)]
+            updates.update(per_prompt[_key(row)])
             if choices[_key(row)] is not None:
                 updates["mean_chosen"], updates["plain_share"] = choices[_key(row)]
             if row.mode != MLX_LM_SPEC:

@@ -38,12 +38,14 @@ def test_table_has_a_header_a_rule_and_one_line_per_row():
     cells = [c.strip() for c in lines[4].strip("|").split("|")]
     row = dict(zip(COLUMNS, cells))
     assert row["mode"] == "specmlx" and row["k"] == "2" and row["tok/s"] == "4.00"
-    assert row["× target"] == "2.00×" and row["× mlx-lm"] == "1.50×"
+    assert row["× target, total"] == "2.00×" and row["× mlx-lm"] == "1.50×"
+    assert row["× target, median (min–max)"] == "2.00× (2.00–2.00)"
     assert row["mean acc."] == "2.00" and row["accept"] == "50%" and row["= target"] == "1/1"
     assert row["predicted ×"] == f"{2.0 / 1.4:.2f}×" and row["ms/round"] == "500.0"
     assert row["lowest × (prompt)"] == "2.00× (a)"
     target = dict(zip(COLUMNS, [c.strip() for c in lines[2].strip("|").split("|")]))
-    assert target["× target"] == "–" and target["accept"] == "–"
+    assert target["× target, total"] == "–" and target["× target, median (min–max)"] == "–"
+    assert target["accept"] == "–"
 
 
 def test_an_automatic_row_shows_auto_and_its_chosen_lengths():
@@ -79,6 +81,29 @@ def test_json_document_schema(tmp_path):
                 "acceptance_rate", "speedup", "predicted_speedup"} <= set(row)
     assert doc["results"][2]["acceptance_rate"] == pytest.approx(0.5)
     assert len(doc["runs"]) == 3 and doc["runs"][0]["generated"] == 4 and "tokens" not in doc["runs"][0]
+
+
+def spiky():
+    """Three prompts at 2× the target; the third's run slowed by a busy machine to 0.5×."""
+    def m(mode, prompt, decode_s):
+        return Measurement(mode, "" if mode == "target" else "d", 0.0, 0 if mode == "target" else 2, prompt,
+                           (1, 2, 3, 4), decode_s, 2, 4, 2, 2, "length")
+    return [run for p, slow in (("a", 1), ("b", 1), ("c", 4)) for run in (m("target", p, 2.0), m("specmlx", p, slow))]
+
+
+def test_table_and_json_carry_the_median_its_spread_and_every_prompt():
+    rows = summarize(spiky(), None)
+    cells = [c.strip() for c in markdown_table(rows).splitlines()[3].strip("|").split("|")]
+    row = dict(zip(COLUMNS, cells))
+    assert row["× target, median (min–max)"] == "2.00× (0.50–2.00)"
+    assert row["× target, total"] == "1.00×" and row["lowest × (prompt)"] == "0.50× (c)"
+    doc = json.loads(json.dumps(document(rows, spiky(), MACHINE, CONFIG, None)))
+    ours = doc["results"][1]
+    assert ours["median_speedup"] == pytest.approx(2.0) and ours["speedup"] == pytest.approx(1.0)
+    assert (ours["min_speedup"], ours["min_prompt"]) == (pytest.approx(0.5), "c")
+    assert (ours["max_speedup"], ours["max_prompt"]) == (pytest.approx(2.0), "a")
+    assert ours["prompt_speedups"] == {"a": 2.0, "b": 2.0, "c": 0.5}
+    assert "median" in render(rows, MACHINE, CONFIG, None)
 
 
 def test_unwritable_json_is_one_clear_error(tmp_path):

@@ -146,3 +146,34 @@ def test_host_work_is_unknown_where_a_width_or_the_rounds_are():
         assert row.host_s_per_round is None and row.host_steps is None
     # a drafter without a model forward costs the step the engine timed
     assert replace(calibration, verify_step_s={3: 0.02}).drafter_forward("d") == 0.009
+
+
+# -- the headline: the median of per-prompt speed-ups, beside the total ---------------
+
+
+def spiky(spike: float) -> list[Measurement]:
+    """Five prompts the drafter runs in half the target's time; on e its run takes `spike` times longer."""
+    ms = []
+    for prompt in "abcde":
+        ms.append(measure("target", prompt, SAME, 2.0, 4))
+        ms.append(measure("specmlx", prompt, SAME, 1.0 * (spike if prompt == "e" else 1.0), 2, 4, 2))
+    return ms
+
+
+def test_one_slow_prompt_moves_the_total_not_the_median():
+    steady, spiked = (summarize(spiky(s), None)[1] for s in (1.0, 10.0))
+    assert steady.median_speedup == pytest.approx(2.0) and steady.speedup == pytest.approx(2.0)
+    assert spiked.median_speedup == pytest.approx(2.0)  # the headline holds
+    assert spiked.speedup == pytest.approx((20 / 14) / (20 / 10))  # 0.71×: the total follows the spike
+    assert (spiked.min_speedup, spiked.min_prompt) == (pytest.approx(0.2), "e")
+    assert (spiked.max_speedup, spiked.max_prompt) == (pytest.approx(2.0), "a")
+    assert [p for p, _ in spiked.prompt_speedups] == list("abcde")
+
+
+def test_the_median_pairs_prompts_at_the_same_temperature():
+    ms = [measure("target", "a", SAME, 2.0, 4), measure("target", "a", SAME, 8.0, 4, temp=0.7),
+          measure("specmlx", "a", SAME, 1.0, 2, 4, 2), measure("specmlx", "a", SAME, 2.0, 2, 4, 2, temp=0.7)]
+    rows = {(r.mode, r.temp): r for r in summarize(ms, None)}
+    assert rows[("specmlx", 0.0)].median_speedup == pytest.approx(2.0)
+    assert rows[("specmlx", 0.7)].median_speedup == pytest.approx(4.0)
+    assert rows[("target", 0.0)].median_speedup is None and rows[("target", 0.0)].prompt_speedups == ()
