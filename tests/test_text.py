@@ -1,5 +1,5 @@
 """Streaming text and stop strings; a completion's text keeps its leading space, on the real
-Qwen2.5-Coder and Gemma 3 tokenizers (where they are fetched) and the tiny one, with each of
+Qwen2.5-Coder and Gemma 3 tokenizers (slow: fetched at first use) and the tiny one, with each of
 mlx-lm's streaming detokenizers."""
 
 import functools
@@ -8,12 +8,12 @@ import pytest
 from mlx_lm.tokenizer_utils import (BPEStreamingDetokenizer, NaiveStreamingDetokenizer, SPMStreamingDetokenizer,
                                     TokenizerWrapper)
 
-from specmlx import presets
 from specmlx.errors import SpecmlxError
 from specmlx.loading import load_tokenizer
 from specmlx.text import PRIMER, TextStream
 
 from . import tiny
+from .fetched import fetched
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +74,8 @@ def test_without_a_tokenizer_there_is_no_text():
 
 
 def preset_tokenizer(name: str):
-    """A preset's target tokenizer, as the server loads it; skipped where it is not fetched."""
-    path = presets.model_path(presets.get_preset(name))
-    if not presets.is_fetched(path):
-        pytest.skip(f"the {name} preset is not fetched ({path}): specmlx models fetch {name}")
-    return load_tokenizer(name, path)
+    """A preset's target tokenizer, as the server loads it: fetched at first use (`fetched`)."""
+    return load_tokenizer(name, fetched(name))
 
 
 @functools.cache
@@ -101,7 +98,10 @@ DETOKENIZERS = {
     "spm_trim": SPMStreamingDetokenizer,  # SentencePiece tokenizers with a Strip decoder: Llama, Mistral
     "naive": NaiveStreamingDetokenizer,  # any other
 }
-STREAMS = ["qwen-bpe", "qwen-naive", "gemma-spm", "gemma-spm_trim", "gemma-naive", "tiny-naive", "tiny-bpe"]
+# A real tokenizer's cases are slow: the first fetches its preset (`fetched`).
+STREAMS = [*(pytest.param(name, marks=pytest.mark.slow)
+             for name in ("qwen-bpe", "qwen-naive", "gemma-spm", "gemma-spm_trim", "gemma-naive")),
+           "tiny-naive", "tiny-bpe"]
 CONTINUATIONS = [
     ("x =", " 1 + x"),  # a leading space
     ("a", "  b"),  # two
@@ -148,6 +148,7 @@ def test_a_chats_answer_streams_as_mlx_lm_has_it(name):
         assert "".join(ts.add(t) for t in ids) + ts.finish() == detok.text
 
 
+@pytest.mark.slow
 def test_qwens_chat_answer_drops_its_leading_space_and_its_completion_keeps_it():
     tok = streams("qwen-bpe")
     ids = tok.encode(" 1 + x", add_special_tokens=False)

@@ -1,7 +1,7 @@
 """Drafters: a separate small LM, an MTP-style head, prompt lookup, suffix lookup over a session, or none."""
 
 from .base import (Draft, Drafter, HiddenDrafter, KeepsOnDisk, ModelDrafting, Remembers, keeps_on_disk, missing_members,
-                   reads_hidden, tell_owner)
+                   reads_hidden, tell_finished, tell_owner)
 from .labels import BUILTIN, MTP, NGRAM, NONE, SUFFIX
 from .model import ModelDrafter
 from .ngram import PromptLookupDrafter
@@ -11,4 +11,4 @@ from .suffix import SuffixDrafter
 
 __all__ = ["BUILTIN", "MTP", "NGRAM", "NONE", "SUFFIX", "Draft", "Drafter", "HiddenDrafter", "KeepsOnDisk",
            "ModelDrafter", "ModelDrafting", "NoDrafter", "PromptLookupDrafter", "Remembers", "SuffixDrafter",
-           "keeps_on_disk", "missing_members", "reads_hidden", "tell_owner"]
+           "keeps_on_disk", "missing_members", "reads_hidden", "tell_finished", "tell_owner"]

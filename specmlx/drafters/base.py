@@ -122,10 +122,14 @@ class AlwaysMayPropose:
 @runtime_checkable
 class Remembers(Protocol):
     """A drafter that learns from its owner's earlier requests (`suffix`): told, before each request,
-    whose it serves (an API key's id; None without keys), so that it proposes only from that owner's text."""
+    whose it serves (an API key's id; None without keys), so that it proposes only from that owner's text;
+    and, after each, the context it ended with, whichever drafter served it."""
 
     def serve(self, owner: Hashable) -> None:
         """Serve `owner`'s requests from now on."""
+
+    def remember(self, tokens: Sequence[int]) -> None:
+        """Learn `tokens`, a finished request's prompt and answer, host-side (no forward)."""
 
 
 def tell_owner(drafter: "Drafter", owner: Hashable) -> None:
@@ -133,6 +137,13 @@ def tell_owner(drafter: "Drafter", owner: Hashable) -> None:
     calls it on each drafter of the slot it takes, before the request runs."""
     if isinstance(drafter, Remembers):
         drafter.serve(owner)
+
+
+def tell_finished(drafter: "Drafter", tokens: Sequence[int]) -> None:
+    """Hand `drafter`, if it remembers requests, the context its slot's request ended with (`tokens`):
+    a server calls it on each drafter of the slot, so a turn drafted by another still teaches it."""
+    if isinstance(drafter, Remembers):
+        drafter.remember(tokens)
 
 
 @runtime_checkable

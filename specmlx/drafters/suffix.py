@@ -8,7 +8,9 @@ decoding, with a hash map in place of its suffix tree). Its proposals are determ
 verification stays exact at every temperature, as prompt lookup's do.
 
 Every instance made by `fresh` shares its loaded drafter's `Sessions`; a server tells each one
-whose request it serves (`serve`, the `Remembers` capability). An owner's text is only ever proposed
+whose request it serves (`serve`, the `Remembers` capability), and, once the request is done, the
+context it ended with (`remember`), so that an owner's turns drafted by another drafter (a model,
+prompt lookup, none) are remembered too. An owner's text is only ever proposed
 to that owner: acceptance would otherwise leak another key's prompts. All calls come from the one
 MLX thread (`mlx_thread`), so nothing here locks.
 """
@@ -171,6 +173,12 @@ class SuffixDrafter(HoldsNothing):
         if owner != self.owner:
             self.owner = owner
             self._restart()
+
+    def remember(self, tokens: Sequence[int]) -> None:
+        """A finished request's context, whichever drafter served it (`Remembers`): written past what this
+        conversation wrote already, once a request. Checked whole, as a prompt is: another drafter's
+        turns moved the context on without telling this one."""
+        self.prefill(tokens)
 
     def fresh(self) -> "SuffixDrafter":
         return SuffixDrafter(self.sessions)

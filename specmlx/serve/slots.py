@@ -49,7 +49,7 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from ..cache import held_bytes, kv_bytes_per_token, recurrent_bytes
-from ..drafters import Drafter, tell_owner
+from ..drafters import Drafter, tell_finished, tell_owner
 from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
@@ -156,11 +156,16 @@ class Slots:
         return empty[0] if empty else min(small or loose or free, key=lambda s: s.used)
 
     def release(self, slot: Slot, broken: bool = False) -> None:
-        """The request in `slot` ended; a `broken` one (its request failed midway) is emptied."""
+        """The request in `slot` ended: its drafters that remember requests learn its context; a `broken`
+        one (its request failed midway) is emptied instead."""
         slot.busy = False
         slot.unkept = self.disk is not None and not broken
-        if broken and slot in self._slots:
-            self._empty(slot)
+        if broken:
+            if slot in self._slots:
+                self._empty(slot)
+            return
+        for instance in slot.drafters.values():  # `suffix` learns its owner's every request, whatever drafted it
+            tell_finished(instance, slot.engine.context)
 
     def keep(self) -> None:
         """Hand what each free slot answered since it was last kept to the disk (`Keeper.keep`): called

@@ -124,6 +124,21 @@ def test_a_conversation_that_parts_from_what_was_written_starts_a_new_document()
     assert corpus.tokens == [1, 2, 3, 4, 5, 6, 1, 2, 3, 9, 7] and corpus.starts == [0, 6]
 
 
+def test_a_finished_request_is_remembered_once_whatever_drafted_it():
+    """`remember`: a slot's context after a turn another drafter served is written past what this
+    conversation wrote already; one that changed behind its back goes in a new document."""
+    drafter = take(SuffixDrafter(), "k")
+    drafter.prefill([1, 2, 3])  # a first turn it drafted
+    drafter.remember([1, 2, 3, 4, 5])  # its answer's last token was never drafted from
+    drafter.remember([1, 2, 3, 4, 5, 6, 7])  # a next turn another drafter served
+    drafter.remember([1, 2, 3, 4, 5, 6, 7])  # the same again: nothing written twice
+    corpus = drafter.sessions.corpus("k")
+    assert corpus.tokens == [1, 2, 3, 4, 5, 6, 7] and corpus.starts == [0]
+    drafter.remember([1, 2, 9, 8])  # the slot took another conversation while another drafter served it
+    assert corpus.tokens == [1, 2, 3, 4, 5, 6, 7, 1, 2, 9, 8] and corpus.starts == [0, 7]
+    assert isinstance(drafter, Remembers)
+
+
 def test_a_match_never_spans_two_documents_nor_copies_into_the_next():
     loaded = SuffixDrafter()
     answer(take(loaded, None), [10, 11], [12])

@@ -14,7 +14,6 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from specmlx import presets
 from specmlx.diskcache.keeper import Keeper
 from specmlx.drafters import NGRAM, NONE
 from specmlx.loading import load_models, load_tokenizer
@@ -27,6 +26,7 @@ from specmlx.serve.fim import find_layout
 from specmlx.serve.builder import build
 
 from .. import tiny
+from ..fetched import fetched
 
 MODEL = "target"  # the served id: the target directory's name
 KEY = "sk-test-key"
@@ -85,11 +85,9 @@ def client(server):
 
 @pytest.fixture(scope="session")
 def qwen():
-    """The default preset's target tokenizer, as the server loads it; skipped where it is not fetched."""
-    path = presets.model_path(presets.get_preset("qwen2.5-coder-1.5b"))
-    if not presets.is_fetched(path):
-        pytest.skip(f"the qwen2.5-coder-1.5b preset is not fetched ({path}): specmlx models fetch")
-    return load_tokenizer("qwen2.5-coder-1.5b", path)
+    """The default preset's target tokenizer, as the server loads it: fetched at first use (`fetched`),
+    so its tests are slow."""
+    return load_tokenizer("qwen2.5-coder-1.5b", fetched("qwen2.5-coder-1.5b"))
 
 
 @pytest.fixture(scope="session")

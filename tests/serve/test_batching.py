@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from openai import OpenAI
 
+from specmlx.drafters import SUFFIX, SuffixDrafter
+
 from .conftest import MODEL, start
 from .test_worker import CHAT, body
 
@@ -67,6 +69,25 @@ def test_a_conversation_continued_inside_a_batch_starts_from_its_cached_prefix(l
     assert replies[0]["choices"][0]["message"]["content"] == alone
     assert replies[0]["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"]
     assert worker.runner.batch.widest >= 2
+
+
+def test_suffix_remembers_a_keys_answer_that_another_drafter_wrote_in_the_batch(loaded):
+    """A key's request drafted by none teaches that key's suffix memory once it leaves the batch: the
+    key's suffix request on the same prompt copies its answer; another key's learned nothing of it."""
+    mlx, target, drafters = loaded
+    background, _ = start((mlx, target, {**drafters, SUFFIX: SuffixDrafter()}), slots=4, max_batch=4,
+                          api_key=("key-a", "key-b"))
+    with background as url:
+        def ask(key: str, drafter: str) -> tuple[str, dict]:
+            payload = body(1, max_tokens=16, speculative={"drafter": drafter, "num_draft": 8})
+            reply = httpx.post(url + CHAT, json=payload, headers={"Authorization": f"Bearer {key}"}, timeout=60).json()
+            return reply["choices"][0]["message"]["content"], reply["speculative"]
+
+        said, _ = ask("key-a", "none")
+        again, copied = ask("key-a", SUFFIX)
+        alone, fresh = ask("key-b", SUFFIX)
+    assert again == alone == said
+    assert copied["accepted"] == copied["drafted"] > fresh["accepted"]
 
 
 def test_a_request_whose_drafter_fails_fails_alone(loaded, monkeypatch):

@@ -1,5 +1,5 @@
 """Fill in the middle on /v1/completions: the prompt in the model's own FIM layout (on the real
-Qwen2.5-Coder tokenizer when it is fetched), its end tokens, a model without FIM tokens, and
+Qwen2.5-Coder tokenizer, slow: fetched at first use), its end tokens, a model without FIM tokens, and
 greedy answers through OpenAI's client equal to the engine's on the same prompt."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def literal(tokenizer, prefix: str, suffix: str) -> list[int]:
     return [int(t) for t in tokenizer.encode(f"<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>")]
 
 
+@pytest.mark.slow  # the `qwen` fixture fetches its tokenizer
 @pytest.mark.parametrize("prefix,suffix", [(PREFIX, SUFFIX), ("", SUFFIX), (PREFIX, ""), ("", ""),
                                            ("naïve = '東京'  \n\t", "  # 🙂\r\n")])
 def test_the_prompt_is_qwens_own_fim_layout(qwen, prefix, suffix):
@@ -46,6 +47,7 @@ def test_the_prompt_is_qwens_own_fim_layout(qwen, prefix, suffix):
     assert completion_prompt(qwen, request([prefix], suffix=suffix), VOCAB, 32768, layout) == built
 
 
+@pytest.mark.slow
 def test_fim_tokens_written_in_the_code_stay_text(qwen):
     layout = find_layout(qwen)
     prefix = "MIDDLE = '<|fim_middle|>'  # and <|endoftext|>\n"
@@ -57,6 +59,7 @@ def test_fim_tokens_written_in_the_code_stay_text(qwen):
     assert qwen.decode(built) == f"<|fim_prefix|>{prefix}<|fim_suffix|><|fim_suffix|><|fim_middle|>"
 
 
+@pytest.mark.slow
 def test_qwens_fim_answer_ends_at_its_end_of_text_and_at_every_fim_token(qwen):
     """Its end of text is an end token of the model already (config.json's eos_token_id); the others are not."""
     names = ["<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|fim_prefix|>",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import mlx.core as mx
 import pytest
 
 from specmlx.cache import kv_bytes_per_token
+from specmlx.drafters import NGRAM, NONE, SUFFIX, SuffixDrafter, tell_owner
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import GenerationConfig
 from specmlx.peers import Alone
 from specmlx.policy import DraftPolicy
+from specmlx.sampling import SamplingParams
 from specmlx.serve.mirror import NoMirror
 from specmlx.serve.slots import LIVE_FOR, MAX_SLOTS, MIN_SLOTS, TOKENS_PER_SLOT, Slots, default_count, slots_for
 
@@ -342,3 +345,38 @@ def test_a_subagent_leaves_the_main_sessions_cache_whole(loaded):
         background, _ = start(loaded, slots=4)
         with background as url:
             assert chat(url, messages)[0] == got
+
+
+def served(mlx, slots: Slots, prompt: list[int], drafter: str, owner, tokens: int = 16):
+    """One request run as a server runs it: its slot taken, its answer generated, the slot released."""
+    def serve():
+        slot = slots.take(prompt, drafter, owner)
+        run = slot.engine.generate(prompt, GenerationConfig(max_tokens=tokens, policy=DraftPolicy(num_draft=8)))
+        said = [t.token for e in run for t in e.tokens]
+        run.close()
+        slots.release(slot)
+        return said, run.stats
+
+    return mlx.call(serve)
+
+
+@pytest.mark.parametrize("drafter", [NONE, NGRAM, "drafter"])
+def test_suffix_learns_every_request_of_its_owner_whatever_drafted_it(loaded, drafter):
+    """A key's turn drafted by another drafter is in its suffix memory (issue 53): its next suffix
+    request on the same text copies that answer, while another key learns nothing of it."""
+    mlx, target, drafters = loaded
+    memory = SuffixDrafter()
+    slots = mlx.call(Slots, target.model, target.tokenizer, {**drafters, SUFFIX: memory}, 2)
+    prompt = list(range(40, 70))
+    said, _ = served(mlx, slots, prompt, drafter, "a")
+
+    def proposes(owner) -> list[int]:
+        instance = memory.fresh()
+        tell_owner(instance, owner)
+        return instance.draft(prompt, 8, SamplingParams(), mx.random.key(0)).tokens.tolist()
+
+    assert proposes("a") == said[:8] and proposes("b") == []
+    again, copied = served(mlx, slots, prompt, SUFFIX, "a")
+    assert again == said and copied.accepted == len(said) - copied.rounds  # all but each round's own token
+    alone, fresh = served(mlx, slots, prompt, SUFFIX, "b")
+    assert alone == said and fresh.accepted < copied.accepted

@@ -1,6 +1,6 @@
 """Tool calls on /v1/chat/completions: the answer's calls read back (whole and streamed, a slip as text),
-the conversation rendered through the model's template (on the real Qwen2.5-Coder tokenizer where it
-is fetched), `required` and a named function held to the model's own call syntax by a grammar, greedy
+the conversation rendered through the model's template (on the real Qwen2.5-Coder tokenizer, slow:
+fetched at first use), `required` and a named function held to the model's own call syntax by a grammar, greedy
 answers equal to the engine's on the same prompt, and bad input refused by its field."""
 
 from __future__ import annotations
@@ -132,6 +132,7 @@ def conversation(arguments: str = '{"city": "Paris", "days": 2}', call_id: str =
         {"role": "tool", "tool_call_id": call_id, "content": "sunny, 21 C"}]
 
 
+@pytest.mark.slow
 def test_the_conversation_is_qwens_own_rendering_of_it(qwen):
     request = chat(conversation(), tools=TOOLS)
     ids = encode_chat(qwen, template_messages(request, qwen), tools=template_tools(request, qwen))
@@ -157,6 +158,7 @@ def accepts(grammar, tokenizer, text: str) -> bool:
     return m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
 
 
+@pytest.mark.slow
 def test_required_and_named_choices_force_qwens_own_call_syntax(qwen):
     required = forced_calls(chat(tools=TOOLS, tool_choice="required"), qwen)
     named = forced_calls(chat(tools=TOOLS, tool_choice=NAMED), qwen)
