@@ -23,8 +23,8 @@ on hope alone (drafting below break-even is what made the unbounded head slow).
 
 A drafter right one time in six or less over its last few dozen tries gives up
 (`acceptance.Record`): it drafts nothing, whatever the costs say, until its probes
-bring its record back to one in four; an accepted probe still starts a run of
-probes, so text it turns good at (a copied block) is drafted again within a few
+bring its record back to one in four, and it probes once in `RARE_EVERY` plain
+rounds at most; an accepted probe still starts a run of probes, so text it turns good at (a copied block) is drafted again within a few
 rounds. A drafter left out of two rounds or more first catches up on the tokens it
 skipped, and a round that would draft then is charged that catching up (as a probe
 measures it): a drafter that only just pays does not start a run on it.
@@ -59,6 +59,7 @@ from .costs import CostEstimate, Costs
 from .widths import WIDTHS, within
 
 PROBE_BUDGET = 0.01  # share of the time spent probing, in plain rounds a round
+RARE_EVERY = 16  # plain rounds per probe, at least, for a drafter given up (`acceptance.Record`)
 CHAIN_BUDGET = 2.0  # target steps a run of probes after an accepted one may spend to tip the choice
 CHAIN_MAX = 8  # probes such a run looks ahead, at most
 TIMED_EVERY = 8  # a drafting round in this many is timed apart, to follow the drafter's step cost
@@ -103,8 +104,11 @@ class AutoDraft:
 
     @property
     def probe_every(self) -> int:
-        """Plain rounds per probe, as the budget pays for a probe's measured cost."""
-        return max(math.ceil(self.costs.probe / PROBE_BUDGET - SLACK), 1)
+        """Plain rounds per probe, as the budget pays for a probe's measured cost; for a drafter given
+        up, `RARE_EVERY` at least: a probe that seems free (a cheap head's step is within the noise of
+        a plain round's time) would otherwise probe every round, and forgo every round's look-ahead."""
+        every = max(math.ceil(self.costs.probe / PROBE_BUDGET - SLACK), 1)
+        return max(every, RARE_EVERY) if self.acceptance.gave_up else every
 
     def plan(self, room: int) -> Plan:
         """The next round, drafting at most `room` tokens."""
@@ -129,7 +133,7 @@ class AutoDraft:
     def _probes(self, cap: int) -> bool:
         """Whether a plain round probes: when the budget has repaid the last probes, or after an
         accepted probe (or drafting) while a run of accepted probes it can afford could tip the choice."""
-        if self.owed <= PROBE_BUDGET + SLACK:
+        if self.owed <= PROBE_BUDGET + SLACK and (self.idle + 1 >= RARE_EVERY or not self.acceptance.gave_up):
             return True
         if self.hit:  # the answer stands until a probe or a drafting round changes what is known
             step = self.costs.step

@@ -138,8 +138,11 @@ class Costs:
 
     @property
     def probe(self) -> float:
-        """A probe (a drafter step and its catching up) over `base`; one step until measured."""
-        return median(self.probes) if self.probes else STEP_PRIOR
+        """A probe (a drafter step and its catching up) over `base`; one step until measured, and never
+        less than a step as timed drafting rounds measure it: a cheap head's probe hides in the noise
+        of a plain round's time, and read as free it would be asked every round."""
+        probe = median(self.probes) if self.probes else STEP_PRIOR
+        return max(probe, self.step) if self.timed else probe
 
     def verify(self, drafted: int) -> float:
         """Scoring `drafted` drafts after the last token, over `base`: as measured at that width,

@@ -87,3 +87,14 @@ def test_looked_up_drafts_take_no_drafter_step():
         costs.update(BASE, steps=0, drafted=0)
     assert costs.estimate().width_s == pytest.approx(WIDTH, rel=0.1)
     assert costs.estimate().jump_s == pytest.approx(JUMP, rel=0.1)
+
+
+def test_a_probe_costs_a_drafter_step_at_least_once_drafting_timed_one():
+    """A cheap head's probe hides in a plain round's noise: measured free, it would be asked every round."""
+    costs = Costs()
+    for plain in (1.0, 1.02, 0.97):
+        costs.update(plain, steps=0, drafted=0)
+        costs.probed(0.99)  # no slower than a plain round
+    assert costs.probe == 0.0
+    feed(costs, [0, 1, 0, 2] * 3)  # drafting rounds, timed apart: a step is 0.3
+    assert costs.step == pytest.approx(STEP, rel=0.02) and costs.probe == costs.step
