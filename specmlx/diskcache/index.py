@@ -19,7 +19,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     owner TEXT NOT NULL, model TEXT NOT NULL, hash TEXT NOT NULL, parent TEXT NOT NULL,
     start INTEGER NOT NULL, length INTEGER NOT NULL, nbytes INTEGER NOT NULL, last_used INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL, file TEXT NOT NULL UNIQUE,
+    fingerprint TEXT NOT NULL, file TEXT NOT NULL UNIQUE, checksum TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (owner, model, hash));
 CREATE INDEX IF NOT EXISTS children ON entries (owner, model, parent);
 CREATE INDEX IF NOT EXISTS age ON entries (last_used);
@@ -40,6 +40,7 @@ class Entry:
     last_used: int
     fingerprint: str
     file: str
+    checksum: str = ""  # SHA-256 of the file's bytes; "" in an index of before checksums: never read
 
     @property
     def end(self) -> int:
@@ -59,6 +60,9 @@ class Index:
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        if "checksum" not in {row[1] for row in self._db.execute("PRAGMA table_info(entries)")}:
+            # An index of before checksums: its rows read "" and are skipped and removed on first use.
+            self._db.execute("ALTER TABLE entries ADD COLUMN checksum TEXT NOT NULL DEFAULT ''")
 
     def _rows(self, sql: str, *args) -> list[Entry]:
         with self._lock:

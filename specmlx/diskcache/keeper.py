@@ -32,7 +32,7 @@ from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
 from .index import Entry
 from .snapshot import keepable
-from .store import DiskCache
+from .store import DiskCache, first_line
 
 if TYPE_CHECKING:  # the engine imports this package's snapshots
     from ..engine import Engine
@@ -87,7 +87,7 @@ class Keeper:
             blocks = self.store.load(owner_key(owner), self.fp, entries)
             return max(0, engine.restore(prompt, blocks) - held) if blocks else 0
         except Exception as err:  # noqa: BLE001 - what the caches held may be gone: they hold nothing
-            log.warning("disk cache: a kept prefix could not be restored, so it is prefilled: %s", _line(err))
+            log.warning("disk cache: a kept prefix could not be restored, so it is prefilled: %s", first_line(err))
             engine.forget(0)
             return 0
 
@@ -105,7 +105,7 @@ class Keeper:
             kept = [entry for block in blocks.values() if (entry := self._put(owner_key(owner), engine, block))]
             self.store.touch(kept)
         except Exception as err:  # noqa: BLE001 - the answer was sent: this turn is not kept
-            log.warning("disk cache: a turn was not kept: %s", _line(err))
+            log.warning("disk cache: a turn was not kept: %s", first_line(err))
 
     def watch(self, engine: Engine, owner: Hashable) -> None:
         """Have a hybrid target's prefills, for `owner`, keep each block as they complete it
@@ -121,7 +121,7 @@ class Keeper:
             try:
                 self._put(owner_key(owner), engine, chain(prompt[:held])[-1])
             except Exception as err:  # noqa: BLE001 - the prefill goes on
-                log.warning("disk cache: a block was not kept: %s", _line(err))
+                log.warning("disk cache: a block was not kept: %s", first_line(err))
 
     def _put(self, key: str, engine: Engine, block: Block) -> Entry | None:
         """Queue `block` of what `engine` holds, unless it is queued already or on disk (its entry, then)."""
@@ -154,16 +154,12 @@ class Keeper:
                 self.store.put(write.owner, self.fp, write.block, write.arrays)
             except Exception as err:  # noqa: BLE001 - a full disk loses this block, never an answer
                 log.warning("disk cache: a block at positions %d..%d was not written: %s",
-                            write.block.start, write.block.end - 1, _line(err))
+                            write.block.start, write.block.end - 1, first_line(err))
             finally:
                 self._queued.discard((write.owner, write.block.hash))
                 self._pending -= sum(a.nbytes for a in write.arrays.values())
                 self._queue.task_done()
         self._queue.task_done()
-
-
-def _line(err: BaseException) -> str:
-    return (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def open_store(cap_bytes: int) -> DiskCache:
@@ -172,7 +168,7 @@ def open_store(cap_bytes: int) -> DiskCache:
     try:
         return DiskCache(root, cap_bytes)
     except (OSError, sqlite3.Error) as err:
-        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({_line(err)}); "
+        raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({first_line(err)}); "
                            f"set ${CACHE_DIR_ENV} to another folder, or turn it off") from None
 
 

@@ -6,7 +6,10 @@ Safe by construction:
 - each entry's arrays are one safetensors file, written under a temporary name, flushed, then renamed,
   and only then indexed: a crash leaves a stray file (swept at the next start), never half an entry;
 - an entry of another version of the model's weights (its fingerprint), or whose file is missing,
-  truncated, unreadable or not the one indexed, is skipped with one line in the log and removed;
+  truncated, unreadable, damaged in place (its checksum) or not the one indexed, is skipped with one
+  line in the log and removed;
+- a write that fails (a full disk) loses that write only: what is kept is still read, and the log
+  says so once, until a write succeeds again;
 - the total is capped: least recently used entries go first.
 No pickle: safetensors holds arrays and string metadata only.
 
@@ -52,10 +55,22 @@ class DiskCache:
             if (self.root / name).exists():
                 os.chmod(self.root / name, 0o600)
         self._clock = self.index.latest()
+        self._failing = False  # the last write was refused: said once (`_refused`)
         self.sweep()
 
-    def put(self, owner: str, fp: Fingerprint, block: Block, arrays: Mapping[str, mx.array]) -> Entry:
-        """Keep `arrays` as `owner`'s `block`, for the model `fp` names; then evict down to the cap."""
+    def put(self, owner: str, fp: Fingerprint, block: Block, arrays: Mapping[str, mx.array]) -> Entry | None:
+        """Keep `arrays` as `owner`'s `block`, for the model `fp` names; then evict down to the cap.
+        None where the disk refused the write (`_refused`)."""
+        try:
+            entry = self._write(owner, fp, block, arrays)
+        except (OSError, sqlite3.Error) as err:
+            self._refused("writing a block", err)
+            return None
+        self._failing = False
+        self.evict()
+        return entry
+
+    def _write(self, owner: str, fp: Fingerprint, block: Block, arrays: Mapping[str, mx.array]) -> Entry:
         name = hashlib.sha256("\0".join((owner, fp.model, block.hash)).encode()).hexdigest() + SUFFIX
         metadata = {"owner": owner, "model": fp.model, "hash": block.hash, "fingerprint": fp.digest}
         temporary = self.root / f"{TEMPORARY}{uuid.uuid4().hex}{SUFFIX}"
@@ -64,14 +79,14 @@ class DiskCache:
             os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             mx.save_safetensors(str(temporary), dict(arrays), metadata=metadata)
             _flush(temporary)
+            digest = checksum(temporary)
             os.replace(temporary, self.root / name)
         except BaseException:  # a full disk, an interrupt: nothing of this write stays
             temporary.unlink(missing_ok=True)
             raise
         entry = Entry(owner, fp.model, block.hash, block.parent, block.start, len(block.tokens),
-                      (self.root / name).stat().st_size, self._tick(), fp.digest, name)
+                      (self.root / name).stat().st_size, self._tick(), fp.digest, name, digest)
         self.index.put(entry)
-        self.evict()
         return entry
 
     def longest(self, owner: str, fp: Fingerprint, tokens: Sequence[int], size: int = BLOCK) -> list[Entry]:
@@ -93,14 +108,18 @@ class DiskCache:
         return found
 
     def load(self, owner: str, fp: Fingerprint, entries: Sequence[Entry]) -> list[dict[str, mx.array]]:
-        """Each entry's arrays, in order, up to the first that cannot be used (skipped and removed)."""
+        """Each entry's arrays, in order, up to the first that cannot be used (skipped and removed).
+        The entries after it are checked too, and those damaged removed: the prefill from there keeps
+        anew only the blocks the index lacks, so a damaged one left indexed would wait for the next restore."""
         loaded: list[dict[str, mx.array]] = []
         for entry in entries:
             arrays = self._read(owner, fp, entry)
             if arrays is None:
                 break
             loaded.append(arrays)
-        self.index.touch(list(entries[: len(loaded)]), self._tick())
+        for entry in entries[len(loaded) + 1 :]:
+            self._check(entry)
+        self.touch(entries[: len(loaded)])
         return loaded
 
     def _read(self, owner: str, fp: Fingerprint, entry: Entry) -> dict[str, mx.array] | None:
@@ -108,9 +127,9 @@ class DiskCache:
             raise ValueError("an entry is read only for the owner and model it was written for")
         if entry.fingerprint != fp.digest:
             return self._drop(entry, "written for another version of the model's weights or of specmlx")
-        path = self.root / entry.file
-        if not path.is_file() or path.stat().st_size != entry.nbytes:
-            return self._drop(entry, "its file is missing or not of the size written")
+        path = self._check(entry)
+        if path is None:
+            return None
         try:
             arrays, metadata = mx.load(str(path), return_metadata=True)
             mx.eval(list(arrays.values()))
@@ -120,14 +139,42 @@ class DiskCache:
             return self._drop(entry, "its file is not the one indexed")
         return arrays
 
+    def _check(self, entry: Entry) -> Path | None:
+        """`entry`'s file, if it holds the bytes written (its size, its checksum); else None, dropped."""
+        path = self.root / entry.file
+        if not path.is_file() or path.stat().st_size != entry.nbytes:
+            return self._drop(entry, "its file is missing or not of the size written")
+        if not entry.checksum:
+            return self._drop(entry, "kept before blocks carried a checksum")
+        try:
+            if checksum(path) != entry.checksum:
+                return self._drop(entry, "its bytes are not those written (damaged in place)")
+        except OSError as err:
+            return self._drop(entry, f"its file cannot be read ({first_line(err)})")
+        return path
+
     def _drop(self, entry: Entry, why: str) -> None:
         log.warning("disk cache: skipped and removed the block at positions %d..%d (%s): %s",
                     entry.start, entry.end - 1, entry.file, why)
         self.remove(entry)
 
     def remove(self, entry: Entry) -> None:
-        self.index.remove(entry)
+        """Forget `entry` and delete its file; where the index cannot be written (a full disk), the file
+        stays and its row is dropped at a later read."""
+        try:
+            self.index.remove(entry)
+        except sqlite3.Error as err:
+            self._refused("removing a block", err)
+            return
         (self.root / entry.file).unlink(missing_ok=True)
+
+    def _refused(self, what: str, err: BaseException) -> None:
+        """A write the disk refused (a full disk, a read-only folder): one line until a write succeeds,
+        not one a block. Restores go on: a read needs no write."""
+        if not self._failing:
+            log.warning("disk cache: %s failed (%s): kept blocks are still read, new ones are not kept "
+                        "(said once until a write succeeds)", what, first_line(err))
+        self._failing = True
 
     def evict(self) -> None:
         """Remove least recently used entries until the total fits the cap."""
@@ -149,9 +196,13 @@ class DiskCache:
                 path.unlink(missing_ok=True)
 
     def touch(self, entries: Sequence[Entry]) -> None:
-        """Mark `entries` used now: least recently used entries go first."""
+        """Mark `entries` used now: least recently used entries go first. A disk that refuses it loses
+        the order, not the entries."""
         if entries:
-            self.index.touch(list(entries), self._tick())
+            try:
+                self.index.touch(list(entries), self._tick())
+            except sqlite3.Error as err:
+                self._refused("marking blocks used", err)
 
     def total_bytes(self) -> int:
         return self.index.total_bytes()
@@ -163,6 +214,21 @@ class DiskCache:
         """A use's time for eviction's order: nanoseconds, strictly increasing within this process."""
         self._clock = max(time.time_ns(), self._clock + 1)
         return self._clock
+
+
+def checksum(path: Path) -> str:
+    """SHA-256 of the file's bytes, read in chunks: the CPU's SHA instructions (x86's SHA-NI, Apple
+    Silicon's) make it the fastest of hashlib's here, 3x blake2b (docs/serving.md has the figures)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def first_line(err: BaseException) -> str:
+    """An error's first line, for the log."""
+    return (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def _flush(path: Path) -> None:

@@ -15,6 +15,7 @@ import sys
 import time
 
 import httpx
+import openai
 import pytest
 
 from specmlx.diskcache.blocks import BLOCK
@@ -23,6 +24,7 @@ from specmlx.diskcache.keeper import Keeper
 from specmlx.diskcache.store import DiskCache
 from specmlx.serve.routes import owner_of
 
+from ..damage import damage_in_place
 from .conftest import MODEL, start
 
 SYSTEM = "You are a careful coding agent. Read files before editing them; run the tests after. " * 12
@@ -146,6 +148,29 @@ def test_a_damaged_entry_or_another_models_is_skipped_and_the_answer_right(loade
     assert reply["choices"] == second["choices"]
     assert cached(reply) == (0, 0)  # the damaged first block, and so all that follows it, was prefilled
     assert any("cannot be read" in line or "not of the size" in line for line in logged)
+
+
+def test_a_block_damaged_in_place_is_never_restored(loaded, served_dirs, tmp_path, reference, logged):
+    """Every block's target tensors damaged in place at their size (1e30s in the middle of each), after
+    the server stopped: a restarted server answers, through the official client, as one without the
+    cache, from a prefill, and says why once a block."""
+    first, second = reference
+    kept = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=kept)
+    with background as url:
+        ask(url, FIRST)
+    kept.close()
+    files = sorted((tmp_path / "kept").glob("*.safetensors"))
+    assert files and all(damage_in_place(f, lambda name: name.startswith("target.")) for f in files)
+    again = keeper(tmp_path / "kept", served_dirs["target"])
+    background, _ = start(loaded, disk=again)
+    with background as url:
+        reply = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0).chat.completions.create(
+            model=MODEL, messages=next_turn(first), max_tokens=8, temperature=0)
+    again.close()
+    assert reply.choices[0].message.content == second["choices"][0]["message"]["content"]
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+    assert any("damaged in place" in line for line in logged)
 
 
 def test_a_server_killed_between_writes_restarts_from_what_was_written(served_dirs, tmp_path, reference):

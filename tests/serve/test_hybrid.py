@@ -8,6 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import openai
 import pytest
 
 from specmlx.diskcache.blocks import BLOCK
@@ -21,6 +22,7 @@ from specmlx.prompting import encode_chat
 from specmlx.recurrent import RENDERED_AGAIN
 
 from .. import tiny_hybrid
+from ..damage import damage_in_place
 from .conftest import MODEL, greedy, start
 from .test_worker import CHAT, body
 
@@ -121,6 +123,30 @@ def test_a_restarted_server_and_a_subagent_restore_a_hybrids_state_from_disk(hyb
         details = reply["usage"]["prompt_tokens_details"]
         assert details["cached_tokens"] == details["disk_tokens"] >= BLOCK
         assert reply["choices"][0]["message"]["content"] == alone(hybrid, payload)
+
+
+def test_a_hybrids_recurrent_state_damaged_in_place_is_never_restored(hybrid, fingerprinted):
+    """The recurrent layers' states kept on disk, damaged in place at their size: a restarted server
+    prefills, and answers, through the official client, as the target alone."""
+    system = "You are a careful coding agent; read before you edit and test after. " * 12
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "What is add?"}]
+    first = {"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": messages}
+    kept = fingerprinted()
+    background, _ = start(hybrid, disk=kept)
+    with background as url:
+        answer = httpx.post(url + CHAT, json=first, timeout=120).json()["choices"][0]["message"]["content"]
+    kept.close()
+    files = sorted(kept.store.root.glob("*.safetensors"))
+    assert files and all(damage_in_place(f, lambda name: ".state." in name) for f in files)
+    turn = first | {"messages": messages + [{"role": "assistant", "content": answer}, {"role": "user", "content": "and then"}]}
+    again = fingerprinted()
+    background, _ = start(hybrid, disk=again)
+    with background as url:
+        reply = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0).chat.completions.create(
+            model=MODEL, messages=turn["messages"], max_tokens=8, temperature=0)
+    again.close()
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+    assert reply.choices[0].message.content == alone(hybrid, turn)
 
 
 @pytest.fixture
