@@ -21,6 +21,14 @@ MARGIN = 0.10  # activations and the runtime (and the KV of models `state_bytes`
 MIN_MARGIN = 512 << 20
 
 
+def size_text(nbytes: float) -> str:
+    """A size as a person reads it: "20 GB", "1.5 GB", "1 MB", "0 B" (binary units, as `GB`)."""
+    for unit, size in (("GB", GB), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{int(nbytes)} B"
+
+
 def weights_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
 

@@ -60,3 +60,9 @@ def test_a_hybrid_target_counts_its_state_and_its_mtp_layers(tmp_path):
     check_fits(target, None, available=memory.needed_bytes(memory.model_bytes(target)))
     with pytest.raises(SpecmlxError, match="already quantized"):
         check_fits(target, None, available=memory.needed_bytes(int(2 * GB) + (64 << 20)))
+
+
+@pytest.mark.parametrize("nbytes, text", [(20 * GB, "20 GB"), (int(1.5 * GB), "1.5 GB"), (int(0.000999999 * GB), "1.02 MB"),
+                                          (1 << 20, "1 MB"), (2048, "2 KB"), (0, "0 B")])
+def test_a_size_reads_as_a_person_writes_it(nbytes, text):
+    assert memory.size_text(nbytes) == text

@@ -47,6 +47,7 @@ class Entry:
         return self.start + self.length
 
 
+WAL_LIMIT = 4 << 20  # bytes of write-ahead log kept between checkpoints
 COLUMNS = ", ".join(f.name for f in fields(Entry))
 SLOTS = ", ".join("?" for _ in fields(Entry))
 
@@ -59,6 +60,8 @@ class Index:
         # Autocommit: each statement commits at once, so a killed process leaves whole rows only.
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # The log is cut back to this after each checkpoint, not left at its largest: it counts in the cap.
+        self._db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         self._db.executescript(SCHEMA)
         if "checksum" not in {row[1] for row in self._db.execute("PRAGMA table_info(entries)")}:
             # An index of before checksums: its rows read "" and are skipped and removed on first use.

@@ -169,7 +169,7 @@ def open_store(cap_bytes: int) -> DiskCache:
         return DiskCache(root, cap_bytes)
     except (OSError, sqlite3.Error) as err:
         raise SpecmlxError(f"the prompt cache on disk cannot be opened in {root} ({first_line(err)}); "
-                           f"set ${CACHE_DIR_ENV} to another folder, or turn it off") from None
+                           f"set ${CACHE_DIR_ENV} to another folder, or turn it off with --no-disk-cache") from None
 
 
 def open_keeper(target: Path, cap_bytes: int) -> Keeper:

@@ -37,6 +37,7 @@ from .index import Entry, Index
 log = logging.getLogger("specmlx.diskcache")
 
 SUFFIX = ".safetensors"
+INDEX_FILES = ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm")  # SQLite's database, log and shared memory
 TEMPORARY = "tmp-"  # a file being written; one older than STALE_S was left by a crash
 STALE_S = 600  # long enough that another process's write in progress is never swept
 OURS = re.compile(rf"({TEMPORARY}[0-9a-f]{{32}}|[0-9a-f]{{64}}){re.escape(SUFFIX)}")  # what `put` names files
@@ -50,8 +51,8 @@ class DiskCache:
         self.cap_bytes = cap_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # mkdir's mode is cut by the umask, and an old folder keeps its own
-        self.index = _index(self.root / "index.sqlite")
-        for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
+        self.index = _index(self.root / INDEX_FILES[0])
+        for name in INDEX_FILES:
             if (self.root / name).exists():
                 os.chmod(self.root / name, 0o600)
         self._clock = self.index.latest()
@@ -177,8 +178,10 @@ class DiskCache:
         self._failing = True
 
     def evict(self) -> None:
-        """Remove least recently used entries until the total fits the cap."""
-        total = self.index.total_bytes()
+        """Remove least recently used entries until the total fits the cap: the entries' files and
+        the index's own (its database and write-ahead log)."""
+        files = (self.root / name for name in INDEX_FILES)
+        total = self.index.total_bytes() + sum(path.stat().st_size for path in files if path.exists())
         for entry in self.index.oldest():
             if total <= self.cap_bytes:
                 return

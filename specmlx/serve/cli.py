@@ -13,6 +13,7 @@ at once; Ctrl+C ends open requests with an error and stops the server.
 from __future__ import annotations
 
 import argparse
+import math
 import ipaddress
 import json
 import logging
@@ -34,7 +35,7 @@ from ..drafters import MTP, NGRAM, NONE, SUFFIX
 from ..config import GenerationConfig
 from ..errors import SpecmlxError
 from ..loading import load_models, ships_mtp
-from ..memory import GB
+from ..memory import GB, size_text
 from ..mlx_thread import MLXThread, closed_on_error
 from ..paths import CACHE_DIR_ENV
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
@@ -147,8 +148,9 @@ def serve(args: argparse.Namespace) -> int:
     allowed = access(args, keys)
     defaults_policy, sampling = draft_policy(args), sampling_params(args)
     GenerationConfig(max_tokens=args.max_tokens, sampling=sampling, policy=defaults_policy)  # checks them now
-    if args.disk_cache_gb <= 0 and not args.no_disk_cache:
-        raise SpecmlxError(f"--disk-cache-gb must be > 0, got {args.disk_cache_gb:g} (--no-disk-cache turns it off)")
+    if not (math.isfinite(args.disk_cache_gb) and args.disk_cache_gb > 0) and not args.no_disk_cache:
+        raise SpecmlxError(f"--disk-cache-gb must be a number of GB above 0, got {args.disk_cache_gb:g} "
+                           "(--no-disk-cache turns it off)")
     with joined(args) as group:
         # Rank 0 alone listens: a port in use is one line now, not after minutes of loading.
         sock = bind(args.host, args.port) if leads(group) else None
@@ -205,8 +207,8 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
         print(f"warning: {args.host} is reachable from other machines and no --api-key is set", file=sys.stderr)
     disk = worker.slots.disk
     if disk is not None:
-        print(f"prompt cache on disk: {disk.store.root} ({disk.store.total_bytes() / GB:.1f} of "
-              f"{disk.store.cap_bytes / GB:g} GB held)", file=sys.stderr)
+        print(f"prompt cache on disk: {disk.store.root} ({size_text(disk.store.total_bytes())} of "
+              f"{size_text(disk.store.cap_bytes)} held)", file=sys.stderr)
     elif args.distributed and not args.no_disk_cache:
         print("note: the prompt cache on disk is off with --distributed", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)

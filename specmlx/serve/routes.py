@@ -104,7 +104,7 @@ def include(app: FastAPI) -> None:
     app.include_router(api)
 
 
-@open_routes.get("/health")
+@open_routes.api_route("/health", methods=["GET", "HEAD"])  # HEAD: what uptime monitors and load balancers send
 async def health(request: Request) -> dict:
     return serving(request).health()
 

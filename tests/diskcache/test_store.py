@@ -32,6 +32,11 @@ def arrays_of(block) -> dict[str, mx.array]:
     return {"ids": ids, "half": (ids.astype(mx.float32) / 7).astype(mx.bfloat16)}
 
 
+def large(block) -> dict[str, mx.array]:
+    """A block's stand-in arrays of a megabyte: the index's own files (tens of KB) count in the cap too."""
+    return arrays_of(block) | {"pad": mx.zeros(1 << 18)}
+
+
 def keep(store, tokens=TOKENS, owner="alice", fp=FP):
     return [store.put(owner, fp, block, arrays_of(block)) for block in chain(tokens)]
 
@@ -221,11 +226,11 @@ def test_a_write_that_fails_leaves_nothing(store, monkeypatch):
 
 def test_the_cap_evicts_the_least_recently_used_first(tmp_path):
     blocks = chain(TOKENS)
-    size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], arrays_of(blocks[0])).nbytes
+    size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], large(blocks[0])).nbytes
     store = DiskCache(tmp_path / "kept", cap_bytes=2 * size + size // 2)  # two full blocks fit, not three
-    first, second = (store.put(owner, FP, blocks[0], arrays_of(blocks[0])) for owner in ("a", "b"))
+    first, second = (store.put(owner, FP, blocks[0], large(blocks[0])) for owner in ("a", "b"))
     store.load("a", FP, [first])  # used again: now the newest
-    store.put("c", FP, blocks[0], arrays_of(blocks[0]))
+    store.put("c", FP, blocks[0], large(blocks[0]))
     assert [bool(store.longest(owner, FP, TOKENS)) for owner in "abc"] == [True, False, True]
     assert not (store.root / second.file).exists()
     assert store.total_bytes() <= store.cap_bytes
@@ -272,12 +277,23 @@ def test_a_damaged_index_is_set_aside_with_a_line_and_the_store_starts_anew(tmp_
     assert len(list(root.glob("index.sqlite.damaged-*"))) == 1
 
 
+def test_the_index_and_its_write_ahead_log_count_in_the_cap(tmp_path):
+    """Two blocks' files fit the cap to the byte; with the index's own files they do not."""
+    blocks = chain(TOKENS)
+    size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], large(blocks[0])).nbytes
+    store = DiskCache(tmp_path / "kept", cap_bytes=2 * size + 1)
+    for owner in ("a", "b"):
+        store.put(owner, FP, blocks[0], large(blocks[0]))
+    assert [bool(store.longest(owner, FP, TOKENS)) for owner in "ab"] == [False, True]
+    assert (store.root / "index.sqlite-wal").stat().st_size > 0
+
+
 def test_touched_entries_are_evicted_last(tmp_path):
     """A conversation served from memory keeps its blocks on disk: `touch` marks them used."""
     blocks = chain(TOKENS)
-    size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], arrays_of(blocks[0])).nbytes
+    size = DiskCache(tmp_path / "probe", 1 << 30).put("a", FP, blocks[0], large(blocks[0])).nbytes
     store = DiskCache(tmp_path / "kept", cap_bytes=2 * size + size // 2)
-    first, _ = (store.put(owner, FP, blocks[0], arrays_of(blocks[0])) for owner in ("a", "b"))
+    first, _ = (store.put(owner, FP, blocks[0], large(blocks[0])) for owner in ("a", "b"))
     store.touch([first])
-    store.put("c", FP, blocks[0], arrays_of(blocks[0]))
+    store.put("c", FP, blocks[0], large(blocks[0]))
     assert [bool(store.longest(owner, FP, TOKENS)) for owner in "abc"] == [True, False, True]

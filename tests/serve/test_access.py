@@ -70,3 +70,11 @@ def test_cors_is_off_unless_an_origin_is_given(loaded, server):
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
         other = httpx.get(url + "/v1/models", headers={"Origin": "http://evil.example", "Authorization": "Bearer k"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_health_answers_head_as_monitors_send_it_without_a_key(loaded):
+    background, _ = start(loaded, api_key="k")
+    with background as url:
+        head = httpx.head(url + "/health", timeout=30)
+        assert head.status_code == 200 and head.content == b""
+        assert httpx.head(url + "/v1/models", timeout=30).status_code in (401, 405)

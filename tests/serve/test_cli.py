@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from specmlx.cli import main as specmlx_main
+from specmlx.diskcache.keeper import open_store
 from specmlx.errors import SpecmlxError
 from specmlx.serve.cli import access, api_keys, build_parser, curl_line, is_loopback, main
 
@@ -169,3 +170,18 @@ def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokeni
     assert "mtp is not offered with --distributed" in capsys.readouterr().err
     assert own_mtp(build_parser().parse_args(["--target", str(tmp_path)])) == []
     assert own_mtp(build_parser().parse_args([])) == []
+
+
+@pytest.mark.parametrize("gb", ["nan", "inf", "-1", "0"])
+def test_a_disk_cache_size_that_is_no_size_is_one_line(capsys, gb):
+    assert main(["--disk-cache-gb", gb, "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--disk-cache-gb must be a number of GB above 0" in err[0] and "--no-disk-cache" in err[0]
+
+
+def test_a_prompt_cache_folder_that_cannot_be_used_names_the_ways_out(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("SPECMLX_CACHE_DIR", str(tmp_path / "a-file"))
+    with pytest.raises(SpecmlxError) as raised:
+        open_store(1 << 30)
+    assert "$SPECMLX_CACHE_DIR" in str(raised.value) and "--no-disk-cache" in str(raised.value)
