@@ -8,7 +8,9 @@ where that is more than the engine holds in memory.
 
 Which blocks an answer keeps: every whole block of what the caches hold, and two partial ones: the
 end of what they hold, and the prompt's end less the tokens a next turn may render anew
-(`RENDERED_AGAIN`). A hybrid target's recurrent state is kept only where its caches hold one (the
+(`RENDERED_AGAIN`). A request that says how much of its prompt a later one may share (`shareable`: an
+autocomplete's text before the cursor) keeps the whole blocks within that alone: a keystroke changes
+every block after the cursor, and keeping them wrote 130 MB a completion that no request read. A hybrid target's recurrent state is kept only where its caches hold one (the
 end and the prompt's checkpoint), so its prefixes restore from those points.
 """
 
@@ -72,11 +74,12 @@ class Keeper:
         self._writer = threading.Thread(target=self._write_all, name="disk-cache-writer", daemon=True)
         self._writer.start()
 
-    def restore(self, engine: Engine, owner: Hashable, prompt: Sequence[int]) -> int:
+    def restore(self, engine: Engine, owner: Hashable, prompt: Sequence[int], shareable: int | None = None) -> int:
         """Before `owner`'s request: bring `engine` to hold the longest prefix of `prompt` its owner kept,
         where that is at least `MIN_GAIN` tokens more than it holds, and have its prefills keep their
-        blocks for `owner` (`watch`); how many more it holds (0: none came from disk)."""
-        self.watch(engine, owner)
+        blocks for `owner` (`watch`; within `shareable` tokens, if given); how many more it holds (0: none
+        came from disk)."""
+        self.watch(engine, owner, shareable)
         if not keepable(engine.cache):
             return 0
         held = engine.reusable(prompt)
@@ -91,15 +94,18 @@ class Keeper:
             engine.forget(0)
             return 0
 
-    def keep(self, engine: Engine, owner: Hashable, asked: int) -> None:
+    def keep(self, engine: Engine, owner: Hashable, asked: int, shareable: int | None = None) -> None:
         """Queue the blocks of what `engine` holds that the disk lacks, and mark those it has as used
         now (a conversation served from memory keeps its blocks from eviction); `asked`: its last
-        prompt's length."""
+        prompt's length; `shareable`: of it, what a later request may share, if not all (whole blocks only)."""
         if not keepable(engine.cache):
             return
         tokens = engine.context[: engine.cache_length()]
         at = asked - min(RENDERED_AGAIN, asked // 2)
         ends = sorted({len(tokens), *([at] if 0 < at < len(tokens) else [])})
+        if shareable is not None:
+            whole = min(shareable, len(tokens)) // BLOCK * BLOCK
+            ends = [whole] if whole else []
         blocks = {b.hash: b for end in ends for b in chain(tokens[:end])}  # by hash: both ends' chains share whole blocks
         try:
             kept = [entry for block in blocks.values() if (entry := self._put(owner_key(owner), engine, block))]
@@ -107,17 +113,19 @@ class Keeper:
         except Exception as err:  # noqa: BLE001 - the answer was sent: this turn is not kept
             log.warning("disk cache: a turn was not kept: %s", first_line(err))
 
-    def watch(self, engine: Engine, owner: Hashable) -> None:
-        """Have a hybrid target's prefills, for `owner`, keep each block as they complete it
-        (`keep_prefilled`). A transformer's blocks wait for `keep`, after the answer: its KV rows
-        stay, and by then its drafter's own caches (which a prefill fills after the target's) are there."""
+    def watch(self, engine: Engine, owner: Hashable, shareable: int | None = None) -> None:
+        """Have a hybrid target's prefills, for `owner`, keep each block as they complete it, within
+        `shareable` tokens if given (`keep_prefilled`). A transformer's blocks wait for `keep`, after the
+        answer: its KV rows stay, and by then its drafter's own caches (which a prefill fills after the
+        target's) are there."""
         hybrid = keepable(engine.cache) and any(is_recurrent(layer) for layer in engine.cache)
-        engine.on_prefilled = partial(self.keep_prefilled, owner) if hybrid else None
+        engine.on_prefilled = partial(self.keep_prefilled, owner, shareable=shareable) if hybrid else None
 
-    def keep_prefilled(self, owner: Hashable, engine: Engine, prompt: Sequence[int], held: int) -> None:
-        """Queue the block a prefill just completed (`Engine.on_prefilled`), if `held` ends one, while the
-        recurrent layers hold their state there."""
-        if held % BLOCK == 0 and held > 0:
+    def keep_prefilled(self, owner: Hashable, engine: Engine, prompt: Sequence[int], held: int,
+                       shareable: int | None = None) -> None:
+        """Queue the block a prefill just completed (`Engine.on_prefilled`), if `held` ends one (within
+        `shareable`, if given), while the recurrent layers hold their state there."""
+        if held % BLOCK == 0 and 0 < held <= (held if shareable is None else shareable):
             try:
                 self._put(owner_key(owner), engine, chain(prompt[:held])[-1])
             except Exception as err:  # noqa: BLE001 - the prefill goes on

@@ -85,7 +85,7 @@ class Batched:
         job, started = ticket.job, perf_counter()
         slot = None
         try:
-            slot = self.slots.take(job.prompt, job.drafter, job.owner)
+            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable)
             cached = slot.engine.reusable(job.prompt)
             member = Member(slot.engine, job.prompt, job.config)
             self.batch.add(member)

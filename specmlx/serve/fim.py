@@ -52,6 +52,9 @@ FAMILIES = (
 )
 
 
+TYPED = 16  # tokens before a FIM prompt's cursor that the next keystroke may retokenize
+
+
 @dataclass(frozen=True)
 class FimLayout:
     """A model's FIM prompt by token id: `lead` (its BOS, if it adds one), then `prefix`,
@@ -70,6 +73,12 @@ class FimLayout:
         """The prompt whose answer is what goes between `prefix` and `suffix`."""
         return [*self.lead, self.prefix, *self.encode_text(prefix), self.suffix, *self.encode_text(suffix),
                 self.middle]
+
+    def shareable(self, prompt: list[int]) -> int:
+        """How many of `prompt`'s tokens the next keystroke's request shares: the prefix's, the text before
+        the cursor, less the last `TYPED` (typing there retokenizes them). A keystroke changes every
+        token after the cursor's position, so nothing past it is worth keeping (`Keeper.keep`)."""
+        return max(prompt.index(self.suffix) - TYPED, 0) if self.suffix in prompt else 0
 
 
 def find_layout(tokenizer: Any) -> FimLayout | None:

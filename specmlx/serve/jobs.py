@@ -25,6 +25,7 @@ class Job:
     config: GenerationConfig  # its `prediction` holds the request's, as tokens
     drafter: str
     owner: Hashable = None
+    shareable: int | None = None  # prompt tokens a later request may share, if not all (a FIM prompt's: its prefix's)
 
 
 @dataclass(frozen=True)

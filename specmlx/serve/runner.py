@@ -55,7 +55,7 @@ class OneAtATime:
 
     def _generate(self, ticket: Ticket, queue_s: float) -> Done:
         job = ticket.job
-        slot = self.slots.take(job.prompt, job.drafter, job.owner)
+        slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable)
         try:
             cached = slot.engine.reusable(job.prompt)
             run = slot.engine.generate(job.prompt, job.config)

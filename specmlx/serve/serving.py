@@ -13,7 +13,7 @@ request's model name is answered once, by the served target (`aliases.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable
 
 from ..config import GenerationConfig
@@ -208,7 +208,10 @@ class Serving:
         prompt = completion_prompt(self.tokenizer, body, self.vocab, self.context_window, self.fim)
         model = self.aliases.answering(body.model)
         reply = CompletionReply(False, model, len(prompt), body.speculative.sources, include_usage(body))
-        return Answer(self._job(body, prompt, owner), reply, Feed(), body.stream)
+        job = self._job(body, prompt, owner)
+        if body.suffix is not None and self.fim is not None:  # autocomplete: keep only what the next keystroke shares
+            job = replace(job, shareable=self.fim.shareable(prompt))
+        return Answer(job, reply, Feed(), body.stream)
 
     def messages(self, body: MessagesRequest, owner: Hashable, interleaved: bool = False) -> Answer:
         """Anthropic's messages, as the chat of the same conversation (`anthropic/translate.py`);

@@ -73,6 +73,7 @@ class Slot:
     turns: int = 0  # requests it served in one conversation: 1 is a one-off, more a conversation
     owner: Hashable = None  # whose requests it serves (an API key's id; None without keys)
     asked: int = 0  # the length of the last prompt it served: a request that shares it all is its next turn
+    shareable: int | None = None  # of that prompt, what a later request may share, if not all (`Job.shareable`)
     busy: bool = False  # a request runs in it (taken, not yet released)
     from_disk: int = 0  # of what its request's prompt found held, how many tokens came from disk
     unkept: bool = False  # it answered since the disk last kept its caches
@@ -118,7 +119,7 @@ class Slots:
         """Whether a slot is free for another request (requests run at once in a batch)."""
         return any(not s.busy for s in self._slots)
 
-    def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None) -> Slot:
+    def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None, shareable: int | None = None) -> Slot:
         """The slot for `owner`'s `prompt`, drafting with `drafter`, among the free ones: the one of
         its own whose conversation it continues, else an empty one, else the one cheapest to lose
         (see above), holding the start it shares with another conversation of its owner's. It is
@@ -136,7 +137,7 @@ class Slots:
                 best = self._empty(best)
             best.turns, best.owner = 1, owner
         self._clock += 1
-        best.used, best.busy, best.asked = self._clock, True, len(prompt)
+        best.used, best.busy, best.asked, best.shareable = self._clock, True, len(prompt), shareable
         for instance in best.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
             tell_owner(instance, owner)
         best.engine.use(best.drafters[drafter])
@@ -144,7 +145,7 @@ class Slots:
             copied = best.engine.adopt(source.engine, shared)
             if copied:
                 self.mirror.copied(self.index(source), self.index(best), copied)
-        best.from_disk = 0 if self.disk is None else self.disk.restore(best.engine, owner, prompt)
+        best.from_disk = 0 if self.disk is None else self.disk.restore(best.engine, owner, prompt, shareable)
         return best
 
     def _cheapest(self, prompt: Sequence[int]) -> Slot:
@@ -173,7 +174,7 @@ class Slots:
         for slot in self._slots:
             if slot.unkept and not slot.busy:
                 slot.unkept = False
-                self.disk.keep(slot.engine, slot.owner, slot.asked)
+                self.disk.keep(slot.engine, slot.owner, slot.asked, slot.shareable)
 
     def _live(self, slot: Slot) -> bool:
         """A conversation (continued at least once) used within the last `LIVE_FOR` × `count` requests."""
