@@ -26,7 +26,7 @@ from ..batch.round import RowFailure
 from ..cache import make_cache
 from ..mlx_thread import MLXThread
 from .ledger import Ledger, Ticket
-from .jobs import Done
+from .jobs import Admitted, Done
 from .slots import Slot, Slots
 
 
@@ -89,6 +89,7 @@ class Batched:
             cached = slot.engine.reusable(job.prompt)
             member = Member(slot.engine, job.prompt, job.config)
             self.batch.add(member)
+            ticket.sink(Admitted(cached, slot.from_disk))
         except Exception as err:  # noqa: BLE001 - this request fails, not the batch
             if slot is not None:
                 self.slots.release(slot, broken=True)

@@ -1,8 +1,8 @@
 """A job's records: what the worker runs for a request, and what it hands back.
 
 A request becomes a `Job` (`serving.py`); the worker hands what it runs back
-to the request's `Sink` as `Item`s: each round's `RoundEvent`, then `Done`
-or `Failed`.
+to the request's `Sink` as `Item`s: `Admitted` once its prompt is accounted, each
+round's `RoundEvent`, then `Done` or `Failed`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,16 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Admitted:
+    """A job's prompt is accounted, before its first round: how many of its tokens a slot held (from
+    memory or disk) and, of those, how many the prompt cache on disk held. Anthropic's stream opens
+    with that split (`message_start`)."""
+
+    cached_tokens: int
+    disk_tokens: int
+
+
+@dataclass(frozen=True)
 class Done:
     """A finished generation: its stats, the text the detokenizer held to the
     end, how many prompt tokens a slot already held (from memory or disk), and the wait in the queue."""
@@ -45,5 +55,5 @@ class Failed:
     error: APIError
 
 
-Item = Union[RoundEvent, Done, Failed]
+Item = Union[Admitted, RoundEvent, Done, Failed]
 Sink = Callable[[Item], None]  # called on the MLX thread: for each round, then once at the end

@@ -22,7 +22,7 @@ from typing import Protocol, Sequence
 from ..events import TokenEvent
 from .calls import CallReader, Piece, merged
 from .errors import APIError
-from .jobs import Done
+from .jobs import Admitted, Done
 
 # A stream that has nothing to send for a while sends this SSE comment (see `routes.stream`).
 KEEPALIVE = ": keep-alive\n\n"
@@ -68,8 +68,9 @@ class Reply(Protocol):
     then `last`, or `failed`), each stream part a string of Server-Sent Events."""
 
     keepalive: str  # what a quiet stream sends
+    opens_admitted: bool  # its first events report the prompt's cache split: sent once the job is `Admitted`
 
-    def first(self) -> str: ...
+    def first(self, admitted: Admitted | None = None) -> str: ...
 
     def piece(self, said: Said) -> str: ...
 

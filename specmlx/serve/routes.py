@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from ..events import RoundEvent, TokenEvent
 from .anthropic.protocol import CountTokensRequest, MessagesRequest
 from .errors import APIError
-from .jobs import Done, Failed
+from .jobs import Admitted, Done, Failed
 from .openai.protocol import ChatRequest, CompletionRequest
 from .responses.protocol import ResponsesRequest
 from .serving import Answer, Serving
@@ -164,13 +164,17 @@ async def respond(request: Request, answer_of: Callable[..., Answer], body: Any,
 def split(items: list) -> tuple[list[TokenEvent], Done | Failed | None]:
     """A batch from the worker: its rounds' tokens, and the end if it came."""
     return ([t for i in items if isinstance(i, RoundEvent) for t in i.tokens],
-            next((i for i in items if not isinstance(i, RoundEvent)), None))
+            next((i for i in items if isinstance(i, (Done, Failed))), None))
 
 
 async def stream(answer: Answer, queue: asyncio.Queue, ticket: Ticket):
+    """The answer as the reply's events. A reply that opens with the prompt's cache split (Anthropic's
+    `message_start`) opens once the worker admitted the job (`Admitted`): keepalives until then."""
     loop, reply, feed = asyncio.get_running_loop(), answer.reply, answer.feed
+    opened = not reply.opens_admitted
     try:
-        yield reply.first()
+        if opened:
+            yield reply.first()
         sent = loop.time()
         while True:
             try:
@@ -179,6 +183,11 @@ async def stream(answer: Answer, queue: asyncio.Queue, ticket: Ticket):
                 items = []
             while not queue.empty():
                 items += queue.get_nowait()
+            if not opened:
+                admitted = next((i for i in items if isinstance(i, Admitted)), None)
+                if admitted is not None or any(isinstance(i, (Done, Failed)) for i in items):
+                    yield reply.first(admitted)
+                    opened, sent = True, loop.time()
             events, end = split(items)
             piece = reply.piece(feed.piece(events)) if events else ""  # nothing while a tool call is being written
             if piece or loop.time() - sent >= KEEPALIVE_S:

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 
 from ..mlx_thread import MLXThread
 from .ledger import Ledger, Ticket
-from .jobs import Done
+from .jobs import Admitted, Done
 from .slots import Slots
 
 
@@ -58,6 +58,7 @@ class OneAtATime:
         slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable)
         try:
             cached = slot.engine.reusable(job.prompt)
+            ticket.sink(Admitted(cached, slot.from_disk))
             run = slot.engine.generate(job.prompt, job.config)
             self.slots.mirror.begin(self.slots.index(slot), cached, job.prompt, job.config)
             self._begun = True

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from ..calls import Call, Piece
 from ..errors import APIError
-from ..jobs import Done
+from ..jobs import Admitted, Done
 from ..reply import Said, extras, made_calls, token_sources, typed_event
 from .errors import error_body
 
@@ -96,6 +96,7 @@ class MessageReply:
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
 
     keepalive: ClassVar[str] = PING
+    opens_admitted: ClassVar[bool] = True  # message_start carries the cache split, as Anthropic's does
 
     def _message(self, content: list[dict], stop: str | None, stop_sequence: str | None, usage: dict) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
@@ -114,11 +115,13 @@ class MessageReply:
                                 self._usage(done.cached_tokens, done.stats.generation_tokens, done.disk_tokens))
         return message | extras(done, self.sources, said.tokens)
 
-    def first(self) -> str:
-        """`message_start`: the message with no content yet, and a ping, as Anthropic opens a stream. The kept
-        cache the prompt reuses is found when it starts: until `message_delta`, the whole prompt is input."""
-        return typed_event({"type": "message_start", "message": self._message([], None, None, self._usage(0, 0))}) \
-            + PING
+    def first(self, admitted: Admitted | None = None) -> str:
+        """`message_start`: the message with no content yet, and a ping, as Anthropic opens a stream. Sent
+        once the job is `admitted`, its usage splits the prompt into input and cache reads as Anthropic's
+        does (clients read the split there: the SDK keeps only known fields of `message_delta`'s usage)."""
+        cached, disk = (0, 0) if admitted is None else (admitted.cached_tokens, admitted.disk_tokens)
+        usage = self._usage(cached, 0, disk)
+        return typed_event({"type": "message_start", "message": self._message([], None, None, usage)}) + PING
 
     def piece(self, said: Said) -> str:
         """Events for tokens of one or more rounds: the blocks and deltas they complete (maybe none yet),

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from ..calls import Call, Piece
 from ..errors import APIError
-from ..jobs import Done
+from ..jobs import Admitted, Done
 from ..reply import KEEPALIVE, Said, extras, made_calls, sse, token_sources
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
@@ -50,6 +50,7 @@ class CompletionReply:
     created: int = field(default_factory=lambda: int(time.time()))
 
     keepalive: ClassVar[str] = KEEPALIVE
+    opens_admitted: ClassVar[bool] = False
 
     def _object(self, chunk: bool) -> dict:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
@@ -92,7 +93,7 @@ class CompletionReply:
 
     # -- stream chunks (each an SSE `data:` line) -----------------------------
 
-    def first(self) -> str:
+    def first(self, admitted: Admitted | None = None) -> str:
         """The opening chunk: the assistant's role, no text yet (as OpenAI streams a chat)."""
         return sse(self._object(chunk=True) | {"choices": [self._choice("", None, True, role=True)]}) if self.chat else ""
 

@@ -28,7 +28,7 @@ from typing import ClassVar, Sequence
 from ...events import TokenEvent
 from ..calls import Call, Piece, new_id
 from ..errors import APIError
-from ..jobs import Done
+from ..jobs import Admitted, Done
 from ..reply import KEEPALIVE, Said, extras, token_sources, typed_event
 
 # OpenAI's ids begin so: a response's, a message item's, a function_call item's (its call_id is `call_...`).
@@ -128,6 +128,7 @@ class ResponseReply:
     created_at: int = field(default_factory=lambda: int(time.time()))
 
     keepalive: ClassVar[str] = KEEPALIVE
+    opens_admitted: ClassVar[bool] = False
 
     def _response(self, status: str, output: list[dict], done: Done | None) -> dict:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -147,7 +148,7 @@ class ResponseReply:
         status = status_of(done)
         return self._response(status, output_of(said.pieces, status), done) | extras(done, self.sources, said.tokens)
 
-    def first(self) -> str:
+    def first(self, admitted: Admitted | None = None) -> str:
         """`response.created` and `response.in_progress`: the response with no output yet."""
         opening = self._response("in_progress", [], None)
         return self.output.send([{"type": "response.created", "response": opening},
