@@ -98,6 +98,20 @@ class Thinking(BaseModel):
     budget_tokens: StrictInt | None = None  # required when enabled: at least `MIN_THINKING`, under max_tokens
 
 
+class OutputFormat(BaseModel):
+    """Anthropic's structured outputs: the answer is JSON that `schema` validates (as chat's `json_schema`)."""
+
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(BaseModel):
+    """Where the SDK's `beta.messages.parse(output_format=...)` puts the format; other settings are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    format: OutputFormat | None = None
+
+
 class MessagesRequest(CountTokensRequest):
     max_tokens: StrictInt = Field(ge=1)  # required, as Anthropic has it
     # Anthropic's ranges; strict numbers, as on the OpenAI routes.
@@ -108,4 +122,6 @@ class MessagesRequest(CountTokensRequest):
     stream: StrictBool = False
     metadata: dict[str, Any] | None = None  # accepted, ignored
     thinking: Thinking | None = None
+    output_format: OutputFormat | None = None  # structured outputs, as first published
+    output_config: OutputConfig | None = None  # ... and as the SDK sends them now (`format`)
     speculative: Speculative = Field(default_factory=Speculative)

@@ -59,7 +59,18 @@ def to_chat(request: CountTokensRequest, interleaved: bool = False) -> ChatReque
         fields |= {"max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": request.top_p,
                    "top_k": request.top_k, "stop": request.stop_sequences, "stream": request.stream,
                    "speculative": request.speculative}
+        fields |= response_format(request)
     return as_chat(fields)
+
+
+def response_format(request: MessagesRequest) -> dict:
+    """Structured outputs (`output_format`, or `output_config.format`) as chat's `response_format`: the same
+    grammar constrains the answer, exact under speculation."""
+    configured = request.output_config.format if request.output_config is not None else None
+    wanted = request.output_format or configured
+    if wanted is None:
+        return {}
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": wanted.schema_}}}
 
 
 def check_thinking(request: MessagesRequest, interleaved: bool = False) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from typing import Literal
+
 import httpx
+import pydantic
 import pytest
 
 from specmlx.prompting import encode_chat
@@ -449,3 +452,41 @@ def test_a_forced_call_max_tokens_cuts_stops_at_max_tokens_with_no_block(claude)
         events = [e for e in events_of(claude, max_tokens=12, tools=TOOLS, tool_choice=choice) if e.type != "ping"]
         assert [e.type for e in events] == ["message_start", "message_delta", "message_stop"]
         assert events[1].delta.stop_reason == "max_tokens"
+
+
+# ---- structured outputs ----------------------------------------------------------------------------
+
+
+class Operation(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")  # the schema closes the object: a random model ends it
+    kind: Literal["add", "sub"]
+    n: Literal[1, 2, 3]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_structured_outputs_parse_through_the_sdk_and_drafting_changes_no_token(claude, stream):
+    """`beta.messages.parse(output_format=...)` (the SDK sends `output_config.format`) and the older
+    `output_format`: the answer is the schema's JSON, token for token what plain constrained decoding writes."""
+    asked = [{"role": "user", "content": "An operation as JSON."}]
+    if stream:
+        with claude.beta.messages.stream(model=MODEL, max_tokens=64, messages=asked, output_format=Operation,
+                                         extra_body=greedy("ngram")) as events:
+            parsed = events.get_final_message().parsed_output
+    else:
+        parsed = claude.beta.messages.parse(model=MODEL, max_tokens=64, messages=asked, output_format=Operation,
+                                            extra_body=greedy("ngram")).parsed_output
+    assert isinstance(parsed, Operation)
+    fmt = {"type": "json_schema", "schema": Operation.model_json_schema()}
+    replies = [claude.messages.create(model=MODEL, max_tokens=64, messages=asked, extra_body=greedy(d, output_format=fmt))
+               for d in ("none", "drafter")]
+    assert replies[0].speculative["tokens"] == replies[1].speculative["tokens"]
+    assert Operation.model_validate_json(replies[1].content[0].text) == parsed
+
+
+def test_a_structured_output_it_cannot_honour_is_a_400_in_anthropics_shape(tool_server):
+    reply = httpx.post(f"{tool_server}/v1/messages", timeout=30, json={
+        "model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "x"}],
+        "output_config": {"format": {"type": "json_schema", "schema": {"type": "no such type"}}}})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["type"] == "error" and reply.json()["error"]["type"] == "invalid_request_error"
+    assert healthy(tool_server)
