@@ -116,14 +116,19 @@ def test_an_entry_is_read_only_for_the_key_that_wrote_it(loaded, served_dirs, tm
     kept.close()
 
 
-def test_a_damaged_entry_or_another_models_is_skipped_and_the_answer_right(loaded, served_dirs, tmp_path,
-                                                                           reference, logged):
-    first, second = reference
-    kept = keeper(tmp_path / "kept", served_dirs["target"])
+def kept_first_turn(loaded, served_dirs, root) -> None:
+    """A server with the disk cache over `root` answers the first turn, then stops (its blocks written)."""
+    kept = keeper(root, served_dirs["target"])
     background, _ = start(loaded, disk=kept)
     with background as url:
         ask(url, FIRST)
     kept.close()
+
+
+def test_a_damaged_entry_or_another_models_is_skipped_and_the_answer_right(loaded, served_dirs, tmp_path,
+                                                                           reference, logged):
+    first, second = reference
+    kept_first_turn(loaded, served_dirs, tmp_path / "kept")
     other = keeper(tmp_path / "kept", served_dirs["target"], digest="weights-of-another-version")
     background, _ = start(loaded, disk=other)
     with background as url:
@@ -155,11 +160,7 @@ def test_a_block_damaged_in_place_is_never_restored(loaded, served_dirs, tmp_pat
     the server stopped: a restarted server answers, through the official client, as one without the
     cache, from a prefill, and says why once a block."""
     first, second = reference
-    kept = keeper(tmp_path / "kept", served_dirs["target"])
-    background, _ = start(loaded, disk=kept)
-    with background as url:
-        ask(url, FIRST)
-    kept.close()
+    kept_first_turn(loaded, served_dirs, tmp_path / "kept")
     files = sorted((tmp_path / "kept").glob("*.safetensors"))
     assert files and all(damage_in_place(f, lambda name: name.startswith("target.")) for f in files)
     again = keeper(tmp_path / "kept", served_dirs["target"])
