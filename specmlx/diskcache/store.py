@@ -221,7 +221,7 @@ class DiskCache:
 
 def checksum(path: Path) -> str:
     """SHA-256 of the file's bytes, read in chunks: the CPU's SHA instructions (x86's SHA-NI, Apple
-    Silicon's) make it the fastest of hashlib's here, 3x blake2b (docs/serving.md has the figures)."""
+    Silicon's) make it the fastest of hashlib's here, twice blake2b's speed (docs/serving.md has the figures)."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(1 << 22):
