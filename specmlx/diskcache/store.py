@@ -77,8 +77,9 @@ class DiskCache:
         temporary = self.root / f"{TEMPORARY}{uuid.uuid4().hex}{SUFFIX}"
         try:
             # Made 0600 before a byte is written: a crash mid-write leaves nothing another user may read.
-            os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            mx.save_safetensors(str(temporary), dict(arrays), metadata=metadata)
+            # Through a Python file: a full disk is then an OSError; MLX's own writer says RuntimeError.
+            with open(temporary, "xb", opener=lambda path, flags: os.open(path, flags, 0o600)) as file:
+                mx.save_safetensors(file, dict(arrays), metadata=metadata)
             _flush(temporary)
             digest = checksum(temporary)
             os.replace(temporary, self.root / name)

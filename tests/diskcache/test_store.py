@@ -4,12 +4,14 @@ no half entry after a crash, least recently used evicted first, files only this 
 from __future__ import annotations
 
 import os
+import resource
 import sqlite3
 import stat
 import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
@@ -163,6 +165,33 @@ def test_a_full_disk_costs_writes_not_restores_and_says_so_once(store, log_lines
     monkeypatch.setattr("specmlx.diskcache.store._flush", lambda path: (_ for _ in ()).throw(OSError(28, "No space left")))
     keep(store, [t + 3 for t in TOKENS])
     assert len(log_lines) == 2 and entries
+
+
+@contextmanager
+def refused_past(nbytes: int):
+    """The kernel refuses this process's writes past `nbytes` into a file (RLIMIT_FSIZE: EFBIG, Python
+    ignores SIGXFSZ), as a full disk refuses them part-way: unprivileged, and through MLX's own writer."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_disk_that_refuses_a_blocks_bytes_part_way_loses_the_write_only(store, log_lines):
+    """A block of a megabyte refused after 256 KB, by the kernel and not a stand-in: the write is lost
+    (no entry, no temporary file), what was kept is still restored, and twenty refused writes are one line."""
+    keep(store)
+    with refused_past(256 << 10):
+        for i in range(1, 8):
+            blocks = chain([t + i for t in TOKENS])
+            assert [store.put("alice", FP, block, large(block)) for block in blocks] == [None] * len(blocks)
+            assert len(store.load("alice", FP, store.longest("alice", FP, TOKENS))) == 3
+    assert len(log_lines) == 1 and "said once" in log_lines[0]
+    assert len(list(store.root.glob("*.safetensors"))) == 3
+    block = chain([t + 1 for t in TOKENS])[0]
+    assert store.put("alice", FP, block, large(block)) is not None  # the disk has room again
 
 
 CRASH = textwrap.dedent("""
