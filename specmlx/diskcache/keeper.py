@@ -10,8 +10,9 @@ Which blocks an answer keeps: every whole block of what the caches hold, and two
 end of what they hold, and the prompt's end less the tokens a next turn may render anew
 (`RENDERED_AGAIN`). A request that says how much of its prompt a later one may share (`shareable`: an
 autocomplete's text before the cursor) keeps the whole blocks within that alone: a keystroke changes
-every block after the cursor, and keeping them wrote 130 MB a completion that no request read. A hybrid target's recurrent state is kept only where its caches hold one (the
-end and the prompt's checkpoint), so its prefixes restore from those points.
+every block after the cursor, and keeping them wrote 130 MB a completion that no request read.
+A hybrid target's recurrent state is kept only where its caches hold one (the end and the prompt's
+checkpoint), so its prefixes restore from those points.
 """
 
 from __future__ import annotations

@@ -246,10 +246,13 @@ def _flush(path: Path) -> None:
 
 def _index(path: Path) -> Index:
     """The index at `path`; a damaged one is set aside with a line in the log and started anew (its
-    entries' files, then unindexed, are swept)."""
+    entries' files, then unindexed, are swept). Any other error is raised: a full disk (no room for
+    SQLite's shared memory) says nothing of the index, and setting it aside would lose every block."""
     try:
         return Index(path)
     except sqlite3.DatabaseError as err:
+        if err.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            raise
         aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
         log.warning("disk cache: the index %s cannot be read (%s): moved to %s, starting anew", path, err, aside.name)
         path.replace(aside)

@@ -306,6 +306,20 @@ def test_a_damaged_index_is_set_aside_with_a_line_and_the_store_starts_anew(tmp_
     assert len(list(root.glob("index.sqlite.damaged-*"))) == 1
 
 
+def test_a_restart_on_a_full_disk_is_an_error_and_never_sets_the_index_aside(tmp_path, log_lines):
+    """Opening the index needs room for SQLite's shared memory (32 KB), which a full disk refuses
+    (SQLITE_IOERR_SHMSIZE): the index is sound, so it is neither set aside nor its blocks swept, and
+    it opens whole once there is room."""
+    root = tmp_path / "kept"
+    store = DiskCache(root, cap_bytes=1 << 30)
+    keep(store)
+    store.close()
+    with refused_past(1024), pytest.raises(sqlite3.OperationalError):
+        DiskCache(root, cap_bytes=1 << 30)
+    assert log_lines == [] and not list(root.glob("index.sqlite.damaged-*"))
+    again = DiskCache(root, cap_bytes=1 << 30)
+    assert len(again.load("alice", FP, again.longest("alice", FP, TOKENS))) == 3
+
 def test_the_index_and_its_write_ahead_log_count_in_the_cap(tmp_path):
     """Two blocks' files fit the cap to the byte; with the index's own files they do not."""
     blocks = chain(TOKENS)
