@@ -90,15 +90,26 @@ def test_a_restarted_server_continues_from_disk(loaded, served_dirs, tmp_path, r
         reply = ask(url, next_turn(first))
     background, _ = start(loaded, disk=again)  # restarted again: its slots are empty too
     with background as url:
-        anthropic = httpx.post(url + "/v1/messages", timeout=120, json={
-            "model": MODEL, "system": SYSTEM, "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "user", "content": "What does add() return?"}]}).json()
+        streamed = streamed_usage(url)
     again.close()
     assert reply["choices"] == second["choices"]  # the answer of a server that prefilled it all
     memory_or_disk, disk = cached(reply)
     assert memory_or_disk == disk > BLOCK  # all of it from disk: this server's slots were empty
     # A prompt rendered by another route shares the system prompt's blocks, if not its template's end.
-    assert anthropic["usage"]["cache_read_input_tokens"] == anthropic["usage"]["disk_read_input_tokens"] > 0
+    assert streamed.cache_read_input_tokens == streamed.model_extra["disk_read_input_tokens"] > 0
+
+
+def streamed_usage(url: str):
+    """A Messages answer streamed through Anthropic's client: the usage its `message_start` reports, as the
+    client keeps it (the client drops fields of `message_delta`'s usage it does not know, ours among them)."""
+    anthropic = pytest.importorskip("anthropic")
+
+    with anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120) as claude:
+        with claude.messages.stream(model=MODEL, system=SYSTEM, max_tokens=8, extra_body={"temperature": 0},
+                                    messages=[{"role": "user", "content": "What does add() return?"}]) as stream:
+            usage = next(e for e in stream if e.type == "message_start").message.usage
+            assert stream.get_final_message().usage.cache_read_input_tokens == usage.cache_read_input_tokens
+    return usage
 
 
 def test_an_entry_is_read_only_for_the_key_that_wrote_it(loaded, served_dirs, tmp_path):
