@@ -1,10 +1,10 @@
 """Anthropic's Messages API out: the answer as a `message` object, or as its stream of typed events.
 
 The content is the answer's text and calls (`calls.py`) in order, as `text` and `tool_use` blocks.
-A stream sends `message_start`, then each block as `content_block_start`, its deltas
-(`text_delta`, or one `input_json_delta` with a call's whole arguments: a call is handed out only
-once it parses) and `content_block_stop`, then `message_delta` (the stop reason and the usage,
-the prompt's cached part now known) and `message_stop`; `ping` keeps a quiet stream alive. Each
+A stream sends `message_start` once a slot holds the prompt (its usage splits the prompt into input
+and cache reads), then each block as `content_block_start`, its deltas (`text_delta`, or one
+`input_json_delta` with a call's whole arguments: a call is handed out only once it parses) and
+`content_block_stop`, then `message_delta` (the stop reason and the usage, cumulative) and `message_stop`; `ping` keeps a quiet stream alive. Each
 event is an SSE `event: <type>` line and its `data:`.
 
 `speculative` and `timings` ride along as on every route (`reply.extras`): on the whole
