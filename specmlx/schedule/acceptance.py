@@ -16,7 +16,9 @@ Those rates follow the last ten rounds or so, and ten rounds of a drafter right
 one time in six are lucky often enough to say it pays. So the first position
 also keeps a longer record (`Record`): a drafter whose record falls to one in
 five gives up (`gave_up`) until its record climbs back to one in four, or it is
-right three times in a row. A drafter right one time in six gains at most a
+right three times in a row. A new answer weighs the last ones' record as a few
+tries (`Record.anew`): its text may suit the drafter less (prose after code it
+copied) or more. A drafter right one time in six gains at most a
 sixth of a token a round, less than the costs a round does
 not see (the drafter catching up, the syncs, the look-ahead a plain round
 gives), and less than the error of the costs it does see.
@@ -70,6 +72,10 @@ class Acceptance:
         """Whether the drafter's longer record says it is right too seldom to draft at all."""
         return self.record.gave_up
 
+    def anew(self) -> None:
+        """A new answer: its text may suit the drafter more or less than the last one's (`Record.anew`)."""
+        self.record.anew()
+
     def _fade(self) -> None:
         self.trials = [self.decay * t for t in self.trials]
         self.accepts = [self.decay * a for a in self.accepts]
@@ -91,6 +97,7 @@ RESUME = 1 / 4  # and it drafts again once right this often, or once right `STRE
 STREAK = 3  # a drafter right one time in six does so once in 216 tries; one whose text turned easy, at once
 RECORD_DECAY = 0.97  # the record weighs about the last 33 first tokens
 RECORD_MIN = 6  # tries it needs before it may give up (the calibration's probes are three)
+CARRIED = 3  # tries the last answers' record weighs in a new one: six misses give up one right 60% of the time
 
 
 class Record:
@@ -105,6 +112,14 @@ class Record:
         self.tries = 0
         self.streak = 0
         self.gave_up = False
+
+    def anew(self) -> None:
+        """A new answer: the record keeps its rate and whether it gave up, weighed as `CARRIED`
+        tries at most. Carried whole, three dozen tries of the last answer's text outweighed this
+        one's: prompt lookup, right on code it copied, drafted its first 30 misses on prose."""
+        if self.trials > CARRIED:
+            self.accepts *= CARRIED / self.trials
+            self.trials = float(CARRIED)
 
     def observe(self, chance: float) -> None:
         self.trials = RECORD_DECAY * self.trials + 1.0

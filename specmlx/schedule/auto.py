@@ -25,7 +25,8 @@ A drafter right one time in six or less over its last few dozen tries gives up
 (`acceptance.Record`): it drafts nothing, whatever the costs say, until its probes
 bring its record back to one in four, and it probes once in `RARE_EVERY` plain
 rounds at most; an accepted probe still starts a run of probes, so text it turns good at (a copied block) is drafted again within a few
-rounds. A drafter left out of two rounds or more first catches up on the tokens it
+rounds. A new answer (`begin`) weighs the last ones' record as a few tries: prompt
+lookup right on code it copied soon gives up on prose. A drafter left out of two rounds or more first catches up on the tokens it
 skipped, and a round that would draft then is charged that catching up (as a probe
 measures it): a drafter that only just pays does not start a run on it.
 
@@ -99,6 +100,7 @@ class AutoDraft:
         """A new generation: k at most `limit`; its first round catches the drafter up on the prompt."""
         self.limit = limit
         self.acceptance.grow(limit)
+        self.acceptance.anew()
         self._first = True
         self.costs.last = None  # a prefill lies between the last answer's rounds and this one's
 

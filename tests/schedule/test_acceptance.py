@@ -94,3 +94,18 @@ def test_three_right_in_a_row_resume_a_drafter_given_up_and_two_misses_give_it_u
     assert not record.gave_up
     record.observe(0.0)
     assert record.gave_up
+
+
+def test_a_new_answer_weighs_the_last_ones_record_as_three_tries():
+    """Right 60% of the time over the last answer, and never on this one: six misses give it up
+    in the new answer, where the whole record would take thirty."""
+    for anew, gives_up_after in ((True, 6), (False, 30)):
+        record = _record(*[1.0, 1.0, 0.0, 1.0, 0.0] * 12)
+        if anew:
+            record.anew()
+        assert record.accepts / record.trials == pytest.approx(0.6, abs=0.05)
+        misses = 0
+        while not record.gave_up:
+            record.observe(0.0)
+            misses += 1
+        assert misses == pytest.approx(gives_up_after, abs=2)

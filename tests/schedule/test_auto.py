@@ -374,3 +374,19 @@ def test_a_drafter_behind_is_charged_its_catching_up(behind):
     assert expected_tokens(auto.acceptance.rates(), 1) / (0.05 + auto.costs.verify(1)) == pytest.approx(1.04, abs=0.01)
     auto._first, auto.idle = False, 2 if behind else 0
     assert auto.plan(100).num_draft == (0 if behind else 1)
+
+
+@pytest.mark.parametrize("verify", [FLAT, CLIFF], ids=["flat", "cliff"])
+def test_a_drafter_right_on_the_last_answer_and_wrong_on_this_one_soon_gives_up(verify):
+    """A server's drafter (its automatic length is kept across requests) after code it copied well
+    (right 60%), on prose it never guesses: what it learned on the last answer is the drafter's, not
+    this text's. Carried whole, its record of three dozen tries took 30 misses to give up: 18 of the
+    48 rounds drafted for nothing here."""
+    for seed in range(6):
+        auto = AutoDraft(limit=8)
+        auto.begin(8)
+        simulate_widths(auto, 120, 0.6, 0.02, verify, seed)
+        assert not auto.acceptance.gave_up
+        auto.begin(8)
+        run = simulate_widths(auto, 48, 0.0, 0.02, verify, seed)
+        assert sum(1 for k in run.lengths if k) <= 8
