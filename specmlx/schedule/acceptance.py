@@ -95,6 +95,10 @@ class Acceptance:
 GIVE_UP = 1 / 5  # a first token right this seldom over the record gives the drafter up: one in six is below it
 RESUME = 1 / 4  # and it drafts again once right this often, or once right `STREAK` times in a row
 STREAK = 3  # a drafter right one time in six does so once in 216 tries; one whose text turned easy, at once
+MISSES = 6  # sure misses in a row that give up a drafter whose record is still young (`YOUNG`): one whose
+# lucky start (three probes right) held up its record kept drafting 13 misses on the real pair; a drafter
+# right 60% of the time misses six in a row about once in 240 tries
+YOUNG = 12.0  # a record weighing fewer tries (faded) than this is young: a new answer's (`CARRIED`) or a fresh one's
 RECORD_DECAY = 0.97  # the record weighs about the last 33 first tokens
 RECORD_MIN = 6  # tries it needs before it may give up (the calibration's probes are three)
 CARRIED = 3  # tries the last answers' record weighs in a new one: six misses give up one right 60% of the time
@@ -104,13 +108,16 @@ class Record:
     """How often the drafter's first token is right over its last few dozen tries, and whether
     that gave it up: it gives up at `GIVE_UP` and drafts again at `RESUME`, so a rate between
     the two keeps whichever it was doing. A streak of `STREAK` right tries resumes it at once,
-    its record restarting at `RESUME` over `RECORD_MIN` tries: two misses give it up again."""
+    its record restarting at `RESUME` over `RECORD_MIN` tries: two misses give it up again. While
+    its record is young, a run of `MISSES` sure misses gives it up at once, its record restarting
+    at `GIVE_UP` over `RECORD_MIN` tries: a right probe then resumes it."""
 
     def __init__(self) -> None:
         self.trials = 0.0  # faded
         self.accepts = 0.0
         self.tries = 0
         self.streak = 0
+        self.misses = 0
         self.gave_up = False
 
     def anew(self) -> None:
@@ -126,10 +133,14 @@ class Record:
         self.accepts = RECORD_DECAY * self.accepts + chance
         self.tries += 1
         self.streak = self.streak + 1 if chance >= 0.5 else 0
+        self.misses = self.misses + 1 if chance == 0.0 else 0  # a sure miss: a draft's first token rejected
         rate = self.accepts / self.trials
         if self.gave_up and self.streak >= STREAK and rate < RESUME:
             self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * RESUME
             rate = RESUME
+        if not self.gave_up and self.misses >= MISSES and self.trials < YOUNG and rate > GIVE_UP:
+            self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * GIVE_UP
+            rate = GIVE_UP
         if self.gave_up:
             self.gave_up = rate < RESUME
         else:

@@ -109,3 +109,18 @@ def test_a_new_answer_weighs_the_last_ones_record_as_three_tries():
             record.observe(0.0)
             misses += 1
         assert misses == pytest.approx(gives_up_after, abs=2)
+
+
+def test_six_sure_misses_give_up_a_young_record_and_not_a_mature_one():
+    """Four right of four (a lucky start), then six misses: given up, where the record alone (0.38)
+    would take thirteen; a right probe then resumes it. Right 60% of the time over three dozen tries,
+    six misses in a row (once in 240 tries) leave it drafting."""
+    young = _record(1, 1, 1, 1, 0, 0, 0, 0, 0)
+    assert not young.gave_up
+    young.observe(0.0)
+    assert young.gave_up
+    young.observe(1.0)
+    assert not young.gave_up
+    mature = _record(*[1.0, 1.0, 0.0, 1.0, 0.0] * 8, *[0.0] * 6)
+    assert not mature.gave_up
+    assert not _record(1, 1, 1, 1, *[0.3] * 6).gave_up  # a probe's chance above 0 is no sure miss
