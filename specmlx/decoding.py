@@ -89,7 +89,7 @@ class Decoding:
             emitted, self.finish = emit(done, self.tokens, self.text, self.eos, self.room + 1)
         self.rec.record_round(plan.num_draft, done, len(emitted))
         self.unproposed = 0 if done.drafted else self.unproposed + 1
-        return RoundEvent(emitted, plan.num_draft, done.drafted, done.accepted, done.looked_up, done.probe)
+        return RoundEvent(emitted, plan.num_draft, done.drafted, done.accepted, done.looked_up, done.probe, done.blocked)
 
     def learn(self, done: Round, seconds: float) -> None:
         """Show its schedule the round it planned last: `done`, in `seconds` of the engine's time."""

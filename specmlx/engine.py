@@ -20,7 +20,7 @@ from .cache import cache_length, chunks, copy_prefix, copyable, make_cache, rewi
 from .diskcache import snapshot
 from .diskcache.blocks import BLOCK
 from .diskcache.snapshot import TARGET, leading
-from .drafters import Drafter, keeps_on_disk, missing_members, reads_hidden
+from .drafters import Drafter, drafts_blocks, keeps_on_disk, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
 from .errors import SpecmlxError
 from .generation import Generation
@@ -253,4 +253,5 @@ class Engine:
         """The automatic draft length of `drafter` (the current one by default)
         with what it has measured; made on first use."""
         drafter = self.drafter if drafter is None else drafter
-        return self.autos.of(drafter.name, policy.max_draft, policy.start)
+        return self.autos.of(drafter.name, policy.max_draft, policy.start,
+                             drafter.proposals if drafts_blocks(drafter) else 0)

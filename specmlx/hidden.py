@@ -93,18 +93,21 @@ def eagle3_layers(count: int) -> tuple[int, int, int]:
 
 def head(model: nn.Module, hidden: mx.array) -> mx.array:
     """Logits from final hidden states, exactly as the model's own `__call__`."""
+    logits = output_head(model, hidden)
+    softcap = getattr(text_model(model), "final_logit_softcapping", None)
+    if softcap is not None:
+        logits = mx.tanh(logits / softcap) * softcap
+    return logits
+
+
+def output_head(model: nn.Module, hidden: mx.array) -> mx.array:
+    """The model's output projection alone (its head or tied embeddings), before any softcap: what a
+    block drafter applies to its own hidden states, with its own softcap."""
     model = text_model(model)
     tied = getattr(model, "tie_word_embeddings", None)  # Gemma models keep it on the module
     if tied is None:
         tied = not hasattr(model, "lm_head")
-    if tied:
-        logits = embeddings(model).as_linear(hidden)
-    else:
-        logits = model.lm_head(hidden)
-    softcap = getattr(model, "final_logit_softcapping", None)
-    if softcap is not None:
-        logits = mx.tanh(logits / softcap) * softcap
-    return logits
+    return embeddings(model).as_linear(hidden) if tied else model.lm_head(hidden)
 
 
 def embed(model: nn.Module, tokens: mx.array) -> mx.array:

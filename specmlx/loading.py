@@ -21,12 +21,14 @@ import mlx.nn as nn
 from .compat import check_compatible, check_vocab_fits
 from .drafters import (BUILTIN, MTP, NGRAM, NONE, SUFFIX, Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
                        SuffixDrafter)
+from .drafters.block import BlockDrafter
 from .drafters.gemma4_assistant import Gemma4AssistantDrafter
 from .drafters.mtp import MTPDrafter
 from .drafters.native_mtp import NativeMTPDrafter
 from .errors import SpecmlxError, first_line
 from .hub import download, is_repo_id
 from .memory import check_fits
+from .models.dflash import is_block_dir, load_block_drafter
 from .models.gemma4_assistant import is_gemma4_assistant_dir, load_gemma4_assistant
 from .models.mtp import is_mtp_dir, load_mtp
 from .models.native_mtp import RUN, has_native_mtp, load_native_mtp
@@ -156,6 +158,8 @@ def load_drafter(drafter: DrafterSource, target: LoadedModel, path: Path | None 
         return NativeMTPDrafter(load_native_mtp(path, target.model), width, name=drafter.name)
     if is_gemma4_assistant_dir(path):
         return Gemma4AssistantDrafter(load_gemma4_assistant(path), width, name=drafter.name)
+    if is_block_dir(path):
+        return BlockDrafter(load_block_drafter(path), width, name=drafter.name)
     model = load(drafter.source, path)
     check_compatible(target.tokenizer, model.tokenizer, str(target.path), drafter.source)
     return ModelDrafter(model.model, width, name=drafter.name)
@@ -175,7 +179,7 @@ def load_tokenizer(source: str, path: Path) -> Any:
 
 def is_head_dir(path: Path) -> bool:
     """An MTP-style head: it reads the target, may ship no tokenizer, and is checked on attach."""
-    return is_mtp_dir(path) or is_gemma4_assistant_dir(path) or has_native_mtp(path)
+    return is_mtp_dir(path) or is_gemma4_assistant_dir(path) or is_block_dir(path) or has_native_mtp(path)
 
 
 def check_pair(target: str, drafter: DrafterSource,

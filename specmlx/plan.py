@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import Source
+from .events import Source, drafter_steps
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class Round:
     timed it apart with one more sync; otherwise None. `probe` is, for a
     probed round, the chance the target would have accepted the probe's
     token (1 or 0 at temperature 0). `ahead`: its first row was scored by the round before (a
-    look-ahead), so its own forward scored its drafts alone, one row fewer than its width says."""
+    look-ahead), so its own forward scored its drafts alone, one row fewer than its width says.
+    `blocked`: one drafter forward proposed its drafts (a block drafter)."""
 
     tokens: tuple[int, ...]
     drafted: int
@@ -37,6 +38,7 @@ class Round:
     probe: float | None = None
     predicted: bool = False
     ahead: bool = False
+    blocked: bool = False
 
     @property
     def accepted(self) -> int:
@@ -44,8 +46,8 @@ class Round:
 
     @property
     def steps(self) -> int:
-        """Drafter steps the round took: none for a looked-up proposal, one for a probe."""
-        return (0 if self.looked_up else self.drafted) + (self.probe is not None)
+        """Drafter forwards the round took (`events.drafter_steps`)."""
+        return drafter_steps(self.drafted, self.looked_up, self.blocked, self.probe)
 
     def source(self, index: int) -> Source:
         """Where `tokens[index]` came from."""

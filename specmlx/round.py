@@ -86,7 +86,7 @@ def run_round(state: Decoding, plan: Plan, ahead: Ahead | None = None,
     engine.rewind(len(state.tokens) + accepted + (nxt is not None))
     done = Round(tuple(proposal_[:accepted]) + (following,), draft.size, proposed.looked_up,
                  draft_done - start if timed else None, probed[0] if probed else None, draft.predicted,
-                 ahead is not None)
+                 ahead is not None, draft.blocked)
     if state.constraint is not None:
         state.constraint.advance(done.tokens)
     rec.draft_s += draft_done - start
@@ -111,7 +111,7 @@ def proposal(state: Decoding, plan: Plan, key: mx.array) -> tuple[Proposal, mx.a
     if constraint is not None:
         proposed, masks = constrain(proposed, constraint)
     draft = proposed.draft
-    shared = Draft(engine.peers.propose(draft.tokens, proposed.looked_up), draft.probs, draft.predicted)
+    shared = replace(draft, tokens=engine.peers.propose(draft.tokens, proposed.looked_up))
     return replace(proposed, draft=shared), masks
 
 

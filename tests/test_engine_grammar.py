@@ -15,6 +15,7 @@ from scipy.stats import chisquare
 
 import specmlx.round as round_module
 from specmlx.drafters import Draft, ModelDrafter, NoDrafter, PromptLookupDrafter
+from specmlx.drafters.block import BlockDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.grammar import Constraint, Grammar, grammar_tokenizer
@@ -22,7 +23,7 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams, warp
 from specmlx.vocab import vocab_size
 
-from . import tiny
+from . import tiny, tiny_block
 from .test_engine import PROMPTS
 from .test_grammar import CLOSE, EOS, LARK, TOKENS, ToyTokenizer
 
@@ -180,6 +181,22 @@ def test_sampled_answers_follow_the_targets_distribution_restricted_to_the_gramm
                                                                                     kind):
     target, _, lltok = toy
     samples = sampled(monkeypatch, target, toy_drafter(kind, toy, toy_head), lltok)
+    assert pvalue(samples, exact_constrained(target, lltok)) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def toy_block():
+    """A block drafter over a two-layer toy target: it reads what leaves the first layer."""
+    args = tiny.qwen2_args(len(TOKENS), layers=2)
+    model, _ = tiny_block.tiny_dflash(len(TOKENS), seed=9, tapped=(0,), target_layers=2)
+    return tiny.build(args, seed=7, sharpness=2.0), BlockDrafter(model, len(TOKENS), "dflash")
+
+
+def test_a_block_drafters_answers_follow_it_too(monkeypatch, toy, toy_block):
+    """Each position of its block draws from its distribution masked as the grammar masks the
+    target's, after the tokens drafted before it (in a batch: a row draws as a generation alone does)."""
+    (_, _, lltok), (target, drafter) = toy, toy_block
+    samples = sampled_in_batches(monkeypatch, target, drafter, lltok)
     assert pvalue(samples, exact_constrained(target, lltok)) > 1e-3
 
 

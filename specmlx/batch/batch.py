@@ -32,6 +32,7 @@ from time import perf_counter
 
 import mlx.nn as nn
 
+from ..drafters import drafts_blocks
 from ..events import RoundEvent
 from ..plan import Plan
 from ..schedule.auto import TIMED_EVERY
@@ -171,8 +172,7 @@ class Batch:
         # A row probes only if drafting could pay at all, were every draft accepted: under a load
         # that compute binds, no acceptance would, and a model drafter's probe costs a forward over
         # every token it skipped.
-        hopeful = choose([Lane((1.0,) * len(lane.rates), lane.cap, lane.step, lane.fixed, lane.group)
-                          for lane in lanes], verify)
+        hopeful = choose([replace(lane, rates=(1.0,) * len(lane.rates)) for lane in lanes], verify)
         drafts = any(ks) or any(plan.num_draft for plan in fixed if plan is not None)
         timed = drafts and (len(members) not in self.costs.step or self._drafting % TIMED_EVERY == 0)
         self._drafting += drafts
@@ -190,11 +190,12 @@ class Batch:
         own = None if auto is None else auto.costs.estimate()
         step = self.costs.step_s(rows, alone) if group_id is not None else (0.0 if own is None else own.step_s)
         if fixed is not None:  # its steps count: in a shared drafter's group they are the group's too
-            return Lane((), 0, step, fixed=fixed.num_draft, group=group_id)
+            return Lane((), 0, step, fixed=fixed.num_draft, group=group_id, blocks=drafts_blocks(member.engine.drafter))
         rates = auto.acceptance.rates()
         if auto.acceptance.gave_up:  # weighed as never right, as `AutoDraft` weighs it; its probes go on
             rates = [0.0] * len(rates)
-        return Lane(tuple(rates), max(min(auto.limit, member.room), 0), step, group=group_id)
+        return Lane(tuple(rates), max(min(auto.limit, member.room), 0), step, group=group_id,
+                    blocks=drafts_blocks(member.engine.drafter))
 
     def _learn(self, members: list[Member], done: BatchRound, seconds: float, alone: CostEstimate | None) -> None:
         """What a batched round teaches: each row's acceptance, and the batch's costs."""

@@ -77,7 +77,8 @@ def run_batch(target: nn.Module, cache: BatchCache, members: Sequence[Member], p
         m.rec.timed_rounds += timed  # as a round alone counts it: host syncs are rounds plus timed rounds
         kept, draft = int(accepted.item()), proposed.draft
         done.append(Round(tuple(tokens.tolist()[:kept]) + (int(following.item()),), draft.size, proposed.looked_up,
-                          draft_s if timed else None, None if chance is None else chance.item(), draft.predicted))
+                          draft_s if timed else None, None if chance is None else chance.item(), draft.predicted,
+                          blocked=draft.blocked))
     cache.keep([len(m.tokens) + r.accepted for m, r in zip(members, done)])
     rewind_drafters(members, done, shared)
     for m, r in zip(members, done):
@@ -123,7 +124,7 @@ def propose_all(members: Sequence[Member], plans: Sequence[Plan], keys: Sequence
         except Exception as err:  # noqa: BLE001 - one request's drafter fails that request alone
             undraft(members, shared)
             raise RowFailure(m, err) from err
-        steps += (0 if proposed.looked_up else proposed.draft.size) + (proposed.probe is not None)
+        steps += (0 if proposed.looked_up else proposed.draft.steps) + (proposed.probe is not None)
     plan_of = {id(m): (plan, key) for m, plan, key in zip(members, plans, keys)}
     for group in shared:
         steps += _propose_shared(group, plan_of, proposals)

@@ -213,10 +213,5 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
         prediction_drafted=stats.prediction_drafted if prediction else None,
         prediction_accepted=stats.prediction_accepted if prediction else None, constrained=grammar is not None,
         drafted_histogram=histogram([event.drafted for event in rounds]),
-        drafter_steps=sum(steps(event) for event in rounds) if rounds else None,
+        drafter_steps=sum(event.steps for event in rounds) if rounds else None,
     )
-
-
-def steps(event: RoundEvent) -> int:
-    """The drafter forwards a round took: none for a copied proposal, one for a probe (`plan.Round.steps`)."""
-    return (0 if event.looked_up else event.drafted) + (event.probe is not None)

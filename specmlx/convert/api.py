@@ -8,8 +8,10 @@ from specmlx.convert.gguf_convert import convert_gguf
 from specmlx.convert.gguf_file import GGUF_MAGIC
 from specmlx.convert.hf import convert_hf
 from specmlx.hub import is_repo_id
+from specmlx.convert.dflash import convert_block_drafter
 from specmlx.convert.gemma4_assistant import convert_gemma4_assistant
 from specmlx.convert.mtp import convert_mtp
+from specmlx.models.dflash import is_block_dir
 from specmlx.models.gemma4_assistant import is_gemma4_assistant_dir
 from specmlx.convert.options import resolve_format
 from specmlx.models.mtp import is_mtp_dir
@@ -30,7 +32,7 @@ def convert(
     """Convert `source` into an MLX model directory at `out` that `mlx_lm.load(out)` loads.
 
     `source` is a GGUF file, a local Hugging Face directory with safetensors, a hub repo id,
-    or a drafter head directory (a specmlx MTP head, a Gemma 4 assistant).
+    or a drafter head directory (a specmlx MTP head, a Gemma 4 assistant, a block drafter).
     `dtype`/`quantize` default to the backend (float32 on CPU, 4-bit on Metal, see
     `options.resolve_format`). `out` appears only when complete; an existing `out` is replaced
     only with `force`. `sha256` is checked for GGUF files (known checkpoints are always checked).
@@ -51,6 +53,8 @@ def convert(
             raise SpecmlxError("Gemma 4 assistant drafters are converted unquantized: drop -q/--q-bits")
         return convert_gemma4_assistant(path, Path(out), dtype=fmt.dtype,
                                force=force, progress=progress)
+    if path.is_dir() and is_block_dir(path):
+        return convert_block_drafter(path, Path(out), fmt, force=force)
     if path.is_dir() or is_repo_id(str(source)):
         return convert_hf(path if path.is_dir() else str(source), Path(out), fmt, force=force, progress=progress)
     raise SpecmlxError(f"no such file or directory: {source}")

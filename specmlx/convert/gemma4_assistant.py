@@ -18,11 +18,10 @@ import mlx.core as mx
 from tqdm import tqdm
 
 from specmlx.convert.atomic import check_destination, staged_path
-from specmlx.convert.options import DTYPES
+from specmlx.convert.options import DTYPES, retyped
 from specmlx.models.gemma4_assistant import ORDERING, load_gemma4_assistant, read_config
 from specmlx.errors import SpecmlxError
 
-DTYPE_KEYS = ("torch_dtype", "dtype")  # the names configs state the weights' dtype under
 # Files copied as they are (the assistant shares its target's tokenizer; keeping
 # them lets tools that expect one find it).
 EXTRAS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
@@ -62,13 +61,3 @@ def convert_gemma4_assistant(
             if (source / extra).is_file():
                 shutil.copyfile(source / extra, work / extra)
     return out
-
-
-def retyped(raw: dict, dtype: str) -> dict:
-    """The source's config with the dtype it states set to `dtype`: at the top
-    (as `torch_dtype`) and, as published checkpoints repeat it, in `text_config`."""
-    config = {k: v for k, v in raw.items() if k not in DTYPE_KEYS}
-    config["torch_dtype"] = dtype
-    if isinstance(config.get("text_config"), dict):
-        config["text_config"] = {k: dtype if k in DTYPE_KEYS else v for k, v in config["text_config"].items()}
-    return config

@@ -9,6 +9,7 @@ import mlx.core as mx
 from specmlx.errors import SpecmlxError
 
 DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_KEYS = ("torch_dtype", "dtype")  # the names configs state the weights' dtype under
 Q_BITS = (2, 3, 4, 5, 6, 8)
 DEFAULT_Q_BITS = 4
 DEFAULT_Q_GROUP_SIZE = 64
@@ -73,3 +74,13 @@ def resolve_format(
     if group not in (32, 64, 128):
         raise SpecmlxError(f"unsupported --q-group-size {group} (choose from 32, 64, 128)")
     return OutputFormat(dtype=dtype, q_bits=bits, q_group_size=group)
+
+
+def retyped(raw: dict, dtype: str) -> dict:
+    """The source's config with the dtype it states set to `dtype`: at the top
+    (as `torch_dtype`) and, as published checkpoints repeat it, in `text_config`."""
+    config = {k: v for k, v in raw.items() if k not in DTYPE_KEYS}
+    config["torch_dtype"] = dtype
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"] = {k: dtype if k in DTYPE_KEYS else v for k, v in config["text_config"].items()}
+    return config

@@ -23,6 +23,7 @@ from ..drafters import Drafter
 from ..errors import SpecmlxError, first_line
 from ..loading import (DrafterSource, LoadedModel, Progress, check_resolved, display_name, is_head_dir, load_drafter,
                        load_tokenizer)
+from ..models.dflash import is_block_dir
 from ..vocab import vocab_size
 from .follower import Follower
 from .group import Group
@@ -107,6 +108,10 @@ class Ranks:
         return f" on {self.group.size} ranks"
 
     def settle(self, target: Path, drafters: Sequence[Path]) -> Ranks:
+        for path in drafters:  # their taps of a sharded target's layers are untried: refused, never run wrong
+            if is_block_dir(path):
+                raise SpecmlxError(f"--distributed: block drafters ({path.name}) are not supported yet; one "
+                                   "process runs them (`specmlx generate`, `serve`, the chat app)")
         kind = sharding_of(target, self.sharding)
         vocab_split = kind == TENSOR and not any(is_head_dir(p) for p in drafters)
         return replace(self, sharding=kind, vocab_split=vocab_split, drafter_paths=tuple(drafters))

@@ -8,6 +8,7 @@ from typing import Callable, Hashable, Mapping, Protocol, Sequence, runtime_chec
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..events import draft_steps
 from ..sampling import SamplingParams
 
 
@@ -18,16 +19,23 @@ class Draft:
     `tokens`: (k,) uint32 ids. `probs`: (k, V) float32, the distribution each
     token was drawn from, or None when the drafter is deterministic (as at
     temperature 0, or for prompt lookup); verification then treats q as one-hot.
-    `predicted`: copied from the request's prediction (`prediction.py`).
+    `predicted`: copied from the request's prediction (`prediction.py`). `blocked`: proposed by one
+    drafter forward whatever their number (a block drafter, `DraftsBlocks`).
     """
 
     tokens: mx.array
     probs: mx.array | None = None
     predicted: bool = False
+    blocked: bool = False
 
     @property
     def size(self) -> int:
         return self.tokens.shape[0]
+
+    @property
+    def steps(self) -> int:
+        """Drafter forwards it took (a copy's are counted by whoever knows it is one: none)."""
+        return draft_steps(self.size, self.blocked)
 
     @staticmethod
     def empty() -> "Draft":
@@ -169,6 +177,18 @@ class HiddenDrafter(Drafter, Protocol):
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         """`hidden` (n, H): the target's final hidden states at positions start..start+n-1;
         `taps` (n, T, H): what enters each of `fused_layers` there (None when there are none)."""
+
+
+class DraftsBlocks(Protocol):
+    """A drafter whose one forward proposes up to `proposals` tokens at once (DFlash): a round's
+    drafts cost it one step whatever their number, and its drafts say so (`Draft.blocked`)."""
+
+    proposals: int
+
+
+def drafts_blocks(drafter: Drafter) -> bool:
+    """Whether `drafter` proposes a whole draft in one forward (`DraftsBlocks`, known by `proposals`)."""
+    return hasattr(drafter, "proposals")
 
 
 class KeepsOnDisk(Protocol):

@@ -19,7 +19,6 @@ dtype with `token_ordering` as int32, and this module reads both.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,7 +28,7 @@ import mlx.nn as nn
 from mlx_lm.models.rope_utils import initialize_rope
 
 from ..errors import SpecmlxError
-from .weights import load_into
+from .weights import load_into, read_config, read_weights
 
 MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -326,35 +325,11 @@ class Gemma4AssistantModel(nn.Module):
         return out
 
 
-def read_config(folder: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError) as err:
-        raise SpecmlxError(f"{folder}: unreadable config.json ({err})") from None
-    if not isinstance(raw, dict):
-        raise SpecmlxError(f"{folder}: config.json is not an object")
-    return raw
-
-
 def is_gemma4_assistant_dir(folder: Path) -> bool:
     try:
         return read_config(folder).get("model_type") in MODEL_TYPES
     except SpecmlxError:
         return False
-
-
-def read_weights(folder: Path) -> dict[str, mx.array]:
-    """Every tensor of every *.safetensors file in `folder` (sharded or not)."""
-    files = sorted(Path(folder).glob("*.safetensors"))
-    if not files:
-        raise SpecmlxError(f"{folder}: no *.safetensors files")
-    weights: dict[str, mx.array] = {}
-    for path in files:
-        try:
-            weights.update(mx.load(str(path)))
-        except (OSError, ValueError, RuntimeError) as err:
-            raise SpecmlxError(f"{path}: unreadable safetensors ({err})") from None
-    return weights
 
 
 TOP_LEVEL = ("model.", "pre_projection.", "post_projection.", "masked_embedding.", "lm_head.")

@@ -54,6 +54,7 @@ import copy
 import math
 from dataclasses import dataclass
 
+from ..events import draft_steps
 from ..plan import Plan, Round
 from .acceptance import Acceptance, expected_tokens
 from .costs import CostEstimate, Costs
@@ -79,10 +80,13 @@ class AutoEstimate:
 
 
 class AutoDraft:
-    def __init__(self, limit: int, start: int = 4) -> None:
+    def __init__(self, limit: int, start: int = 4, block: int = 0) -> None:
         """`limit`: the longest draft; `start`: the policy's start, which it reports and does not draft
-        (its drafts widen from one, `_reach`)."""
-        self.limit = limit
+        (its drafts widen from one, `_reach`); `block`: for a block drafter, the most one of its forwards
+        proposes (`DraftsBlocks.proposals`), which bounds `limit`: a draft of k then costs one drafter
+        step and a verify of k. 0 for a drafter that drafts a token a step."""
+        self.block = block
+        self.limit = min(limit, block) if block else limit
         self.acceptance = Acceptance(limit)
         self.costs = Costs()
         self.calibration = CALIBRATION + CALIBRATION_PROBES  # its rounds to run: plain, then probes until answered
@@ -97,8 +101,8 @@ class AutoDraft:
         self._probing = False  # whether the round running probes
 
     def begin(self, limit: int) -> None:
-        """A new generation: k at most `limit`; its first round catches the drafter up on the prompt."""
-        self.limit = limit
+        """A new generation: k at most `limit` (and a block); its first round catches the drafter up on the prompt."""
+        self.limit = min(limit, self.block) if self.block else limit
         self.acceptance.grow(limit)
         self.acceptance.anew()
         self._first = True
@@ -140,7 +144,7 @@ class AutoDraft:
         if self.hit:  # the answer stands until a probe or a drafting round changes what is known
             step = self.costs.step
             run = CHAIN_MAX if step <= 0 else min(CHAIN_MAX, int(CHAIN_BUDGET / step))
-            self.hit = run > 0 and _choose(self._accepted(run), self.costs, self._reach(cap)) > 0
+            self.hit = run > 0 and _choose(self._accepted(run), self.costs, self._reach(cap), blocks=bool(self.block)) > 0
         return self.hit
 
     def _accepted(self, probes: int) -> Acceptance:
@@ -158,7 +162,7 @@ class AutoDraft:
         if cap <= 0 or self.calibration > 1:  # its next round calibrates: plain, or a probe
             return True
         acceptance = self._accepted(1) if self._probing else self.acceptance
-        return _choose(acceptance, self.costs, self._reach(cap)) == 0
+        return _choose(acceptance, self.costs, self._reach(cap), blocks=bool(self.block)) == 0
 
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""
@@ -169,7 +173,7 @@ class AutoDraft:
             self.acceptance.observe_first(done.probe)
             self.hit = done.probe >= 0.5
             if self.calibration:  # answered: it ends once drafting cannot pay even if always right, or its probes are done
-                always = _argmax([1.0] * self.limit, self.costs, self._reach(self.limit))
+                always = _argmax([1.0] * self.limit, self.costs, self._reach(self.limit), blocks=bool(self.block))
                 self.calibration = 0 if always == 0 else self.calibration - 1
         elif done.ahead and done.drafted:  # its forward scored one row fewer than its width: no measure of it
             self.costs.last = None
@@ -192,12 +196,14 @@ class AutoDraft:
         """The k of most tokens per second, as measured, among the widths it may try (`_reach`); a
         drafter behind pays its catching up first, as a probe does beyond its step."""
         catch_up = max(self.costs.probe - self.costs.step, 0.0) if self._behind else 0.0
-        return _choose(self.acceptance, self.costs, self._reach(cap), catch_up)
+        return _choose(self.acceptance, self.costs, self._reach(cap), catch_up, bool(self.block))
 
     def _reach(self, cap: int) -> int:
         """The longest draft it may plan: one length of the set past the widest drafted so far, within
-        `cap`. A wider guess is tried once its neighbour paid, each try measuring one more width."""
-        return min(cap, _next_width(self.widest))
+        `cap`. A wider guess is tried once its neighbour paid, each try measuring one more width. A
+        block drafter reaches its whole block at once: its drafts cost one step whatever their length,
+        so a dear block may pay drafted wide and never drafted narrow, where it would never start."""
+        return cap if self.block else min(cap, _next_width(self.widest))
 
     def estimate(self) -> AutoEstimate:
         return AutoEstimate(self.costs.estimate(), tuple(self.acceptance.rates()[: self.limit]))
@@ -217,16 +223,17 @@ def _next_width(k: int) -> int:
     return min((w for w in WIDTHS if w > k), default=k)
 
 
-def _choose(acceptance: Acceptance, costs: Costs, cap: int, catch_up: float = 0.0) -> int:
+def _choose(acceptance: Acceptance, costs: Costs, cap: int, catch_up: float = 0.0, blocks: bool = False) -> int:
     """The width to draft: none for a drafter given up (`Acceptance.gave_up`), else `_argmax`'s."""
-    return 0 if acceptance.gave_up else _argmax(acceptance.rates(), costs, cap, catch_up)
+    return 0 if acceptance.gave_up else _argmax(acceptance.rates(), costs, cap, catch_up, blocks)
 
 
-def _argmax(rates: list[float], costs: Costs, cap: int, catch_up: float = 0.0) -> int:
+def _argmax(rates: list[float], costs: Costs, cap: int, catch_up: float = 0.0, blocks: bool = False) -> int:
     """The width of the set, up to `cap`, of most tokens per plain round; a round that drafts
-    costs `catch_up` plain rounds more."""
+    costs `catch_up` plain rounds more, and k drafter steps (one for a block drafter's)."""
     step = costs.step
-    return max(within(cap), key=lambda k: expected_tokens(rates, k) / (k * step + costs.verify(k) + catch_up * (k > 0)))
+    return max(within(cap), key=lambda k: expected_tokens(rates, k) / (
+        draft_steps(k, blocks) * step + costs.verify(k) + catch_up * (k > 0)))
 
 
 class AutoDrafts:
@@ -237,9 +244,9 @@ class AutoDrafts:
     def __init__(self) -> None:
         self._by_name: dict[str, AutoDraft] = {}
 
-    def of(self, name: str, limit: int, start: int) -> AutoDraft:
-        """`name`'s automatic length; made with `limit` and `start` on first use."""
+    def of(self, name: str, limit: int, start: int, block: int = 0) -> AutoDraft:
+        """`name`'s automatic length; made with `limit`, `start` and `block` on first use."""
         auto = self._by_name.get(name)
         if auto is None:
-            auto = self._by_name[name] = AutoDraft(limit, start)
+            auto = self._by_name[name] = AutoDraft(limit, start, block)
         return auto

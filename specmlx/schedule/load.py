@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
+from ..events import draft_steps
 from .acceptance import expected_tokens
 from .widths import widest, within
 
@@ -33,13 +34,18 @@ ITERATIONS = 4  # Dinkelbach steps a width: the ratio settles in two or three
 class Lane:
     """One row as the choice sees it: its drafter's acceptance rates, the most it
     may draft, and one drafter step (in the unit of `choose`'s verify). `fixed`:
-    a row whose length is not chosen here (its request fixed it)."""
+    a row whose length is not chosen here (its request fixed it). `blocks`: its drafter proposes a
+    whole draft in one step (a block drafter)."""
 
     rates: tuple[float, ...]
     cap: int
     step: float
     fixed: int | None = None
     group: Hashable | None = None  # rows of one shared drafter: one step drafts for all of them
+    blocks: bool = False
+
+    def steps(self, k: int) -> int:
+        return draft_steps(k, self.blocks)
 
 
 def choose(lanes: Sequence[Lane], verify: Callable[[int], float]) -> list[int]:
@@ -69,7 +75,7 @@ def _fit(lane: Lane, gain: list[float], width: int, ratio: float) -> int:
         return lane.fixed
     if lane.group is not None:
         return widest(min(lane.cap, width - 1))
-    return max(within(min(lane.cap, width - 1)), key=lambda k: gain[k] - ratio * lane.step * k)
+    return max(within(min(lane.cap, width - 1)), key=lambda k: gain[k] - ratio * lane.step * lane.steps(k))
 
 
 def _ratio(lanes: Sequence[Lane], gains: list[list[float]], ks: Sequence[int], verify: Callable[[int], float]) -> float:
@@ -78,5 +84,5 @@ def _ratio(lanes: Sequence[Lane], gains: list[list[float]], ks: Sequence[int], v
     for lane, k in zip(lanes, ks):
         if lane.group is not None:
             shared[lane.group] = max(shared.get(lane.group, 0.0), lane.step * k)
-    cost = sum(lane.step * k for lane, k in zip(lanes, ks) if lane.group is None) + sum(shared.values())
+    cost = sum(lane.step * lane.steps(k) for lane, k in zip(lanes, ks) if lane.group is None) + sum(shared.values())
     return tokens / (cost + verify(len(lanes) * (1 + max(ks))))

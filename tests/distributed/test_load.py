@@ -40,3 +40,15 @@ def test_a_hybrid_target_is_refused_in_one_line(tmp_path, tokenizer, vocab):
     with pytest.raises(SpecmlxError, match=r"^--distributed: targets with recurrent layers \(qwen3_5\) are not "
                        r"supported yet; one process runs them \(`specmlx generate`, `serve`, the chat app\)$"):
         sharding_of(path)
+
+
+def test_a_block_drafter_is_refused_in_one_line(dirs, tmp_path, vocab):
+    from specmlx.distributed.load import Ranks
+
+    from .. import tiny_block
+
+    model, raw = tiny_block.tiny_dflash(vocab, seed=0)
+    path = tiny_block.save_dflash(model, raw, tmp_path / "dflash")
+    with pytest.raises(SpecmlxError, match=r"^--distributed: block drafters \(dflash\) are not supported yet; one "
+                       r"process runs them"):
+        Ranks(group=None).settle(dirs["target"], [path])

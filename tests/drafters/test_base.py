@@ -7,11 +7,12 @@ import pytest
 
 from specmlx.cache import cache_length, prefill
 from specmlx.distributed import Follower
-from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter, missing_members
+from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter, drafts_blocks, missing_members
+from specmlx.drafters.block import BlockDrafter
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.drafters.mtp import MTPDrafter
 
-from .. import tiny
+from .. import tiny, tiny_block
 
 VOCAB = 64
 HIDDEN = 64  # the tiny targets' hidden size
@@ -23,8 +24,13 @@ def drafters() -> dict[str, Drafter]:
     return {
         "model": ModelDrafter(tiny.build(args, seed=1), VOCAB), "mtp": MTPDrafter(tiny.mtp(args, seed=2), VOCAB),
         "gemma4": Gemma4AssistantDrafter(tiny.gemma4_assistant(tiny.gemma4_args(VOCAB), seed=3), VOCAB),
+        "block": BlockDrafter(tiny_block.tiny_dflash(VOCAB, seed=4)[0], VOCAB, "dflash"),
         "ngram": PromptLookupDrafter(), "none": NoDrafter(), "follower": Follower("mtp"),
     }
+
+
+def test_only_a_block_drafter_drafts_a_whole_draft_in_one_forward():
+    assert [name for name, d in drafters().items() if drafts_blocks(d)] == ["block"]
 
 
 def test_only_a_model_drafter_has_a_draft_model_that_a_batch_can_share():
@@ -59,6 +65,16 @@ def test_a_drafter_reading_hidden_states_covers_only_the_rows_it_adopted(kind):
     assert mx.array_equal(mine.history.rows(0, 5), rows)
     assert source.fresh().adopt(source, 3) == 3
     assert source.fresh().adopt(None, 8) == 0
+
+
+def test_a_block_drafter_covers_only_the_context_rows_it_adopted():
+    """It keeps a row a position, projected from what leaves the layers it reads (taps, not hidden)."""
+    source = drafters()["block"]
+    taps = mx.random.normal((5, len(tiny_block.TAPPED), HIDDEN), key=mx.random.key(0))
+    source.observe(0, None, taps)
+    mine = source.fresh()
+    assert mine.adopt(source, 8) == 5 and mx.allclose(mine.history.rows(0, 5), source.model.context(taps)).item()
+    assert source.fresh().adopt(source, 3) == 3 and source.fresh().adopt(None, 8) == 0
 
 
 @pytest.mark.parametrize("kind", ["ngram", "none", "follower"])

@@ -245,9 +245,10 @@ CLIFF = {0: 1.0, 1: 1.10, 2: 1.41, 3: 1.5, 4: 2.04, 6: 2.10, 8: 2.15}
 
 
 def simulate_widths(auto: AutoDraft, rounds: int, accept: float, step: float, verify: dict[int, float],
-                    seed: int = 0) -> Run:
+                    seed: int = 0, block: bool = False) -> Run:
     """Rounds at these verify costs; a drafter left out two rounds or more first catches up on
-    what it skipped, at one step's cost (a forward's own overhead binds at these sizes)."""
+    what it skipped, at one step's cost (a forward's own overhead binds at these sizes). A `block`
+    drafter's draft of any length costs one step."""
     rng, run, idle = random.Random(seed), Run([], 0, 0.0), 2
     for _ in range(rounds):
         plan = auto.plan(100)
@@ -256,8 +257,10 @@ def simulate_widths(auto: AutoDraft, rounds: int, accept: float, step: float, ve
         while accepted < k and rng.random() < accept:
             accepted += 1
         probe = float(rng.random() < accept) if plan.probe else None
-        seconds = verify[k] + k * step + (step if plan.probe else 0.0) + (step if used and idle >= 2 else 0.0)
-        auto.update(Round((0,) * (accepted + 1), k, False, k * step if plan.timed else None, probe), seconds)
+        steps = min(k, 1) if block else k
+        seconds = verify[k] + steps * step + (step if plan.probe else 0.0) + (step if used and idle >= 2 else 0.0)
+        auto.update(Round((0,) * (accepted + 1), k, False, steps * step if plan.timed else None, probe, blocked=block),
+                    seconds)
         idle = 0 if used else idle + 1
         run.plans.append(plan)
         run.tokens += accepted + 1
@@ -390,3 +393,34 @@ def test_a_drafter_right_on_the_last_answer_and_wrong_on_this_one_soon_gives_up(
         auto.begin(8)
         run = simulate_widths(auto, 48, 0.0, 0.02, verify, seed)
         assert sum(1 for k in run.lengths if k) <= 8
+
+
+def test_a_block_drafter_is_priced_one_step_a_draft_and_drafts_wider():
+    """A block forward half as dear as the target's step, right 85% of the time: priced a step a
+    token, drafting one pays best (1.16 tokens a plain round); priced as what it is, one step for
+    the block, six do (1.74), the most its block of six holds (eight would pay more)."""
+    step, accept, block = 0.5, 0.85, 6
+    fixed = {k: expected_tokens([accept] * 8, k) / (min(k, 1) * step + CLIFF[k]) for k in CLIFF}
+    assert max(fixed, key=fixed.get) == 8
+    run = simulate_widths(AutoDraft(limit=12, block=block), 200, accept, step, CLIFF, block=True)
+    per_token = simulate_widths(AutoDraft(limit=12), 200, accept, step, CLIFF, block=True)
+    later = run.lengths[50:]
+    assert max(set(later), key=later.count) == block and max(run.lengths) <= block
+    assert run.speed >= 0.95 * fixed[block] and run.speed > 1.3 * per_token.speed
+
+
+@pytest.mark.parametrize("verify", [FLAT, CLIFF], ids=["flat", "cliff"])
+def test_a_lucky_start_does_not_keep_a_drafter_that_is_never_right_drafting(verify):
+    """The real pair's MTP head on the held-out code prompt: its three calibration probes and its first
+    draft were right, then nothing: its young record (four right of four) held it drafting for 14
+    rounds (0.89x the target). Six sure misses in a row now give up a young record."""
+    auto, drafting = AutoDraft(limit=8), 0
+    for r in range(48):
+        plan = auto.plan(100)
+        right = r < 6  # the calibration's probes (rounds 2 to 4) and the first draft
+        accepted = plan.num_draft if right else 0
+        probe = float(right) if plan.probe else None
+        seconds = verify[plan.num_draft] + plan.num_draft * 0.02 + (0.02 if plan.probe else 0.0)
+        auto.update(Round((0,) * (accepted + 1), plan.num_draft, False, None, probe), seconds)
+        drafting += r >= 6 and plan.num_draft > 0
+    assert drafting <= 7

@@ -116,3 +116,13 @@ def test_the_padding_of_a_wide_row_is_counted(c, ks):
     assert choose([a, b], verify) == ks
     assert choose([a], verify) == [8]
     assert choose([b], verify) == [0]
+
+
+def test_a_block_drafters_row_pays_one_step_for_its_draft():
+    """A step as dear as 0.4 of a forward, right 85%: a row drafting a token a step drafts two at most
+    beside another; a block drafter's row (one step whatever it drafts) drafts wider, and more tokens
+    come of the round for the same rows."""
+    stepwise = choose([Lane((0.85,) * CAP, CAP, 0.4)] * 2, GENTLE)
+    blocks = choose([Lane((0.85,) * CAP, CAP, 0.4, blocks=True)] * 2, GENTLE)
+    assert max(stepwise) <= 2 < min(blocks)
+    assert Lane((), 0, 0.4, blocks=True).steps(6) == 1 and Lane((), 0, 0.4).steps(6) == 6

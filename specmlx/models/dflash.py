@@ -1,0 +1,267 @@
+"""Block drafters (DFlash): a few decoder layers that propose a whole block of tokens in one forward,
+conditioned on the target's hidden states.
+
+The context: at every committed position but the last, what leaves the target's layers
+`target_layer_ids` (concatenated), projected by `fc` and normed (`hidden_norm`). Each drafter layer
+projects that one context row to its keys and values, which it keeps (`cache`); nothing else is
+kept, so a rejected draft leaves nothing to cut. The block: the last committed token, then
+`block_size - 1` mask tokens, embedded by the target's table; each layer's queries, from the
+block, attend over the context and the whole block at once (not causally, unless the checkpoint
+says so). The final norm, then the target's own head, give logits at every mask position at once:
+the block's proposals.
+
+A checkpoint as published: `config.json` (the backbone's fields, `dflash_config` with
+`target_layer_ids`, `mask_token_id` and the block size) and safetensors, names with or without
+`model.`; a converted directory keeps the same layout and may be quantized (mlx-lm's layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_causal_mask
+from mlx_lm.models.cache import KVCache
+from mlx_lm.models.rope_utils import initialize_rope
+
+from ..errors import SpecmlxError
+from .weights import load_into, read_config, read_weights
+
+DFLASH = "dflash"
+# The checkpoints' own names for the variants: DFlash2 (architectures) and DSpark (its projector
+# type or a Markov head); specmlx runs DFlash's.
+DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
+# Settings mlx-vlm runs and this module does not yet: a drafter naming one is refused, not run wrong.
+UNSUPPORTED = ("attention_sink_bias", "draft_window_size")
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """What a block drafter's `config.json` says, flattened from `dflash_config`."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    target_layer_ids: tuple[int, ...]
+    mask_token_id: int
+    block_size: int  # the verify width it was trained for: the last committed token and block_size - 1 proposals
+    num_target_layers: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10_000_000.0
+    rope_scaling: Mapping[str, Any] | None = None
+    max_position_embeddings: int = 262_144
+    causal: bool = False  # a block's positions attend to the ones before them only
+    runtime_block_size: int | None = None  # the block it is run at, when the checkpoint says so
+    input_embedding_scale: float = 1.0  # on the target's embedding rows, unscaled (z-lab's reference)
+    output_multiplier: float = 1.0  # on the target's head's output, then its own softcap, if any
+    final_logit_softcapping: float | None = None
+    kind: str = DFLASH
+    layer_types: tuple[str, ...] = field(default_factory=tuple)
+    attention_bias: bool = False
+    unsupported: tuple[str, ...] = ()  # settings it names that this module does not run (`UNSUPPORTED`)
+
+    @property
+    def proposals(self) -> int:
+        """Tokens one block forward proposes: its runtime block's, within the trained one."""
+        return min(self.runtime_block_size or self.block_size, self.block_size) - 1
+
+    @staticmethod
+    def from_dict(raw: Mapping[str, Any], folder: Path | str = "") -> "BlockConfig":
+        flat = dict(raw)
+        block = flat.pop("dflash_config", None)
+        if not isinstance(block, Mapping):
+            raise SpecmlxError(f"{folder}: config.json has no dflash_config: not a block drafter")
+        kind = block_kind(raw)
+        if kind != DFLASH:
+            raise SpecmlxError(f"{folder}: a {kind} drafter; specmlx runs DFlash block drafters only so far")
+        rope = flat.pop("rope_parameters", None)
+        if isinstance(rope, Mapping):
+            rope = dict(rope)
+            flat.setdefault("rope_theta", rope.pop("rope_theta", 10_000_000.0))
+            flat["rope_scaling"] = rope if rope.get("rope_type", "default") != "default" else None
+        layer_ids = tuple(int(i) for i in block.get("target_layer_ids", flat.get("target_layer_ids", ())))
+        try:
+            config = BlockConfig(
+                hidden_size=int(flat["hidden_size"]), intermediate_size=int(flat["intermediate_size"]),
+                num_hidden_layers=int(flat["num_hidden_layers"]), num_attention_heads=int(flat["num_attention_heads"]),
+                num_key_value_heads=int(flat["num_key_value_heads"]),
+                head_dim=int(flat.get("head_dim") or flat["hidden_size"] // flat["num_attention_heads"]),
+                vocab_size=int(flat["vocab_size"]), target_layer_ids=layer_ids,
+                mask_token_id=int(block.get("mask_token_id", flat.get("mask_token_id", -1))),
+                block_size=int(block.get("block_size", flat.get("block_size", 16))),
+                num_target_layers=int(block.get("num_target_layers", flat.get("num_target_layers",
+                                                                                max(layer_ids, default=-1) + 1))),
+                rms_norm_eps=float(flat.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(flat.get("rope_theta", 10_000_000.0)), rope_scaling=flat.get("rope_scaling"),
+                max_position_embeddings=int(flat.get("max_position_embeddings", 262_144)),
+                causal=bool(block.get("causal", flat.get("dflash_query_causal", False))),
+                runtime_block_size=None if block.get("runtime_block_size") is None else int(block["runtime_block_size"]),
+                input_embedding_scale=float(block.get("input_embedding_scale", flat.get("input_embedding_scale", 1.0))),
+                output_multiplier=float(block.get("output_multiplier", flat.get("output_multiplier", 1.0))),
+                final_logit_softcapping=_number(block.get("final_logit_softcapping", flat.get("final_logit_softcapping"))),
+                layer_types=tuple(flat.get("layer_types") or ()), attention_bias=bool(flat.get("attention_bias", False)),
+                unsupported=tuple(k for k in UNSUPPORTED if block.get(k, flat.get(k))),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise SpecmlxError(f"{folder}: config.json lacks or mistypes a block drafter's field ({err})") from None
+        config.check(folder)
+        return config
+
+    def check(self, folder: Path | str = "") -> None:
+        """One line for what this module cannot run, before any weight loads."""
+        if not self.target_layer_ids or list(self.target_layer_ids) != sorted(set(self.target_layer_ids)):
+            raise SpecmlxError(f"{folder}: target_layer_ids must ascend without repeats, got {list(self.target_layer_ids)}")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise SpecmlxError(f"{folder}: mask_token_id {self.mask_token_id} is outside its vocabulary of {self.vocab_size}")
+        if self.proposals < 1:
+            raise SpecmlxError(f"{folder}: a block of {self.proposals + 1} proposes nothing")
+        if self.unsupported:
+            raise SpecmlxError(f"{folder}: {', '.join(self.unsupported)} are not supported yet")
+        if any(t != "full_attention" for t in self.layer_types) or self.attention_bias:
+            raise SpecmlxError(f"{folder}: sliding-window drafter layers and attention biases are not supported yet "
+                               f"(layers {sorted(set(self.layer_types))}, attention_bias {self.attention_bias})")
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def block_kind(raw: Mapping[str, Any]) -> str:
+    """Which block drafter a `config.json` describes, as mlx-vlm tells them apart."""
+    block = raw.get("dflash_config") or {}
+    if DFLASH2_ARCHITECTURE in (raw.get("architectures") or ()):
+        return "DFlash2"
+    if block.get("projector_type") == "dspark" or int(raw.get("markov_rank") or block.get("markov_rank") or 0) > 0:
+        return "DSpark"
+    return DFLASH
+
+
+class Attention(nn.Module):
+    def __init__(self, config: BlockConfig) -> None:
+        super().__init__()
+        heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.heads, self.kv_heads, self.scale, self.causal = heads, kv_heads, dim**-0.5, config.causal
+        self.q_proj = nn.Linear(config.hidden_size, heads * dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, kv_heads * dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, kv_heads * dim, bias=False)
+        self.o_proj = nn.Linear(heads * dim, config.hidden_size, bias=False)
+        self.q_norm = nn.RMSNorm(dim, eps=config.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(dim, eps=config.rms_norm_eps)
+
+    def _heads(self, x: mx.array, count: int) -> mx.array:
+        batch, length, _ = x.shape
+        return x.reshape(batch, length, count, -1).transpose(0, 2, 1, 3)
+
+    def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
+        """`x` (B, L, H) the block's normed rows; `context` (B, S, H) rows new to `cache`, whose keys
+        and values it keeps; the block's are used and dropped."""
+        batch, length, _ = x.shape
+        start = cache.offset + context.shape[1]  # the block's first position: right after the context's
+        queries = rope(self.q_norm(self._heads(self.q_proj(x), self.heads)), offset=start)
+        new_keys = rope(self.k_norm(self._heads(self.k_proj(context), self.kv_heads)), offset=cache.offset)
+        keys, values = cache.update_and_fetch(new_keys, self._heads(self.v_proj(context), self.kv_heads))
+        block_keys = rope(self.k_norm(self._heads(self.k_proj(x), self.kv_heads)), offset=start)
+        keys = mx.concatenate([keys, block_keys], axis=2)
+        values = mx.concatenate([values, self._heads(self.v_proj(x), self.kv_heads)], axis=2)
+        mask = create_causal_mask(length, offset=keys.shape[2] - length) if self.causal else None
+        out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale, mask=mask)
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(batch, length, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, config: BlockConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), context, rope, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class BlockModel(nn.Module):
+    """The drafter's own weights; the target lends the embedding table and the head."""
+
+    def __init__(self, config: BlockConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(len(config.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layers = [Layer(config) for _ in range(config.num_hidden_layers)]
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rope = initialize_rope(config.head_dim, config.rope_theta, False, config.rope_scaling,
+                                    config.max_position_embeddings)
+
+    def make_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in self.layers]
+
+    def context(self, taps: mx.array) -> mx.array:
+        """(..., T, H) what leaves the target's tapped layers at some positions -> (..., H) context rows."""
+        return self.hidden_norm(self.fc(taps.reshape(*taps.shape[:-2], -1)))
+
+    def logits(self, projected: mx.array) -> mx.array:
+        """What the target's output projection gave its hidden states (`hidden.output_head`) -> its logits."""
+        config = self.config
+        logits = projected * config.output_multiplier if config.output_multiplier != 1.0 else projected
+        if config.final_logit_softcapping:
+            logits = mx.tanh(logits / config.final_logit_softcapping) * config.final_logit_softcapping
+        return logits
+
+    def __call__(self, block: mx.array, context: mx.array, cache: list[KVCache]) -> mx.array:
+        """`block` (B, L, H) the embedded block, `context` (B, S, H) rows `cache` has not seen (it keeps
+        them): the final-normed hidden state at each block position."""
+        h = block
+        for layer, layer_cache in zip(self.layers, cache):
+            h = layer(h, context, self.rope, layer_cache)
+        return self.norm(h)
+
+
+def is_block_dir(folder: Path) -> bool:
+    """A block drafter's directory: its `config.json` carries `dflash_config`."""
+    try:
+        return isinstance(read_config(folder).get("dflash_config"), Mapping)
+    except SpecmlxError:
+        return False
+
+
+# Tensors a checkpoint may carry that the target lends instead (rotary buffers are recomputed).
+LENT = ("embed_tokens.", "lm_head.")
+
+
+def sanitize(weights: Mapping[str, mx.array]) -> dict[str, mx.array]:
+    """Checkpoint names -> this module's: without `model.`, without what the target lends."""
+    out = {}
+    for name, value in weights.items():
+        name = name.removeprefix("model.")
+        if name.startswith(LENT) or "rotary_emb" in name:
+            continue
+        out[name] = value
+    return out
+
+
+def load_block_drafter(folder: str | Path) -> BlockModel:
+    """A block drafter from its checkpoint or a converted (and maybe quantized) directory."""
+    folder = Path(folder)
+    raw = read_config(folder)
+    model = BlockModel(BlockConfig.from_dict(raw, folder))
+    return load_into(model, sanitize(read_weights(folder)), raw.get("quantization"), folder, "block drafter weights")
