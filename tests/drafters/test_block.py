@@ -204,3 +204,16 @@ def test_a_drafter_for_another_vocabulary_is_one_line_when_attached(target):
     model, _ = tiny_block.tiny_dflash(VOCAB * 2, seed=3)
     with pytest.raises(SpecmlxError, match="trained for a vocabulary of 16, but this target's is 8"):
         BlockDrafter(model, VOCAB, "dflash").attach(target, [])
+
+
+def test_a_prediction_is_copied_before_a_block_is_drafted(target, guessing):
+    """A request's predicted output (the target's own answer, then wrong) is proposed first, as with
+    every drafter, and stays exact beside a block drafter."""
+    want = greedy_alone(target, PROMPT, 32)
+    engine = Engine(target, BlockDrafter(guessing, VOCAB, "dflash"), eos_token_ids=[])
+    predicted = tuple(want[:12] + [(t + 1) % VOCAB for t in want[12:20]])  # right, then wrong
+    generation = engine.generate(PROMPT, GenerationConfig(max_tokens=32, prediction=predicted,
+                                                          policy=DraftPolicy(num_draft=4)))
+    rounds = list(generation)
+    assert [t.token for r in rounds for t in r.tokens] == want
+    assert generation.stats.prediction_accepted >= 11
