@@ -22,7 +22,7 @@ BLOCK = 16
 
 
 def raw_config(vocab_size: int, layers: int = 2, block: int = BLOCK, tapped: tuple[int, ...] = TAPPED,
-               target_layers: int = LAYERS, mask: int | None = None) -> dict:
+               target_layers: int = LAYERS, mask: int | None = None, **more) -> dict:
     """A `config.json` as z-lab publishes one: the backbone's fields and `dflash_config`."""
     return {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
@@ -30,7 +30,7 @@ def raw_config(vocab_size: int, layers: int = 2, block: int = BLOCK, tapped: tup
         "rms_norm_eps": 1e-6, "vocab_size": vocab_size, "rope_theta": 10_000_000.0, "max_position_embeddings": 4096,
         "tie_word_embeddings": True, "block_size": block, "num_target_layers": target_layers,
         "dflash_config": {"mask_token_id": vocab_size - 1 if mask is None else mask, "target_layer_ids": list(tapped)},
-    }
+    } | more
 
 
 def tiny_dflash(vocab_size: int, seed: int, guesses: int | None = None, **shape) -> tuple[BlockModel, dict]:

@@ -7,7 +7,7 @@ projects that one context row to its keys and values, which it keeps (`cache`); 
 kept, so a rejected draft leaves nothing to cut. The block: the last committed token, then
 `block_size - 1` mask tokens, embedded by the target's table; each layer's queries, from the
 block, attend over the context and the whole block at once (not causally, unless the checkpoint
-says so). The final norm, then the target's own head, give logits at every mask position at once:
+says so; a sliding-window layer sees only nearby positions). The final norm, then the target's own head, give logits at every mask position at once:
 the block's proposals.
 
 A checkpoint as published: `config.json` (the backbone's fields, `dflash_config` with
@@ -23,7 +23,6 @@ from typing import Any, Mapping
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
@@ -34,6 +33,7 @@ DFLASH = "dflash"
 # The checkpoints' own names for the variants: DFlash2 (architectures) and DSpark (its projector
 # type or a Markov head); specmlx runs DFlash's.
 DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
+FULL, SLIDING = "full_attention", "sliding_attention"
 # Settings mlx-vlm runs and this module does not yet: a drafter naming one is refused, not run wrong.
 UNSUPPORTED = ("attention_sink_bias", "draft_window_size")
 
@@ -57,7 +57,8 @@ class BlockConfig:
     rope_theta: float = 10_000_000.0
     rope_scaling: Mapping[str, Any] | None = None
     max_position_embeddings: int = 262_144
-    causal: bool = False  # a block's positions attend to the ones before them only
+    causal: bool | None = None  # a block's positions see only those before them; unsaid: sliding layers only (z-lab's rule)
+    sliding_window: int | None = None  # a sliding layer's queries see keys less than this many positions away
     runtime_block_size: int | None = None  # the block it is run at, when the checkpoint says so
     input_embedding_scale: float = 1.0  # on the target's embedding rows, unscaled (z-lab's reference)
     output_multiplier: float = 1.0  # on the target's head's output, then its own softcap, if any
@@ -101,7 +102,8 @@ class BlockConfig:
                 rms_norm_eps=float(flat.get("rms_norm_eps", 1e-6)),
                 rope_theta=float(flat.get("rope_theta", 10_000_000.0)), rope_scaling=flat.get("rope_scaling"),
                 max_position_embeddings=int(flat.get("max_position_embeddings", 262_144)),
-                causal=bool(block.get("causal", flat.get("dflash_query_causal", False))),
+                causal=_flag(block.get("causal", flat.get("dflash_query_causal", flat.get("is_causal")))),
+                sliding_window=None if flat.get("sliding_window") is None else int(flat["sliding_window"]),
                 runtime_block_size=None if block.get("runtime_block_size") is None else int(block["runtime_block_size"]),
                 input_embedding_scale=float(block.get("input_embedding_scale", flat.get("input_embedding_scale", 1.0))),
                 output_multiplier=float(block.get("output_multiplier", flat.get("output_multiplier", 1.0))),
@@ -124,13 +126,25 @@ class BlockConfig:
             raise SpecmlxError(f"{folder}: a block of {self.proposals + 1} proposes nothing")
         if self.unsupported:
             raise SpecmlxError(f"{folder}: {', '.join(self.unsupported)} are not supported yet")
-        if any(t != "full_attention" for t in self.layer_types) or self.attention_bias:
-            raise SpecmlxError(f"{folder}: sliding-window drafter layers and attention biases are not supported yet "
-                               f"(layers {sorted(set(self.layer_types))}, attention_bias {self.attention_bias})")
+        kinds = set(self.layer_types) - {FULL, SLIDING}
+        if kinds or self.attention_bias:
+            raise SpecmlxError(f"{folder}: drafter layers {sorted(kinds)} and attention biases are not supported yet "
+                               f"(attention_bias {self.attention_bias})")
+        if len(self.layer_types) not in (0, self.num_hidden_layers):
+            raise SpecmlxError(f"{folder}: layer_types names {len(self.layer_types)} layers of {self.num_hidden_layers}")
+        if SLIDING in self.layer_types and not (self.sliding_window or 0) > 0:
+            raise SpecmlxError(f"{folder}: sliding-window drafter layers need a sliding_window above 0")
+
+    def sliding(self, layer: int) -> bool:
+        return bool(self.layer_types) and self.layer_types[layer] == SLIDING
 
 
 def _number(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def block_kind(raw: Mapping[str, Any]) -> str:
@@ -144,10 +158,18 @@ def block_kind(raw: Mapping[str, Any]) -> str:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: BlockConfig) -> None:
+    """A drafter layer's attention: the block's queries over the context's keys and the block's own.
+    A sliding layer's query sees only keys less than `sliding_window` positions away, before it and,
+    unless causal, after it; causal unless the checkpoint says (z-lab's reference: `causal` unsaid is
+    true of sliding layers alone). Its cache keeps every context row; the window is a mask."""
+
+    def __init__(self, config: BlockConfig, layer: int) -> None:
         super().__init__()
         heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-        self.heads, self.kv_heads, self.scale, self.causal = heads, kv_heads, dim**-0.5, config.causal
+        sliding = config.sliding(layer)
+        self.heads, self.kv_heads, self.scale = heads, kv_heads, dim**-0.5
+        self.causal = sliding if config.causal is None else config.causal
+        self.window = config.sliding_window if sliding else None
         self.q_proj = nn.Linear(config.hidden_size, heads * dim, bias=False)
         self.k_proj = nn.Linear(config.hidden_size, kv_heads * dim, bias=False)
         self.v_proj = nn.Linear(config.hidden_size, kv_heads * dim, bias=False)
@@ -158,6 +180,17 @@ class Attention(nn.Module):
     def _heads(self, x: mx.array, count: int) -> mx.array:
         batch, length, _ = x.shape
         return x.reshape(batch, length, count, -1).transpose(0, 2, 1, 3)
+
+    def _mask(self, length: int, keys: int) -> mx.array | None:
+        """Which keys each of the block's `length` queries sees, the last `length` of `keys` being the block's."""
+        if not self.causal and self.window is None:
+            return None
+        query = mx.arange(keys - length, keys)[:, None]
+        key = mx.arange(keys)[None]
+        seen = key <= query if self.causal else mx.ones((length, keys), dtype=mx.bool_)
+        if self.window is not None:
+            seen = seen & (query - key < self.window) & (key - query < self.window)
+        return seen
 
     def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
         """`x` (B, L, H) the block's normed rows; `context` (B, S, H) rows new to `cache`, whose keys
@@ -170,8 +203,8 @@ class Attention(nn.Module):
         block_keys = rope(self.k_norm(self._heads(self.k_proj(x), self.kv_heads)), offset=start)
         keys = mx.concatenate([keys, block_keys], axis=2)
         values = mx.concatenate([values, self._heads(self.v_proj(x), self.kv_heads)], axis=2)
-        mask = create_causal_mask(length, offset=keys.shape[2] - length) if self.causal else None
-        out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale, mask=mask)
+        out = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.scale,
+                                                   mask=self._mask(length, keys.shape[2]))
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(batch, length, -1))
 
 
@@ -187,9 +220,9 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, config: BlockConfig) -> None:
+    def __init__(self, config: BlockConfig, layer: int) -> None:
         super().__init__()
-        self.self_attn = Attention(config)
+        self.self_attn = Attention(config, layer)
         self.mlp = MLP(config.hidden_size, config.intermediate_size)
         self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -207,7 +240,7 @@ class BlockModel(nn.Module):
         self.config = config
         self.fc = nn.Linear(len(config.target_layer_ids) * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.layers = [Layer(config) for _ in range(config.num_hidden_layers)]
+        self.layers = [Layer(config, i) for i in range(config.num_hidden_layers)]
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rope = initialize_rope(config.head_dim, config.rope_theta, False, config.rope_scaling,
                                     config.max_position_embeddings)

@@ -180,7 +180,10 @@ def test_a_published_checkpoint_loads_with_or_without_its_prefix(target, model, 
      "a DSpark drafter"),
     ({"dflash_config": {"mask_token_id": 8, "target_layer_ids": [1, 3, 5]}}, "mask_token_id 8 is outside its vocabulary"),
     ({"dflash_config": {"mask_token_id": 7, "target_layer_ids": [3, 1]}}, "target_layer_ids must ascend"),
-    ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8}, "sliding-window drafter layers"),
+    ({"layer_types": ["chunked_attention", "full_attention"]}, r"drafter layers \['chunked_attention'\]"),
+    ({"layer_types": ["sliding_attention", "full_attention"]}, "sliding-window drafter layers need a sliding_window"),
+    ({"dflash_config": {"mask_token_id": 7, "target_layer_ids": [1, 3, 5], "draft_window_size": 64}},
+     "draft_window_size are not supported yet"),
     ({"hidden_size": None}, "lacks or mistypes a block drafter's field"),
 ])
 def test_what_it_cannot_run_is_one_line_before_any_weight_loads(tmp_path, change, message):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_vlm.speculative.drafters.qwen3_dflash.config import DFlashConfig
 from mlx_vlm.speculative.drafters.qwen3_dflash.dflash import DFlashDraftModel
 
@@ -63,10 +63,22 @@ def verify(target, tokens: list[int], start: int, layers=tiny_block.TAPPED) -> t
     return mx.stack(sink, axis=2)[0, start:], mx.argmax(head(target, hidden[0, start:]), axis=-1).tolist()
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
+# A sliding-window layer beside a full one (z-lab's Qwen3.5-9B drafter has them), its window short of
+# the context so that it cuts; causal, where mlx-vlm and z-lab's reference agree (below). mlx-vlm keeps
+# a sliding layer's context in a rotating cache, whose one-token update returns its buffer rotated,
+# not in order of position, and its windowed mask reads that buffer as if in order: after a round
+# that accepted nothing its block saw the wrong keys (logits 1.15 apart, measured). z-lab's reference
+# masks by position, as specmlx does; given plain caches, mlx-vlm's attention agrees exactly.
+SLIDING = {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8}
+LAYOUTS = {"full": {}, "sliding": SLIDING}
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def pair(request, tmp_path_factory):
     target = tiny_hybrid.tiny_qwen3_5(VOCAB, seed=11, layers=tiny_block.LAYERS)
-    model, raw = tiny_block.tiny_dflash(VOCAB, seed=12)
+    model, raw = tiny_block.tiny_dflash(VOCAB, seed=12, **LAYOUTS[request.param])
+    if request.param == "sliding":
+        raw["dflash_config"]["causal"] = True
     folder = tiny_block.save_dflash(model, raw, tmp_path_factory.mktemp("dflash"))
     return target, folder, raw
 
@@ -85,7 +97,7 @@ def run_rounds(target, folder, raw):
     mine = BlockDrafter(load_block_drafter(folder), VOCAB, "dflash")
     mine.attach(target, [])
     vlm = theirs(target, folder, raw)
-    vlm_cache = vlm.make_cache()
+    vlm_cache = [KVCache() for _ in vlm.layers]  # not its rotating caches: see SLIDING
     logged: dict[str, list[mx.array]] = {"mine": [], "theirs": []}
     my_logits, their_logits = mine.model.logits, vlm._logits
     mine.model.logits = lambda x: logged["mine"].append(my_logits(x)) or logged["mine"][-1]
@@ -125,3 +137,29 @@ def test_the_engines_taps_are_what_leaves_the_layers_read(pair):
     _, taps = decoder_taps(target, mx.array([PROMPT]), make_prompt_cache(target), drafter.fused_layers)
     hooked, _ = verify(target, PROMPT, 0)
     assert mx.allclose(taps[0], hooked, atol=1e-5).item()
+
+
+def test_causal_unsaid_is_true_of_sliding_layers_alone_as_z_labs_reference_has_it(tmp_path):
+    """z-lab's reference (`dflash/model.py`, `Qwen3DFlashAttention`): a layer is causal when the config
+    says so, and when it says nothing, exactly when it slides; its window masks keys as far before a
+    query as after it. mlx-vlm 0.7.10 reads an unsaid `causal` as false for every layer. specmlx
+    follows z-lab, and the block's logits show the difference."""
+    target = tiny_hybrid.tiny_qwen3_5(VOCAB, seed=11, layers=tiny_block.LAYERS)
+    logits, causal_layers = {}, {}
+    for causal in (None, True, False):
+        model, raw = tiny_block.tiny_dflash(VOCAB, seed=12, **SLIDING)
+        if causal is not None:
+            raw["dflash_config"]["causal"] = causal
+        drafter = BlockDrafter(load_block_drafter(tiny_block.save_dflash(model, raw, tmp_path / str(causal))),
+                               VOCAB, "dflash")
+        drafter.attach(target, [])
+        causal_layers[causal] = [layer.self_attn.causal for layer in drafter.model.layers]
+        kept, mine = [], drafter.model.logits
+        drafter.model.logits = lambda x: kept.append(mine(x)) or kept[-1]
+        taps, choices = verify(target, PROMPT, 0)
+        drafter.observe(0, None, taps)
+        drafter.draft(PROMPT + [choices[-1]], PROPOSALS, SamplingParams(), mx.random.key(0))
+        logits[causal] = kept[-1]
+    assert causal_layers == {None: [True, False], True: [True, True], False: [False, False]}
+    assert not mx.allclose(logits[None], logits[False], atol=1e-2).item()
+    assert not mx.allclose(logits[None], logits[True], atol=1e-2).item()
