@@ -33,14 +33,26 @@ def raw_config(vocab_size: int, layers: int = 2, block: int = BLOCK, tapped: tup
     } | more
 
 
-def tiny_dflash(vocab_size: int, seed: int, guesses: int | None = None, **shape) -> tuple[BlockModel, dict]:
+def raw_dflash2(vocab_size: int, **shape) -> dict:
+    """A DFlash2 drafter's `config.json`: its convolutions and candidate selector in `dflash_config`."""
+    raw = raw_config(vocab_size, **shape)
+    raw["architectures"] = ["DFlash2DraftModel"]
+    raw["dflash_config"] |= {"block_size": BLOCK, "conv_kernel_size": 3, "conv_group_size": 16, "selector_rank": 8,
+                             "selector_top_k": 4}
+    return raw
+
+
+def tiny_dflash(vocab_size: int, seed: int, guesses: int | None = None, dflash2: bool = False,
+                **shape) -> tuple[BlockModel, dict]:
     """A random drafter, its norms' weights spread around 1 (a norm left out shows), and its config.
     `guesses`: a mask token whose own embedding the target's head reads as the token it emits most
     (tiny targets loop on two or three), and layers that add nothing (their output projections
     zero): every proposal is that token, so about half the first drafts are accepted."""
-    raw = raw_config(vocab_size, mask=guesses, **shape)
+    raw = raw_dflash2(vocab_size, mask=guesses, **shape) if dflash2 else raw_config(vocab_size, mask=guesses, **shape)
     mx.random.seed(seed)
     model = BlockModel(BlockConfig.from_dict(raw))
+    model.load_weights([(k, 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
+                        if k.endswith("base_kernel")], strict=False)  # zeros as built: a kernel left out would not show
     model.load_weights([(k, 1.0 + 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())
                         if k.endswith("norm.weight")], strict=False)
     if guesses is not None:

@@ -96,10 +96,12 @@ class BlockDrafter(AlwaysMayPropose):
         scale = self.model.config.input_embedding_scale
         hidden = self.model((rows * scale if scale != 1.0 else rows)[None], self.history.rows(fed, n - 1)[None],
                             self.cache)
-        logits = self.model.logits(output_head(self.target, hidden[0, 1 : 1 + count]))
+        rows = hidden[0, 1 : 1 + count]
+        logits = self.model.logits(output_head(self.target, rows))
 
-        def position(_token: mx.array, i: int, greedy: bool) -> tuple[Scores, int]:
-            return Scores(logits=logits[i]), i + 1  # each position's distribution is the block's: nothing fed back
+        def position(previous: mx.array, i: int, greedy: bool) -> tuple[Scores, int]:
+            """Position i's distribution: the block's (DFlash), or chained to the token drafted before it (DFlash2)."""
+            return Scores(logits=self.model.position(logits[i], rows[i], previous)), i + 1
 
         return replace(draft_loop(position, ids[:1], 0, count, sampling, key, p_min, allowed), blocked=True)
 

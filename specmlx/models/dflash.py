@@ -27,15 +27,17 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
 from ..errors import SpecmlxError
+from .dflash2 import CandidateSelector, DynamicConv
 from .weights import load_into, read_config, read_weights
 
-DFLASH = "dflash"
-# The checkpoints' own names for the variants: DFlash2 (architectures) and DSpark (its projector
-# type or a Markov head); specmlx runs DFlash's.
+DFLASH, DFLASH2 = "DFlash", "DFlash2"
+# How a checkpoint names its variant: DFlash2 in its architectures, DSpark by its projector type or a
+# Markov head (as mlx-vlm tells them apart); specmlx runs DFlash and DFlash2.
 DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
 FULL, SLIDING = "full_attention", "sliding_attention"
 # Settings mlx-vlm runs and this module does not yet: a drafter naming one is refused, not run wrong.
 UNSUPPORTED = ("attention_sink_bias", "draft_window_size")
+DFLASH2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ class BlockConfig:
     output_multiplier: float = 1.0  # on the target's head's output, then its own softcap, if any
     final_logit_softcapping: float | None = None
     kind: str = DFLASH
+    # DFlash2: a grouped dynamic causal convolution around each sublayer, and a candidate selector
+    # chaining each position's choice to the token proposed before it (`dflash2.py`)
+    conv_kernel_size: int = 0
+    conv_group_size: int = 0
+    selector_rank: int = 0
+    selector_top_k: int = 0
     layer_types: tuple[str, ...] = field(default_factory=tuple)
     attention_bias: bool = False
     unsupported: tuple[str, ...] = ()  # settings it names that this module does not run (`UNSUPPORTED`)
@@ -80,8 +88,8 @@ class BlockConfig:
         if not isinstance(block, Mapping):
             raise SpecmlxError(f"{folder}: config.json has no dflash_config: not a block drafter")
         kind = block_kind(raw)
-        if kind != DFLASH:
-            raise SpecmlxError(f"{folder}: a {kind} drafter; specmlx runs DFlash block drafters only so far")
+        if kind not in (DFLASH, DFLASH2):
+            raise SpecmlxError(f"{folder}: a {kind} drafter; specmlx runs DFlash and DFlash2 block drafters so far")
         rope = flat.pop("rope_parameters", None)
         if isinstance(rope, Mapping):
             rope = dict(rope)
@@ -109,7 +117,8 @@ class BlockConfig:
                 output_multiplier=float(block.get("output_multiplier", flat.get("output_multiplier", 1.0))),
                 final_logit_softcapping=_number(block.get("final_logit_softcapping", flat.get("final_logit_softcapping"))),
                 layer_types=tuple(flat.get("layer_types") or ()), attention_bias=bool(flat.get("attention_bias", False)),
-                unsupported=tuple(k for k in UNSUPPORTED if block.get(k, flat.get(k))),
+                unsupported=tuple(k for k in UNSUPPORTED if block.get(k, flat.get(k))), kind=kind,
+                **{k: int(block.get(k, flat.get(k, 0))) for k in DFLASH2_FIELDS},
             )
         except (KeyError, TypeError, ValueError) as err:
             raise SpecmlxError(f"{folder}: config.json lacks or mistypes a block drafter's field ({err})") from None
@@ -134,6 +143,12 @@ class BlockConfig:
             raise SpecmlxError(f"{folder}: layer_types names {len(self.layer_types)} layers of {self.num_hidden_layers}")
         if SLIDING in self.layer_types and not (self.sliding_window or 0) > 0:
             raise SpecmlxError(f"{folder}: sliding-window drafter layers need a sliding_window above 0")
+        if self.kind == DFLASH2:
+            if any(getattr(self, k) <= 0 for k in DFLASH2_FIELDS) or self.hidden_size % self.conv_group_size:
+                raise SpecmlxError(f"{folder}: a DFlash2 drafter needs {', '.join(DFLASH2_FIELDS)} above 0, its "
+                                   "hidden size a multiple of its convolution's group")
+            if not self.selector_top_k <= self.vocab_size:
+                raise SpecmlxError(f"{folder}: selector_top_k {self.selector_top_k} exceeds its vocabulary")
 
     def sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == SLIDING
@@ -226,10 +241,18 @@ class Layer(nn.Module):
         self.mlp = MLP(config.hidden_size, config.intermediate_size)
         self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        if config.kind == DFLASH2:  # each sublayer wrapped by its convolution: before it, and after it
+            self.attention_conv = DynamicConv(config.hidden_size, config.conv_kernel_size, config.conv_group_size)
+            self.mlp_conv = DynamicConv(config.hidden_size, config.conv_kernel_size, config.conv_group_size)
 
     def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), context, rope, cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        if "attention_conv" not in self:
+            h = x + self.self_attn(self.input_layernorm(x), context, rope, cache)
+            return h + self.mlp(self.post_attention_layernorm(h))
+        normed, kernel = self.attention_conv.prepare(self.input_layernorm(x))
+        h = x + self.attention_conv.finish(self.self_attn(normed, context, rope, cache), kernel)
+        normed, kernel = self.mlp_conv.prepare(self.post_attention_layernorm(h))
+        return h + self.mlp_conv.finish(self.mlp(normed), kernel)
 
 
 class BlockModel(nn.Module):
@@ -244,6 +267,17 @@ class BlockModel(nn.Module):
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rope = initialize_rope(config.head_dim, config.rope_theta, False, config.rope_scaling,
                                     config.max_position_embeddings)
+        if config.kind == DFLASH2:
+            self.candidate_selector = CandidateSelector(config.vocab_size, config.hidden_size, config.selector_rank,
+                                                        config.selector_top_k)
+
+    def position(self, logits: mx.array, hidden: mx.array, previous: mx.array) -> mx.array:
+        """One block position's logits over the vocabulary, given its hidden state and the token proposed
+        before it (the last committed one first): the block's own for DFlash; for DFlash2 its selector's
+        scores of its candidates, given that token (-inf elsewhere)."""
+        if "candidate_selector" not in self:
+            return logits
+        return self.candidate_selector(logits, hidden, previous)
 
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]
@@ -279,16 +313,18 @@ def is_block_dir(folder: Path) -> bool:
 
 # Tensors a checkpoint may carry that the target lends instead (rotary buffers are recomputed).
 LENT = ("embed_tokens.", "lm_head.")
+CODEBOOKS = ("_codebook",)  # DFlash2's, stored without `.weight`
 
 
 def sanitize(weights: Mapping[str, mx.array]) -> dict[str, mx.array]:
-    """Checkpoint names -> this module's: without `model.`, without what the target lends."""
+    """Checkpoint names -> this module's: without `model.`, without what the target lends, DFlash2's
+    codebooks as embedding tables (`.weight`, as z-lab's loader maps them)."""
     out = {}
     for name, value in weights.items():
         name = name.removeprefix("model.")
         if name.startswith(LENT) or "rotary_emb" in name:
             continue
-        out[name] = value
+        out[f"{name}.weight" if name.endswith(CODEBOOKS) else name] = value
     return out
 
 
