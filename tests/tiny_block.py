@@ -42,13 +42,22 @@ def raw_dflash2(vocab_size: int, **shape) -> dict:
     return raw
 
 
-def tiny_dflash(vocab_size: int, seed: int, guesses: int | None = None, dflash2: bool = False,
+def raw_dspark(vocab_size: int, **shape) -> dict:
+    """A DSpark drafter's `config.json`, as mlx-vlm reads one: its projector type, its Markov head's
+    rank, its block counting its proposals alone (15: a verify of 16), its anchor proposing."""
+    raw = raw_config(vocab_size, **shape)
+    raw["dflash_config"] |= {"projector_type": "dspark", "block_size": BLOCK - 1, "markov_rank": 8}
+    return raw
+
+
+def tiny_dflash(vocab_size: int, seed: int, guesses: int | None = None, dflash2: bool = False, dspark: bool = False,
                 **shape) -> tuple[BlockModel, dict]:
     """A random drafter, its norms' weights spread around 1 (a norm left out shows), and its config.
     `guesses`: a mask token whose own embedding the target's head reads as the token it emits most
     (tiny targets loop on two or three), and layers that add nothing (their output projections
     zero): every proposal is that token, so about half the first drafts are accepted."""
-    raw = raw_dflash2(vocab_size, mask=guesses, **shape) if dflash2 else raw_config(vocab_size, mask=guesses, **shape)
+    build = raw_dflash2 if dflash2 else raw_dspark if dspark else raw_config
+    raw = build(vocab_size, mask=guesses, **shape)
     mx.random.seed(seed)
     model = BlockModel(BlockConfig.from_dict(raw))
     model.load_weights([(k, 0.3 * mx.random.normal(v.shape)) for k, v in tree_flatten(model.parameters())

@@ -40,7 +40,6 @@ class BlockDrafter(AlwaysMayPropose):
         self.cache = model.make_cache()
         self.history = HiddenHistory()  # context rows (projected), one a committed position
         self.target: nn.Module | None = None
-        self._mask = model.config.mask_token_id
 
     @property
     def fused_layers(self) -> tuple[int, ...]:
@@ -91,12 +90,12 @@ class BlockDrafter(AlwaysMayPropose):
         # feeding one it holds gives its cache what it held (the same prompt asked again feeds nothing new).
         fed = min(cache_length(self.cache), n - 2)
         rewind(self.cache, fed)
-        ids = mx.array([tokens[-1]] + [self._mask] * self.proposals, dtype=mx.uint32)
+        ids = mx.array(self.model.block(tokens[-1], self.proposals), dtype=mx.uint32)
         rows = embed(self.target, ids)
         scale = self.model.config.input_embedding_scale
         hidden = self.model((rows * scale if scale != 1.0 else rows)[None], self.history.rows(fed, n - 1)[None],
                             self.cache)
-        rows = hidden[0, 1 : 1 + count]
+        rows = self.model.proposing(hidden[0], count)
         logits = self.model.logits(output_head(self.target, rows))
 
         def position(previous: mx.array, i: int, greedy: bool) -> tuple[Scores, int]:

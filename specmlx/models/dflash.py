@@ -1,5 +1,5 @@
-"""Block drafters (DFlash): a few decoder layers that propose a whole block of tokens in one forward,
-conditioned on the target's hidden states.
+"""Block drafters (DFlash, and its DFlash2 and DSpark variants: `dflash2.py`, `dspark.py`): a few decoder
+layers that propose a whole block of tokens in one forward, conditioned on the target's hidden states.
 
 The context: at every committed position but the last, what leaves the target's layers
 `target_layer_ids` (concatenated), projected by `fc` and normed (`hidden_norm`). Each drafter layer
@@ -28,11 +28,12 @@ from mlx_lm.models.rope_utils import initialize_rope
 
 from ..errors import SpecmlxError
 from .dflash2 import CandidateSelector, DynamicConv
+from .dspark import ConfidenceHead, Markov
 from .weights import load_into, read_config, read_weights
 
-DFLASH, DFLASH2 = "DFlash", "DFlash2"
+DFLASH, DFLASH2, DSPARK = "DFlash", "DFlash2", "DSpark"
 # How a checkpoint names its variant: DFlash2 in its architectures, DSpark by its projector type or a
-# Markov head (as mlx-vlm tells them apart); specmlx runs DFlash and DFlash2.
+# Markov head (as mlx-vlm tells them apart).
 DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
 FULL, SLIDING = "full_attention", "sliding_attention"
 # Settings mlx-vlm runs and this module does not yet: a drafter naming one is refused, not run wrong.
@@ -72,6 +73,14 @@ class BlockConfig:
     conv_group_size: int = 0
     selector_rank: int = 0
     selector_top_k: int = 0
+    # DSpark: a low-rank Markov term on each position's logits from the token before it (`dflash2.Markov`);
+    # `anchored`: the last committed token's own position proposes the first token (mlx-vlm's
+    # `sample_from_anchor`); an optional confidence head, loaded and unused in drafting
+    markov_rank: int = 0
+    anchored: bool = False
+    confidence_head: bool = False
+    confidence_with_markov: bool = True
+    rope_traditional: bool = False  # interleaved RoPE pairs (DSpark's `rope_is_neox_style: false`)
     layer_types: tuple[str, ...] = field(default_factory=tuple)
     attention_bias: bool = False
     unsupported: tuple[str, ...] = ()  # settings it names that this module does not run (`UNSUPPORTED`)
@@ -88,8 +97,6 @@ class BlockConfig:
         if not isinstance(block, Mapping):
             raise SpecmlxError(f"{folder}: config.json has no dflash_config: not a block drafter")
         kind = block_kind(raw)
-        if kind not in (DFLASH, DFLASH2):
-            raise SpecmlxError(f"{folder}: a {kind} drafter; specmlx runs DFlash and DFlash2 block drafters so far")
         rope = flat.pop("rope_parameters", None)
         if isinstance(rope, Mapping):
             rope = dict(rope)
@@ -104,14 +111,16 @@ class BlockConfig:
                 head_dim=int(flat.get("head_dim") or flat["hidden_size"] // flat["num_attention_heads"]),
                 vocab_size=int(flat["vocab_size"]), target_layer_ids=layer_ids,
                 mask_token_id=int(block.get("mask_token_id", flat.get("mask_token_id", -1))),
-                block_size=int(block.get("block_size", flat.get("block_size", 16))),
+                # DSpark's block counts its proposals, and the last committed token beside them unless it says so
+                block_size=int(block.get("block_size", flat.get("block_size", 16)))
+                + (kind == DSPARK and not flat.get("dspark_bonus_anchor", False)),
                 num_target_layers=int(block.get("num_target_layers", flat.get("num_target_layers",
                                                                                 max(layer_ids, default=-1) + 1))),
                 rms_norm_eps=float(flat.get("rms_norm_eps", 1e-6)),
                 rope_theta=float(flat.get("rope_theta", 10_000_000.0)), rope_scaling=flat.get("rope_scaling"),
                 max_position_embeddings=int(flat.get("max_position_embeddings", 262_144)),
                 causal=_flag(block.get("causal", flat.get("dflash_query_causal", flat.get("is_causal")))),
-                sliding_window=None if flat.get("sliding_window") is None else int(flat["sliding_window"]),
+                sliding_window=_count(block.get("swa_window_size", flat.get("sliding_window"))),
                 runtime_block_size=None if block.get("runtime_block_size") is None else int(block["runtime_block_size"]),
                 input_embedding_scale=float(block.get("input_embedding_scale", flat.get("input_embedding_scale", 1.0))),
                 output_multiplier=float(block.get("output_multiplier", flat.get("output_multiplier", 1.0))),
@@ -119,6 +128,11 @@ class BlockConfig:
                 layer_types=tuple(flat.get("layer_types") or ()), attention_bias=bool(flat.get("attention_bias", False)),
                 unsupported=tuple(k for k in UNSUPPORTED if block.get(k, flat.get(k))), kind=kind,
                 **{k: int(block.get(k, flat.get(k, 0))) for k in DFLASH2_FIELDS},
+                markov_rank=int(block.get("markov_rank", flat.get("markov_rank", 0))) if kind == DSPARK else 0,
+                anchored=kind == DSPARK and bool(block.get("sample_from_anchor", True)),
+                confidence_head=kind == DSPARK and bool(block.get("enable_confidence_head", False)),
+                confidence_with_markov=bool(block.get("confidence_head_with_markov", True)),
+                rope_traditional=not flat.get("rope_is_neox_style", True),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise SpecmlxError(f"{folder}: config.json lacks or mistypes a block drafter's field ({err})") from None
@@ -149,6 +163,8 @@ class BlockConfig:
                                    "hidden size a multiple of its convolution's group")
             if not self.selector_top_k <= self.vocab_size:
                 raise SpecmlxError(f"{folder}: selector_top_k {self.selector_top_k} exceeds its vocabulary")
+        if self.kind == DSPARK and self.markov_rank <= 0:
+            raise SpecmlxError(f"{folder}: a DSpark drafter needs a markov_rank above 0")
 
     def sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == SLIDING
@@ -160,6 +176,10 @@ def _number(value: Any) -> float | None:
 
 def _flag(value: Any) -> bool | None:
     return None if value is None else bool(value)
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def block_kind(raw: Mapping[str, Any]) -> str:
@@ -265,19 +285,36 @@ class BlockModel(nn.Module):
         self.hidden_norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.layers = [Layer(config, i) for i in range(config.num_hidden_layers)]
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rope = initialize_rope(config.head_dim, config.rope_theta, False, config.rope_scaling,
+        self.rope = initialize_rope(config.head_dim, config.rope_theta, config.rope_traditional, config.rope_scaling,
                                     config.max_position_embeddings)
         if config.kind == DFLASH2:
             self.candidate_selector = CandidateSelector(config.vocab_size, config.hidden_size, config.selector_rank,
                                                         config.selector_top_k)
+        if config.kind == DSPARK:
+            self.markov_head = Markov(config.vocab_size, config.markov_rank)
+            if config.confidence_head:  # an adaptive block size's estimate elsewhere; loaded, not used here
+                self.confidence_head = ConfidenceHead(
+                    config.hidden_size + config.markov_rank * config.confidence_with_markov)
 
     def position(self, logits: mx.array, hidden: mx.array, previous: mx.array) -> mx.array:
         """One block position's logits over the vocabulary, given its hidden state and the token proposed
         before it (the last committed one first): the block's own for DFlash; for DFlash2 its selector's
         scores of its candidates, given that token (-inf elsewhere)."""
-        if "candidate_selector" not in self:
-            return logits
-        return self.candidate_selector(logits, hidden, previous)
+        if "candidate_selector" in self:
+            return self.candidate_selector(logits, hidden, previous)
+        if "markov_head" in self:
+            return self.markov_head(logits, previous)
+        return logits
+
+    def block(self, anchor: int, proposals: int) -> list[int]:
+        """The block's tokens: the last committed one, then masks, one for each proposal (DSpark's
+        anchored block proposes its first token from the last committed one's own position)."""
+        return [anchor] + [self.config.mask_token_id] * (proposals - self.config.anchored)
+
+    def proposing(self, hidden: mx.array, count: int) -> mx.array:
+        """The first `count` rows of a block's (L, H) hidden states that propose tokens."""
+        first = 0 if self.config.anchored else 1
+        return hidden[first : first + count]
 
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in self.layers]

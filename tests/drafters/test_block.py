@@ -51,10 +51,12 @@ def guessing():
     return tiny_block.tiny_dflash(VOCAB, seed=2, guesses=GUESSES)[0]
 
 
-def test_a_dflash2_drafter_drafts_the_targets_own_greedy_tokens(target):
-    """Its proposals chained through its selector: every draft length still gives the target's own."""
-    model = tiny_block.tiny_dflash(VOCAB, seed=3, dflash2=True)[0]
-    engine = Engine(target, BlockDrafter(model, VOCAB, "dflash2"), eos_token_ids=[])
+@pytest.mark.parametrize("kind", ["dflash2", "dspark"])
+def test_chained_drafters_draft_the_targets_own_greedy_tokens(target, kind):
+    """Their proposals chained (a selector's, a Markov term's; DSpark's block anchored): every draft
+    length still gives the target's own."""
+    model = tiny_block.tiny_dflash(VOCAB, seed=3, **{kind: True})[0]
+    engine = Engine(target, BlockDrafter(model, VOCAB, kind), eos_token_ids=[])
     for num_draft in (1, 4, 8):
         generation = engine.generate(PROMPT, GenerationConfig(max_tokens=32, policy=DraftPolicy(num_draft=num_draft)))
         assert [e.token for e in generation.token_events()] == greedy_alone(target, PROMPT, 32)
@@ -152,11 +154,12 @@ def small_pair(small_target):
     return small_target, tiny_block.tiny_dflash(SMALL, seed=8)[0]
 
 
-@pytest.mark.parametrize("dflash2", [False, True], ids=["dflash", "dflash2"])
-def test_the_target_distribution_is_kept_above_temperature_0(small_target, dflash2):
-    """DFlash2's q is over each position's candidates alone (its selector's top 4 of 5), chained to
-    the token drafted before it: what it draws from, and what verification reads."""
-    model = tiny_block.tiny_dflash(SMALL, seed=8, dflash2=dflash2)[0]
+@pytest.mark.parametrize("kind", ["dflash", "dflash2", "dspark"])
+def test_the_target_distribution_is_kept_above_temperature_0(small_target, kind):
+    """DFlash2's q is over each position's candidates alone (its selector's top 4 of 5), and DSpark's
+    moved by its Markov term, each chained to the token drafted before it: what it draws from, and what
+    verification reads."""
+    model = tiny_block.tiny_dflash(SMALL, seed=8, **({kind: True} if kind != "dflash" else {}))[0]
     engine = Engine(small_target, BlockDrafter(model, SMALL, "dflash"), eos_token_ids=[])
     samples, rounds_per_run = sample_sequences(engine, SAMPLING)
     assert 1 < rounds_per_run < 3  # multi-round, with both accepts and rejections
@@ -194,7 +197,7 @@ def test_a_published_checkpoint_loads_with_or_without_its_prefix(target, model, 
 @pytest.mark.parametrize("change, message", [
     ({"architectures": ["DFlash2DraftModel"]}, "a DFlash2 drafter needs conv_kernel_size"),
     ({"dflash_config": {"mask_token_id": 7, "target_layer_ids": [1, 3, 5], "projector_type": "dspark"}},
-     "a DSpark drafter; specmlx runs DFlash and DFlash2 block drafters so far"),
+     "a DSpark drafter needs a markov_rank above 0"),
     ({"dflash_config": {"mask_token_id": 8, "target_layer_ids": [1, 3, 5]}}, "mask_token_id 8 is outside its vocabulary"),
     ({"dflash_config": {"mask_token_id": 7, "target_layer_ids": [3, 1]}}, "target_layer_ids must ascend"),
     ({"layer_types": ["chunked_attention", "full_attention"]}, r"drafter layers \['chunked_attention'\]"),

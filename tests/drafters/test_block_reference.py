@@ -17,6 +17,8 @@ import pytest
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_vlm.speculative.drafters.dflash2.config import DFlash2Config
 from mlx_vlm.speculative.drafters.dflash2.dflash2 import DFlash2DraftModel
+from mlx_vlm.speculative.drafters.dspark.config import DSparkConfig
+from mlx_vlm.speculative.drafters.dspark.dspark import DSparkDraftModel
 from mlx_vlm.speculative.drafters.qwen3_dflash.config import DFlashConfig
 from mlx_vlm.speculative.drafters.qwen3_dflash.dflash import DFlashDraftModel
 
@@ -72,7 +74,7 @@ def verify(target, tokens: list[int], start: int, layers=tiny_block.TAPPED) -> t
 # that accepted nothing its block saw the wrong keys (logits 1.15 apart, measured). z-lab's reference
 # masks by position, as specmlx does; given plain caches, mlx-vlm's attention agrees exactly.
 SLIDING = {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8}
-LAYOUTS = {"full": {}, "sliding": SLIDING, "dflash2": {"dflash2": True}}
+LAYOUTS = {"full": {}, "sliding": SLIDING, "dflash2": {"dflash2": True}, "dspark": {"dspark": True}}
 
 
 @pytest.fixture(scope="module", params=sorted(LAYOUTS))
@@ -88,8 +90,12 @@ def pair(request, tmp_path_factory):
 def theirs(target, folder, raw) -> DFlashDraftModel:
     """mlx-vlm's drafter of the checkpoint's kind, bound to the target by DFlash's `bind` (DFlash2's
     first checks for mlx-vlm's own speculative cache rollback, which mlx-lm's targets lack)."""
-    dflash2 = "DFlash2DraftModel" in raw["architectures"]
-    model = (DFlash2DraftModel(DFlash2Config.from_dict(raw)) if dflash2 else DFlashDraftModel(DFlashConfig.from_dict(raw)))
+    if "DFlash2DraftModel" in raw["architectures"]:
+        model = DFlash2DraftModel(DFlash2Config.from_dict(raw))
+    elif raw["dflash_config"].get("projector_type") == "dspark":
+        model = DSparkDraftModel(DSparkConfig.from_dict(raw))
+    else:
+        model = DFlashDraftModel(DFlashConfig.from_dict(raw))
     weights = model.sanitize(dict(mx.load(str(folder / "model.safetensors"))))
     model.load_weights(list(weights.items()), strict=True)
     mx.eval(model.parameters())
