@@ -17,7 +17,7 @@ from specmlx.sampling import SamplingParams
 
 from .. import tiny_block, tiny_hybrid
 from ..drafters.test_block import GUESSES, PROMPT, SMALL, VOCAB, Misreporting
-from ..drafters.test_block import small_pair  # noqa: F401  (the tiny target and its drafter, a fixture)
+from ..drafters.test_block import small_pair, small_target  # noqa: F401  (the tiny target and its drafter, fixtures)
 from ..test_engine_distribution import LENGTH, RUNS, chi_square_pvalue, exact_distribution
 from ..test_engine_distribution import PROMPT as DISTRIBUTION_PROMPT
 from ..test_engine_hybrid import greedy_alone
