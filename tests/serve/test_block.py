@@ -16,10 +16,10 @@ from specmlx.diskcache.store import DiskCache
 from specmlx.drafters import NGRAM
 from specmlx.loading import load_models
 from specmlx.mlx_thread import MLXThread
-from specmlx.prompting import encode_chat
 
 from .. import tiny_block, tiny_hybrid
-from .conftest import MODEL, greedy, start
+from .conftest import MODEL, start
+from .test_hybrid import alone  # the target's own greedy answer, for any loaded (mlx, target, drafters)
 from .test_worker import CHAT
 
 DFLASH = "dflash"  # the drafter directory's name: what a request names
@@ -36,12 +36,6 @@ def served(tokenizer, vocab, tmp_path_factory):
     loaded = mlx.call(load_models, str(path), [str(drafter), NGRAM])
     yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
     mlx.close()
-
-
-def alone(served, payload: dict) -> str:
-    mlx, target, _ = served
-    prompt = encode_chat(target.tokenizer, payload["messages"])
-    return target.tokenizer.decode(mlx.call(greedy, target.model, prompt, payload["max_tokens"]))
 
 
 SYSTEM = "You are a careful coding agent; read before you edit and test after. " * 12
