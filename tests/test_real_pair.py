@@ -61,7 +61,8 @@ def target_greedy(model, prompt: list[int], eos: set[int]) -> list[int]:
 def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
     target, drafter = pair
     engine = Engine(target.model, drafter, target.tokenizer)
-    rows = bench_prompts("code")[:4] + bench_prompts("edit")[:1]
+    # Two code prompts (the automatic length's test below reuses their references) and an edit.
+    rows = bench_prompts("code")[:2] + bench_prompts("edit")[:1]
     code_tokens = code_rounds = 0
     for row in rows:
         prompt = chat(target.tokenizer, row.prompt)
@@ -72,7 +73,8 @@ def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
         if row.kind == "code":
             code_tokens += generation.stats.accepted + generation.stats.rounds
             code_rounds += generation.stats.rounds
-    assert code_tokens / code_rounds >= 2.0  # mean accepted length on the code prompts
+    print(f"the 0.5B on two code prompts: {code_tokens / code_rounds:.2f} tokens per round")
+    assert code_tokens / code_rounds >= 3.5  # tokens a round on the code prompts: 4.27 measured (k = 4, greedy)
 
 
 def test_an_edit_copies_its_prediction_and_stays_exact(pair):
