@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specmlx.schedule.costs import Costs
+from specmlx.schedule.realized import Realized
+
+
+class Unclocked(Realized):
+    """No verdict of the clock's on drafting."""
+
+    def drafting_round(self, seconds, tokens) -> bool:
+        return False
 
 
 class FixedCosts(Costs):
@@ -16,6 +24,7 @@ class FixedCosts(Costs):
         super().__init__()
         self.base = 1.0
         self.fixed = (step, jump, width)
+        self.realized = Unclocked()
 
     step = property(lambda self: self.fixed[0])
     jump = property(lambda self: self.fixed[1])

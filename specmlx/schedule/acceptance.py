@@ -20,8 +20,8 @@ right three times in a row. A new answer weighs the last ones' record as a few
 tries (`Record.anew`): its text may suit the drafter less (prose after code it
 copied) or more. A drafter right one time in six gains at most a
 sixth of a token a round, less than the costs a round does
-not see (the drafter catching up, the syncs, the look-ahead a plain round
-gives), and less than the error of the costs it does see.
+not see (the drafter catching up, the syncs), and less than the error
+of the costs it does see. `give_up` is the clock's word (`realized.py`).
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ class Acceptance:
     def anew(self) -> None:
         """A new answer: its text may suit the drafter more or less than the last one's (`Record.anew`)."""
         self.record.anew()
+
+    def give_up(self) -> None:
+        """Drafting ran slower than plain decoding by the clock (`realized.py`): as `Record.give_up`."""
+        self.record.give_up()
 
     def _fade(self) -> None:
         self.trials = [self.decay * t for t in self.trials]
@@ -145,6 +149,13 @@ class Record:
             self.gave_up = rate < RESUME
         else:
             self.gave_up = self.tries >= RECORD_MIN and rate <= GIVE_UP
+
+    def give_up(self) -> None:
+        """Give the drafter up, whatever its rate: its record restarts at `GIVE_UP` over `RECORD_MIN`
+        tries, as after sure misses, so probes right more often than that resume it."""
+        self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * GIVE_UP
+        self.streak = self.misses = 0
+        self.gave_up = True
 
 
 def expected_tokens(rates: list[float], k: int) -> float:

@@ -26,9 +26,19 @@ A drafter right one time in six or less over its last few dozen tries gives up
 bring its record back to one in four, and it probes once in `RARE_EVERY` plain
 rounds at most; an accepted probe still starts a run of probes, so text it turns good at (a copied block) is drafted again within a few
 rounds. A new answer (`begin`) weighs the last ones' record as a few tries: prompt
-lookup right on code it copied soon gives up on prose. A drafter left out of two rounds or more first catches up on the tokens it
+lookup right on code it copied soon gives up on prose. Drafting that runs slower a
+token than plain rounds by the clock gives up the same way (`realized.py`). A drafter left out of two rounds or more first catches up on the tokens it
 skipped, and a round that would draft then is charged that catching up (as a probe
 measures it): a drafter that only just pays does not start a run on it.
+
+A plain round is priced as one in a run of them costs. Where a plain round starts
+the next one's forward (a look-ahead, `generation.overlaps`: one process), that
+hides the host's work of a round, and the plain rounds that measure costs are
+those after one: a plain round right after drafting, or after a guess of drafting,
+has none (1.2 of one after a look-ahead here, the real pair), and priced by it a
+run of plain rounds looked dearer than it is: a drafter right one time in five
+drafted at 0.92x the target. Nor is a generation's first round a measure (it
+ran 1.7 plain rounds here).
 
 A fresh controller calibrates on its first rounds: `CALIBRATION` plain rounds,
 then probes until `CALIBRATION_PROBES` are answered, or until one shows that no
@@ -96,6 +106,8 @@ class AutoDraft:
         self.owed = 0.0  # probe time not yet repaid, in plain rounds
         self.drafting = 0  # rounds planned to draft with the drafter caught up, for the timed-apart cadence
         self._first = True
+        self._opening = True  # the generation's first round, which measures nothing (`update`)
+        self.looks_ahead = False  # whether a plain round has started the next one's forward here (`generation.overlaps`)
         self._behind = True  # whether the round running catches the drafter up first
         self._copied = False  # the last round committed a copy the drafter has not seen
         self._probing = False  # whether the round running probes
@@ -105,7 +117,7 @@ class AutoDraft:
         self.limit = min(limit, self.block) if self.block else limit
         self.acceptance.grow(limit)
         self.acceptance.anew()
-        self._first = True
+        self._first = self._opening = True
         self.costs.last = None  # a prefill lies between the last answer's rounds and this one's
 
     @property
@@ -167,15 +179,19 @@ class AutoDraft:
     def update(self, done: Round, seconds: float) -> None:
         """The round planned last finished: `done`, in `seconds` of the engine's time."""
         self.owed = max(self.owed - PROBE_BUDGET, 0.0)
+        self.looks_ahead = self.looks_ahead or done.ahead and not done.drafted
+        measure = not (self._opening or self.looks_ahead and not (done.ahead or done.drafted))
+        self._opening = False
         if done.probe is not None:  # its catching up included: that is what a probe costs
-            self.costs.probed(seconds)
+            if measure:
+                self.costs.probed(seconds)
             self.owed = max(self.owed, self.costs.probe)  # the budget's turn comes a probe's cost after the last
             self.acceptance.observe_first(done.probe)
             self.hit = done.probe >= 0.5
             if self.calibration:  # answered: it ends once drafting cannot pay even if always right, or its probes are done
                 always = _argmax([1.0] * self.limit, self.costs, self._reach(self.limit), blocks=bool(self.block))
                 self.calibration = 0 if always == 0 else self.calibration - 1
-        elif done.ahead and done.drafted:  # its forward scored one row fewer than its width: no measure of it
+        elif not measure or done.ahead and done.drafted:  # its forward scored one row fewer than its width
             self.costs.last = None
         elif not (self._behind and done.steps):  # catching up is no drafter step
             self.costs.update(seconds, done.steps, done.drafted, done.draft_s)
@@ -191,6 +207,15 @@ class AutoDraft:
         else:
             self.idle += 1
         self._copied = done.looked_up and done.accepted > 0
+        self._realize(done, seconds, measure)
+
+    def _realize(self, done: Round, seconds: float, measure: bool) -> None:
+        """Hold what drafting bought by the clock against plain rounds (`realized.py`)."""
+        if not done.drafted:
+            if measure:
+                self.costs.realized.plain_round(seconds)
+        elif measure and not done.looked_up and self.costs.realized.drafting_round(seconds, len(done.tokens)):
+            self.acceptance.give_up()
 
     def _best(self, cap: int) -> int:
         """The k of most tokens per second, as measured, among the widths it may try (`_reach`); a

@@ -53,6 +53,8 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import median
 
+from .realized import Realized
+
 # Ratios assumed before a round measures them; the first measurement replaces each.
 STEP_PRIOR, JUMP_PRIOR, WIDTH_PRIOR = 0.1, 0.0, 0.05
 SMOOTHING = 0.3  # weight of each new measurement of `base`
@@ -113,6 +115,7 @@ class Costs:
         self.measures: dict[int, deque[float]] = {}  # drafts scored -> the last few measured verifies / base
         self.verified: dict[int, float] = {}  # drafts scored -> the median of those
         self.probes: deque[float] = deque(maxlen=TIMED)  # the last probes' costs / base
+        self.realized = Realized()  # what drafting bought by the clock, beside what this prices
 
     @property
     def measured(self) -> bool:
