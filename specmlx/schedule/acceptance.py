@@ -140,11 +140,9 @@ class Record:
         self.misses = self.misses + 1 if chance == 0.0 else 0  # a sure miss: a draft's first token rejected
         rate = self.accepts / self.trials
         if self.gave_up and self.streak >= STREAK and rate < RESUME:
-            self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * RESUME
-            rate = RESUME
+            rate = self._restart(RESUME)
         if not self.gave_up and self.misses >= MISSES and self.trials < YOUNG and rate > GIVE_UP:
-            self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * GIVE_UP
-            rate = GIVE_UP
+            rate = self._restart(GIVE_UP)
         if self.gave_up:
             self.gave_up = rate < RESUME
         else:
@@ -153,9 +151,14 @@ class Record:
     def give_up(self) -> None:
         """Give the drafter up, whatever its rate: its record restarts at `GIVE_UP` over `RECORD_MIN`
         tries, as after sure misses, so probes right more often than that resume it."""
-        self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * GIVE_UP
+        self._restart(GIVE_UP)
         self.streak = self.misses = 0
         self.gave_up = True
+
+    def _restart(self, rate: float) -> float:
+        """The record starts again at `rate` over `RECORD_MIN` tries."""
+        self.trials, self.accepts = float(RECORD_MIN), RECORD_MIN * rate
+        return rate
 
 
 def expected_tokens(rates: list[float], k: int) -> float:

@@ -211,10 +211,11 @@ class AutoDraft:
 
     def _realize(self, done: Round, seconds: float, measure: bool) -> None:
         """Hold what drafting bought by the clock against plain rounds (`realized.py`)."""
+        if not measure:
+            return
         if not done.drafted:
-            if measure:
-                self.costs.realized.plain_round(seconds)
-        elif measure and not done.looked_up and self.costs.realized.drafting_round(seconds, len(done.tokens)):
+            self.costs.realized.plain_round(seconds)
+        elif not done.looked_up and self.costs.realized.drafting_round(seconds, len(done.tokens)):
             self.acceptance.give_up()
 
     def _best(self, cap: int) -> int:
