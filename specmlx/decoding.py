@@ -21,6 +21,7 @@ from typing import Collection, Sequence
 import mlx.core as mx
 
 from .config import GenerationConfig
+from .drafters import drafts_blocks
 from .events import RoundEvent, TokenEvent
 from .parts import GenerationParts
 from .plan import Plan, Round
@@ -109,7 +110,8 @@ def schedule_for(engine: GenerationParts, policy: DraftPolicy) -> Schedule:
     if not engine.drafter.drafts:  # nothing to draft, but the context can still be looked up
         return DraftLength(policy.start if policy.lookup else 0, policy.start, adaptive=False)
     if not policy.auto:
-        return DraftLength(policy.start, max(policy.max_draft, policy.start), policy.adaptive)
+        return DraftLength(policy.start, max(policy.max_draft, policy.start), policy.adaptive,
+                           drafts_blocks(engine.drafter))
     auto = engine.auto_draft(policy=policy)
     auto.begin(policy.max_draft)
     return auto

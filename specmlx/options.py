@@ -50,8 +50,8 @@ def add_draft_arguments(parser: argparse.ArgumentParser, per_request: bool = Fal
                         "included; with auto, a seeded sampled run repeats its distribution, not its text (a fixed "
                         "K repeats the text). May name the other parts too, e.g. 4+adaptive+pmin=0.5 (max=K, "
                         "lookup=N, lookup-draft=K)")
-    parser.add_argument("--max-draft", type=int, default=12, metavar="K",
-                        help="longest draft of auto and --adaptive (default 12)")
+    parser.add_argument("--max-draft", type=int, default=16, metavar="K",
+                        help="longest draft of auto and --adaptive (default 16; past 8 only a block drafter drafts)")
     parser.add_argument("--adaptive", action="store_true",
                         help=f"tune the draft length to the acceptance history, from --num-draft (default {START_DRAFT}) "
                         "up to --max-draft")

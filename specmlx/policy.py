@@ -50,7 +50,7 @@ class DraftPolicy:
     tokens a round wherever the output stands in it, before lookup and drafter."""
 
     num_draft: int | None = START_DRAFT
-    max_draft: int = 12
+    max_draft: int = 16  # past 8 only a block drafter drafts (`schedule/widths.py`): a block of 16 proposes 15
     adaptive: bool = False
     p_min: float = 0.0
     lookup: int = 0

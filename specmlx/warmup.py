@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from .drafters import Draft, Drafter
+from .drafters import Draft, Drafter, drafts_blocks
 from .engine import Engine
 from .policy import DraftPolicy
 from .round import Ahead, look_ahead, probe_chance, score, verify
@@ -51,7 +51,11 @@ def warm_up(target: nn.Module, drafter: Drafter, policy: DraftPolicy = DraftPoli
     engine = Engine(target, drafter.fresh(), eos_token_ids=())
     tokens = [0] * PROMPT
     engine.prefill(tokens)
-    widths = sorted({*within(max(policy.max_draft, policy.num_draft or 0, policy.lookup_draft if policy.lookup else 0)),
+    drafted = max(policy.max_draft, policy.num_draft or 0)
+    if drafts_blocks(drafter):  # a block drafter's lengths, within what one of its forwards proposes
+        drafted = min(drafted, drafter.proposals)
+    widths = sorted({*within(drafted, drafts_blocks(drafter)),
+                     *within(policy.lookup_draft if policy.lookup else 0),
                      *(k for k in COPIED if k <= policy.prediction_draft)})  # a request's prediction copies up to that
     if progress is not None:
         progress(f"warming up draft lengths {', '.join(map(str, widths))} with {drafter.name}")

@@ -12,6 +12,7 @@ from mlx_lm.generate import generate_step
 
 from specmlx.loading import load_tokenizer
 from specmlx.generate import main
+from specmlx.policy import DraftPolicy
 
 from . import tiny
 
@@ -148,7 +149,7 @@ def test_the_draft_length_is_automatic_unless_one_is_asked_for(capsys, model_dir
     assert 0 <= auto["timed_rounds"] <= auto["rounds"] // 8 + 2  # none where the tiny drafter never pays
     assert auto["host_syncs"] == auto["rounds"] + auto["timed_rounds"]
     assert auto["draft_histogram"][0] >= 3 and auto["probes"] >= 1  # the first rounds calibrate: plain, then probes
-    assert auto["estimate"]["costs"]["base_s"] > 0 and len(auto["estimate"]["acceptance"]) == 12
+    assert auto["estimate"]["costs"]["base_s"] > 0 and len(auto["estimate"]["acceptance"]) == DraftPolicy().max_draft
     fixed = json.loads(cli(capsys, *args, "--num-draft", 3, "--json")[1])["stats"]
     assert not fixed["auto"] and fixed["estimate"] is None
     assert fixed["draft_histogram"][3] >= fixed["rounds"] - 2  # 3 a round, but where the budget ends

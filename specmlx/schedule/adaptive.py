@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan import Plan, Round
-from .widths import widest
+from .widths import after, widest
 
 
 @dataclass
@@ -24,12 +24,13 @@ class DraftLength:
     start: int
     limit: int
     adaptive: bool = True
+    blocks: bool = False  # a block drafter's: its set reaches past 8 (`widths.BLOCKED`)
 
     def __post_init__(self) -> None:
-        self.current = widest(self.start)
+        self.current = widest(self.start, self.blocks)
 
     def plan(self, room: int) -> Plan:
-        return Plan(widest(min(self.current, room)))
+        return Plan(widest(min(self.current, room), self.blocks))
 
     def likely_plain(self, room: int) -> bool:
         return self.current == 0 or room <= 0
@@ -44,7 +45,7 @@ class DraftLength:
     @property
     def planned(self) -> int:
         """The length it drafts first: its start, on the set."""
-        return widest(self.start)
+        return widest(self.start, self.blocks)
 
     @property
     def auto(self) -> None:
@@ -55,6 +56,7 @@ class DraftLength:
         if not self.adaptive or drafted == 0:
             return
         if accepted == drafted:
-            self.current = widest(min(self.current + 2, self.limit))
+            # two more, or the set's next length where that is further (a block drafter's 8 to 12 to 15)
+            self.current = widest(min(max(self.current + 2, after(self.current, self.blocks)), self.limit), self.blocks)
         else:
-            self.current = max(widest(self.current - 1), 1)
+            self.current = max(widest(self.current - 1, self.blocks), 1)

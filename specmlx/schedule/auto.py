@@ -68,7 +68,7 @@ from ..events import draft_steps
 from ..plan import Plan, Round
 from .acceptance import Acceptance, expected_tokens
 from .costs import CostEstimate, Costs
-from .widths import WIDTHS, within
+from .widths import after, within
 
 PROBE_BUDGET = 0.01  # share of the time spent probing, in plain rounds a round
 RARE_EVERY = 16  # plain rounds per probe, at least, for a drafter given up (`acceptance.Record`)
@@ -229,7 +229,7 @@ class AutoDraft:
         `cap`. A wider guess is tried once its neighbour paid, each try measuring one more width. A
         block drafter reaches its whole block at once: its drafts cost one step whatever their length,
         so a dear block may pay drafted wide and never drafted narrow, where it would never start."""
-        return cap if self.block else min(cap, _next_width(self.widest))
+        return cap if self.block else min(cap, after(self.widest))
 
     def estimate(self) -> AutoEstimate:
         return AutoEstimate(self.costs.estimate(), tuple(self.acceptance.rates()[: self.limit]))
@@ -244,11 +244,6 @@ class AutoDraft:
         return self
 
 
-def _next_width(k: int) -> int:
-    """The length of the set after `k` (`k` itself past the widest)."""
-    return min((w for w in WIDTHS if w > k), default=k)
-
-
 def _choose(acceptance: Acceptance, costs: Costs, cap: int, catch_up: float = 0.0, blocks: bool = False) -> int:
     """The width to draft: none for a drafter given up (`Acceptance.gave_up`), else `_argmax`'s."""
     return 0 if acceptance.gave_up else _argmax(acceptance.rates(), costs, cap, catch_up, blocks)
@@ -258,7 +253,7 @@ def _argmax(rates: list[float], costs: Costs, cap: int, catch_up: float = 0.0, b
     """The width of the set, up to `cap`, of most tokens per plain round; a round that drafts
     costs `catch_up` plain rounds more, and k drafter steps (one for a block drafter's)."""
     step = costs.step
-    return max(within(cap), key=lambda k: expected_tokens(rates, k) / (
+    return max(within(cap, blocks), key=lambda k: expected_tokens(rates, k) / (
         draft_steps(k, blocks) * step + costs.verify(k) + catch_up * (k > 0)))
 
 

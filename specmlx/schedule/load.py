@@ -52,9 +52,9 @@ def choose(lanes: Sequence[Lane], verify: Callable[[int], float]) -> list[int]:
     """Each row's k for the most expected tokens per unit of time; `verify(n)`: a forward over n positions."""
     gains = [[expected_tokens(list(lane.rates), k) for k in range(_top(lane) + 1)] for lane in lanes]
     best, chosen = -1.0, [0] * len(lanes)
-    top = max(map(_top, lanes))
     fixed = {lane.fixed for lane in lanes if lane.fixed is not None}
-    for width in sorted({1 + k for k in within(top)} | {1 + k for k in fixed}):
+    widths = {1 + k for lane in lanes for k in within(_top(lane), lane.blocks)} | {1 + k for k in fixed}
+    for width in sorted(widths):
         ratio = 0.0
         for _ in range(ITERATIONS):
             ks = [_fit(lane, gain, width, ratio) for lane, gain in zip(lanes, gains)]
@@ -74,8 +74,8 @@ def _fit(lane: Lane, gain: list[float], width: int, ratio: float) -> int:
     if lane.fixed is not None:
         return lane.fixed
     if lane.group is not None:
-        return widest(min(lane.cap, width - 1))
-    return max(within(min(lane.cap, width - 1)), key=lambda k: gain[k] - ratio * lane.step * lane.steps(k))
+        return widest(min(lane.cap, width - 1), lane.blocks)
+    return max(within(min(lane.cap, width - 1), lane.blocks), key=lambda k: gain[k] - ratio * lane.step * lane.steps(k))
 
 
 def _ratio(lanes: Sequence[Lane], gains: list[list[float]], ks: Sequence[int], verify: Callable[[int], float]) -> float:

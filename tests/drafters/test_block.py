@@ -63,7 +63,7 @@ def test_chained_drafters_draft_the_targets_own_greedy_tokens(target, kind):
         assert generation.stats.drafted > 0
 
 
-@pytest.mark.parametrize("num_draft", [1, 4, 8])
+@pytest.mark.parametrize("num_draft", [1, 4, 8, 12, 15])
 def test_greedy_output_is_the_target_alone(target, model, guessing, num_draft):
     """With a drafter that is right about half the time at its first draft and one never right; each
     drafting round's block took one drafter forward, whatever it proposed."""
@@ -75,6 +75,19 @@ def test_greedy_output_is_the_target_alone(target, model, guessing, num_draft):
         assert (0 < generation.stats.accepted < generation.stats.drafted) is accepts
         assert all(r.blocked and r.steps == 1 for r in rounds if r.drafted)
         assert max(r.drafted for r in rounds) == num_draft
+
+
+def test_its_warm_up_runs_the_widths_past_eight_its_block_holds(target, model):
+    """Past 8 its set holds 12 and 15 (a block of 16's whole proposal), each warmed with its drafts drawn;
+    a drafter of a token a step stops at 8 (`test_warmup.py`)."""
+    from specmlx.warmup import warm_up
+
+    ran = warm_up(target, BlockDrafter(model, VOCAB, "dflash"), DraftPolicy(max_draft=16, prediction_draft=1))
+    assert [k for k, _, _ in ran[::2]] == [0, 1, 2, 3, 4, 6, 8, 12, 15]
+    assert ran[-2:] == ((15, 15, 16), (15, 15, 15))
+    narrow = warm_up(target, BlockDrafter(tiny_block.tiny_dflash(VOCAB, seed=2, block=8)[0], VOCAB, "dflash"),
+                     DraftPolicy(max_draft=16, prediction_draft=1))
+    assert [k for k, _, _ in narrow[::2]] == [0, 1, 2, 3, 4, 6]  # a block of 8 proposes 7
 
 
 def test_the_automatic_length_stays_exact(target, guessing):
@@ -192,6 +205,23 @@ def test_a_published_checkpoint_loads_with_or_without_its_prefix(target, model, 
     assert isinstance(loaded, BlockDrafter) and loaded.fused_layers == tuple(i + 1 for i in tiny_block.TAPPED)
     mine, theirs = dict(tree_flatten(loaded.model.parameters())), dict(tree_flatten(model.parameters()))
     assert mine.keys() == theirs.keys() and all(mx.array_equal(mine[k], theirs[k]).item() for k in mine)
+
+
+def test_a_hub_id_loads_as_its_snapshot(target, model, tmp_path, monkeypatch):
+    """`--drafter z-lab/Qwen3.5-4B-DFlash`: the hub's snapshot (here a folder: nothing downloads) is
+    read as the published directory; an id the hub does not have is one line."""
+    from specmlx import hub, loading
+
+    folder = tiny_block.save_dflash(model, tiny_block.raw_config(VOCAB), tmp_path / "snapshot")
+    asked = []
+    monkeypatch.setattr(loading, "download", lambda repo: asked.append(repo) or folder)
+    source = DrafterSource("z-lab/Qwen3.5-4B-DFlash", "dflash")
+    assert isinstance(load_drafter(source, LoadedModel(target, None, folder, "target")), BlockDrafter)
+    assert asked == ["z-lab/Qwen3.5-4B-DFlash"]
+    monkeypatch.setattr(loading, "download", hub.download)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SpecmlxError, match=r"^cannot download 'z-lab/No-Such-DFlash': "):
+        load_drafter(DrafterSource("z-lab/No-Such-DFlash", "dflash"), LoadedModel(target, None, folder, "target"))
 
 
 @pytest.mark.parametrize("change, message", [

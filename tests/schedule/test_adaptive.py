@@ -57,3 +57,14 @@ def test_a_fixed_or_adaptive_length_plans_its_start_and_is_not_automatic():
     length = DraftLength(start=3, limit=8)
     length.follow(3, 3)
     assert length.planned == 3 and length.auto is None  # its start, however far it has moved
+
+
+def test_a_block_drafter_widens_past_eight_to_its_whole_block_and_back():
+    """+2 from 8 is 10, not a length of the set: a block drafter's next lengths are 12, then 15."""
+    blocks, tokens = DraftLength(8, 16, blocks=True), DraftLength(8, 16)
+    for expected in (12, 15, 15):
+        blocks.follow(blocks.current, blocks.current)
+        tokens.follow(tokens.current, tokens.current)
+        assert blocks.current == expected and tokens.current == 8
+    blocks.follow(15, 3)
+    assert blocks.current == 12 and DraftLength(15, 16, blocks=True).plan(100).num_draft == 15

@@ -410,6 +410,24 @@ def test_a_block_drafter_is_priced_one_step_a_draft_and_drafts_wider():
     assert run.speed >= 0.95 * fixed[block] and run.speed > 1.3 * per_token.speed
 
 
+# A Mac's GPU at 4-bit: a verify of 16 rows close to one of 1 (the block drafters' anchors), by width.
+GPU = {k: 1.0 + 0.015 * k for k in (0, 1, 2, 3, 4, 6, 8, 12, 15)}
+
+
+@pytest.mark.parametrize("blocks", [True, False], ids=["block", "a-step-a-token"])
+def test_a_block_drafter_right_often_verifies_past_eight(blocks):
+    """z-lab's drafters accept 6 to 7 of a block of 16 on code: a block forward as dear as a fifth of a
+    target step, right 90% of the time, where wide verifies are cheap, pays most verified whole (15),
+    and the set past 8 is its own. A drafter of a token a step (the negative control), priced
+    the same a step, never drafts past 8, the last of its set."""
+    run = simulate_widths(AutoDraft(limit=16, block=15 if blocks else 0), 200, 0.9, 0.2, GPU, block=blocks)
+    later = run.lengths[50:]
+    if blocks:
+        assert max(set(later), key=later.count) == 15 and max(run.lengths) == 15
+    else:
+        assert max(run.lengths) <= 8
+
+
 @pytest.mark.parametrize("verify", [FLAT, CLIFF], ids=["flat", "cliff"])
 def test_a_lucky_start_does_not_keep_a_drafter_that_is_never_right_drafting(verify):
     """The real pair's MTP head on the held-out code prompt: its three calibration probes and its first

@@ -118,6 +118,14 @@ def test_the_padding_of_a_wide_row_is_counted(c, ks):
     assert choose([b], verify) == [0]
 
 
+def test_a_block_drafters_rows_verify_past_eight_and_other_rows_do_not():
+    """Two rows right 95% of the time, forwards nearly flat in their rows (a GPU's): block rows draft
+    their whole block (15), rows of a token a step stop at 8, their set's last."""
+    flat = lambda n: 1.0 + 0.01 * n  # noqa: E731
+    assert choose([Lane((0.95,) * 15, 15, 0.05, blocks=True)] * 2, flat) == [15, 15]
+    assert choose([Lane((0.95,) * 15, 15, 0.05)] * 2, flat) == [8, 8]
+
+
 def test_a_block_drafters_row_pays_one_step_for_its_draft():
     """A step as dear as 0.4 of a forward, right 85%: a row drafting a token a step drafts two at most
     beside another; a block drafter's row (one step whatever it drafts) drafts wider, and more tokens
