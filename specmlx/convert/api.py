@@ -7,7 +7,7 @@ from pathlib import Path
 from specmlx.convert.gguf_convert import convert_gguf
 from specmlx.convert.gguf_file import GGUF_MAGIC
 from specmlx.convert.hf import convert_hf
-from specmlx.hub import is_repo_id
+from specmlx.hub import download, is_repo_id
 from specmlx.convert.dflash import convert_block_drafter
 from specmlx.convert.gemma4_assistant import convert_gemma4_assistant
 from specmlx.convert.mtp import convert_mtp
@@ -40,6 +40,8 @@ def convert(
     """
     fmt = resolve_format(dtype, quantize, q_bits, q_group_size)
     path = Path(source).expanduser()
+    if not path.exists() and is_repo_id(str(source)):
+        path = download(str(source))  # then converted as its directory is: a drafter's repo as a drafter
     if path.is_file():
         if not _has_gguf_magic(path):
             raise SpecmlxError(f"{path}: not a GGUF file, and not a Hugging Face model directory")
@@ -55,8 +57,8 @@ def convert(
                                force=force, progress=progress)
     if path.is_dir() and is_block_dir(path):
         return convert_block_drafter(path, Path(out), fmt, force=force)
-    if path.is_dir() or is_repo_id(str(source)):
-        return convert_hf(path if path.is_dir() else str(source), Path(out), fmt, force=force, progress=progress)
+    if path.is_dir():
+        return convert_hf(path, Path(out), fmt, force=force, progress=progress)
     raise SpecmlxError(f"no such file or directory: {source}")
 
 

@@ -82,8 +82,9 @@ def from_hub(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
 
 def from_checkpoint(source: ModelSource, out: Path, progress: bool, log: Log) -> None:
     """A Hugging Face checkpoint, downloaded and converted here to the backend's format (4-bit on
-    Metal), its own MTP layers kept (`specmlx convert`)."""
-    log(f"downloading {source.hub} from the Hugging Face hub and converting it (its MTP layers kept)")
+    Metal), a target's own MTP layers kept (`specmlx convert`); a block drafter's as published."""
+    kept = " (its MTP layers kept)" if source.native_mtp else ""
+    log(f"downloading {source.hub} from the Hugging Face hub and converting it{kept}")
     convert(str(source.hub), out, force=True, progress=progress)
 
 

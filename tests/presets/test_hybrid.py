@@ -1,5 +1,5 @@
-"""The presets for Macs whose targets are hybrid checkpoints drafted by their own MTP layers: they
-resolve, name `mtp` (the target's own directory), convert on fetch, and say how to fetch when not
+"""The presets for Macs whose targets are hybrid checkpoints drafted by their own MTP layers or z-lab's
+DFlash drafters: they resolve, name `mtp` (the target's own directory) and `dflash`, convert on fetch, and say how to fetch when not
 fetched. No network: the hub's download is replaced by a tiny Qwen3.5 checkpoint in Hugging Face's layout."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from specmlx.memory import GB
 from specmlx.presets import fetch
 from specmlx.presets.cli import main as models_main
 
-from .. import tiny_hybrid
+from .. import tiny_block, tiny_hybrid
 
 HYBRID = ("qwen3.5-4b", "qwen3.5-9b", "qwen3.6-35b-a3b")
 PROMPT = "def add(a, b):\n    return"
@@ -31,21 +31,24 @@ def models_root(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", HYBRID)
-def test_a_hybrid_preset_is_a_qwen_checkpoint_drafted_by_its_own_mtp_layers(name):
+def test_a_hybrid_preset_is_a_qwen_checkpoint_drafted_by_its_own_mtp_layers_or_its_dflash_drafter(name):
     preset = presets.get_preset(name)
-    assert preset.drafter == "mtp" and preset.own_mtp and preset.roles == ("mtp",) and preset.drafters == ()
+    assert preset.drafter == "mtp" and preset.own_mtp and preset.roles == ("dflash", "mtp")
     assert preset.target.hub.startswith("Qwen/") and preset.target.convert and preset.target.native_mtp
     assert presets.model_path(preset, "mtp") == presets.model_path(preset)  # the layers stay in its directory
-    # the download is the bf16 checkpoint; memory is its 4-bit form (MTP layers in it) and the margin
-    assert preset.download_bytes == int(preset.target.size_gb * 1e9)
-    assert preset.memory_bytes == memory.needed_bytes(int(preset.target.converted_gb * 1e9))
+    (dflash,) = preset.drafters  # z-lab's drafter for this very target, converted on fetch as published
+    assert dflash.hub == "z-lab/" + preset.target.hub.split("/")[1] + "-DFlash" and dflash.convert
+    # the download is the bf16 checkpoints; memory is their 4-bit forms (MTP layers in it) and the margin
+    assert preset.download_bytes == int(preset.target.size_gb * 1e9) + int(dflash.size_gb * 1e9)
+    assert preset.memory_bytes == memory.needed_bytes(int(preset.target.converted_gb * 1e9)
+                                                      + int(dflash.converted_gb * 1e9))
     assert preset.memory_bytes < preset.download_bytes
 
 
 def test_the_app_offers_the_targets_own_mtp_layers():
     from app.loader import preset_drafters
 
-    assert list(preset_drafters("qwen3.5-4b", target=None)) == ["mtp"]  # loaded when first chosen
+    assert list(preset_drafters("qwen3.5-4b", target=None)) == ["dflash", "mtp"]  # loaded when first chosen
 
 
 def test_the_small_one_fits_a_16_gb_mac_and_the_moe_one_a_32_gb_mac():
@@ -66,22 +69,26 @@ def test_a_converted_source_needs_its_converted_size():
         presets._read_source("p", "target", {"hub": "Qwen/X", "size_gb": 1.0, "convert": True})
 
 
-def test_fetch_converts_the_checkpoint_and_generate_drafts_with_its_mtp_layers(
+def test_fetch_converts_the_checkpoints_and_generate_drafts_with_its_mtp_layers_or_its_dflash_drafter(
         models_root, monkeypatch, capsys, tmp_path, tokenizer, vocab):
     """`specmlx models fetch` converts the checkpoint (here a tiny Qwen3.5 in Hugging Face's layout, its
-    MTP layers beside) with `specmlx convert`, which keeps the MTP layers; the preset then drafts with
-    them by default, and its output is the target's own greedy output."""
-    from specmlx.convert import hf
+    MTP layers beside) with `specmlx convert`, which keeps the MTP layers, and its DFlash drafter as
+    published; the preset then drafts with its MTP layers by default, or blocks with `--drafter dflash`,
+    and its output is the target's own greedy output either way."""
+    from specmlx.convert import api
 
     target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
     mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
     checkpoint = tiny_hybrid.save_qwen3_5_hf(target, mtp, vocab, tokenizer, tmp_path / "hf")
+    block, raw = tiny_block.tiny_dflash(vocab, seed=3, tapped=(0, 1, 2), target_layers=4)
+    published = tiny_block.save_dflash(block, raw, tmp_path / "z-lab")  # as z-lab publishes: `model.` names
     downloaded = []
-    monkeypatch.setattr(hf, "download", lambda repo: downloaded.append(repo) or checkpoint)
+    repos = {"Qwen/Qwen3.5-4B": checkpoint, "z-lab/Qwen3.5-4B-DFlash": published}
+    monkeypatch.setattr(api, "download", lambda repo: downloaded.append(repo) or repos[repo])
     monkeypatch.setattr(fetch, "download", lambda repo: pytest.fail("a converted source is not copied"))
     assert models_main(["fetch", "qwen3.5-4b"]) == 0
     preset = presets.get_preset("qwen3.5-4b")
-    assert downloaded == ["Qwen/Qwen3.5-4B"] and (presets.model_path(preset) / "mtp.safetensors").is_file()
+    assert downloaded == list(repos) and (presets.model_path(preset) / "mtp.safetensors").is_file()
     assert resolve_drafter(None, preset.name) == DrafterSource(str(presets.model_path(preset)), "mtp")
     assert resolve_drafter("mtp", preset.name) == DrafterSource(str(presets.model_path(preset)), "mtp")
     assert models_main(["path", "qwen3.5-4b", "--role", "mtp"]) == 0
@@ -93,3 +100,9 @@ def test_fetch_converts_the_checkpoint_and_generate_drafts_with_its_mtp_layers(
     expected = [int(t) for t, _ in generate_step(mx.array(prompt), target, max_tokens=16)]
     assert result["tokens"] == expected[: len(result["tokens"])] and result["tokens"]
     assert result["stats"]["drafter"] == "mtp" and result["stats"]["drafted"] > 0
+
+    assert main(["--target", preset.name, "--drafter", "dflash", "--num-draft", "4", "--prompt", PROMPT,
+                 "--max-tokens", "16", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["tokens"] == expected[: len(result["tokens"])] and result["tokens"]
+    assert result["stats"]["drafter"] == "dflash" and result["stats"]["drafted"] > 0
