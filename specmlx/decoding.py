@@ -110,8 +110,10 @@ def schedule_for(engine: GenerationParts, policy: DraftPolicy) -> Schedule:
     if not engine.drafter.drafts:  # nothing to draft, but the context can still be looked up
         return DraftLength(policy.start if policy.lookup else 0, policy.start, adaptive=False)
     if not policy.auto:
-        return DraftLength(policy.start, max(policy.max_draft, policy.start), policy.adaptive,
-                           drafts_blocks(engine.drafter))
+        start, limit, blocks = policy.start, max(policy.max_draft, policy.start), drafts_blocks(engine.drafter)
+        if blocks:  # within what one of its forwards proposes: a length of the set, whose verify is warmed
+            start, limit = min(start, engine.drafter.proposals), min(limit, engine.drafter.proposals)
+        return DraftLength(start, limit, policy.adaptive, blocks)
     auto = engine.auto_draft(policy=policy)
     auto.begin(policy.max_draft)
     return auto

@@ -51,10 +51,10 @@ def warm_up(target: nn.Module, drafter: Drafter, policy: DraftPolicy = DraftPoli
     engine = Engine(target, drafter.fresh(), eos_token_ids=())
     tokens = [0] * PROMPT
     engine.prefill(tokens)
-    drafted = max(policy.max_draft, policy.num_draft or 0)
+    longest = max(policy.max_draft, policy.num_draft or 0)
     if drafts_blocks(drafter):  # a block drafter's lengths, within what one of its forwards proposes
-        drafted = min(drafted, drafter.proposals)
-    widths = sorted({*within(drafted, drafts_blocks(drafter)),
+        longest = min(longest, drafter.proposals)
+    widths = sorted({*within(longest, drafts_blocks(drafter)),
                      *within(policy.lookup_draft if policy.lookup else 0),
                      *(k for k in COPIED if k <= policy.prediction_draft)})  # a request's prediction copies up to that
     if progress is not None:

@@ -16,7 +16,7 @@ from specmlx.policy import START_DRAFT, DraftPolicy
     ("adaptive", DraftPolicy(adaptive=True)),
     ("4+adaptive+pmin=0.5", DraftPolicy(num_draft=4, adaptive=True, p_min=0.5)),
     ("pmin=0.5+4+adaptive", DraftPolicy(num_draft=4, adaptive=True, p_min=0.5)),
-    ("auto+max=16", DraftPolicy(num_draft=None, max_draft=16)),
+    ("auto+max=20", DraftPolicy(num_draft=None, max_draft=20)),
     ("2+lookup=3+lookup-draft=5", DraftPolicy(num_draft=2, lookup=3, lookup_draft=5)),
     (" Auto + LOOKUP=2 ", DraftPolicy(num_draft=None, lookup=2)),
     ("pmin=1e-3", DraftPolicy(p_min=0.001)),

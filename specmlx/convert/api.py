@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specmlx.convert.atomic import check_destination
 from specmlx.convert.gguf_convert import convert_gguf
 from specmlx.convert.gguf_file import GGUF_MAGIC
 from specmlx.convert.hf import convert_hf
@@ -41,7 +42,12 @@ def convert(
     fmt = resolve_format(dtype, quantize, q_bits, q_group_size)
     path = Path(source).expanduser()
     if not path.exists() and is_repo_id(str(source)):
-        path = download(str(source))  # then converted as its directory is: a drafter's repo as a drafter
+        # what would refuse it is said before gigabytes download; then its snapshot is converted as its
+        # directory would be (a drafter's repo as a drafter)
+        check_destination(Path(out), force)
+        if sha256 is not None:
+            raise SpecmlxError("--sha256 applies to a GGUF file source only")
+        path = download(str(source))
     if path.is_file():
         if not _has_gguf_magic(path):
             raise SpecmlxError(f"{path}: not a GGUF file, and not a Hugging Face model directory")

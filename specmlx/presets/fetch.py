@@ -4,7 +4,7 @@ On Apple Silicon the hub comes first (ready 4-bit MLX weights); on the CPU
 backend the offline GGUF comes first, converted to float32, because MLX's CPU
 quantized matmul is slow. With HF_HUB_OFFLINE set only the offline source is
 tried. A checkpoint marked `convert` has no other source: it is downloaded from the hub
-(or its cache) and converted here, its MTP layers kept. Each model is written
+(or its cache) and converted here, a target's MTP layers kept (a block drafter's as published). Each model is written
 atomically, so an interrupted fetch leaves none.
 """
 

@@ -8,7 +8,8 @@ tokens are proposed, never what is accepted, so exactness is untouched.
 
 Every length it drafts is one of the set of widths (`widths.py`), whose verify
 shapes are compiled before the first answer: a start, limit or step that falls
-between two of them is rounded down to the set (k = 5 drafts 4; +2 from 3 is 4).
+between two of them is rounded down to the set (k = 5 drafts 4; +2 from 3 is 4). A block drafter's set
+goes on past 8 (`widths.BLOCKED`): from 8 its next length is 12, not 10.
 """
 
 from __future__ import annotations
@@ -52,11 +53,14 @@ class DraftLength:
         """None: a fixed or adaptive length is not the automatic one."""
         return None
 
+    def _wider(self) -> int:
+        """Two more, or the set's next length where that is further (a block drafter's 8, 12, 15), within the limit."""
+        return widest(min(max(self.current + 2, after(self.current, self.blocks)), self.limit), self.blocks)
+
     def follow(self, drafted: int, accepted: int) -> None:
         if not self.adaptive or drafted == 0:
             return
         if accepted == drafted:
-            # two more, or the set's next length where that is further (a block drafter's 8 to 12 to 15)
-            self.current = widest(min(max(self.current + 2, after(self.current, self.blocks)), self.limit), self.blocks)
+            self.current = self._wider()
         else:
             self.current = max(widest(self.current - 1, self.blocks), 1)

@@ -24,7 +24,7 @@ from ..test_engine_hybrid import greedy_alone
 from .test_batch import serve
 
 PROMPTS = [PROMPT, PROMPT[:5], PROMPT[3:] + [4, 4, 6], [7], PROMPT[:9] * 2, PROMPT[6:]]
-LENGTHS = [4, None, 8, 1, None, 2]  # None: the automatic length
+LENGTHS = [4, None, 15, 1, 12, 8]  # None: the automatic length; past 8, a block drafter's widths
 
 
 @pytest.mark.parametrize("join_every", [1, 3])
@@ -39,6 +39,7 @@ def test_rows_drafting_blocks_commit_the_targets_own_tokens(join_every):
     for i, prompt in enumerate(PROMPTS):
         assert served.tokens[i] == greedy_alone(target, prompt, 12 + 4 * i), f"row {i}"
     assert 0 < sum(m.stats.accepted for m in members) < sum(m.stats.drafted for m in members)
+    assert members[2].stats.draft_histogram[15] > 0 and members[4].stats.draft_histogram[12] > 0  # past 8
 
 
 ROWS = 16  # rows at once

@@ -56,3 +56,21 @@ def test_four_bits_quantize_the_layers_and_draft_exactly(published, tmp_path):
     assert generation.stats.drafted > 0
     with pytest.raises(SpecmlxError, match="already quantized; convert from the original checkpoint"):
         convert(out, tmp_path / "again", dtype="float32", progress=False)
+
+
+def test_a_hub_id_converts_its_snapshot_as_a_drafter_and_refuses_before_downloading(published, tmp_path, monkeypatch):
+    """`specmlx convert z-lab/Qwen3.5-4B-DFlash`: the snapshot (here a folder: nothing downloads) is read as
+    the drafter it is, not handed to mlx-lm; a destination that exists, or a checksum (GGUF's alone), is
+    refused before anything downloads."""
+    from specmlx.convert import api
+
+    _, path = published
+    asked = []
+    monkeypatch.setattr(api, "download", lambda repo: asked.append(repo) or path)
+    out = convert("z-lab/Qwen3.5-4B-DFlash", tmp_path / "out", dtype="float32", progress=False)
+    assert load_block_drafter(out).config.target_layer_ids == tiny_block.TAPPED and asked == ["z-lab/Qwen3.5-4B-DFlash"]
+    with pytest.raises(SpecmlxError, match="already exists"):
+        convert("z-lab/Qwen3.5-4B-DFlash", out, progress=False)
+    with pytest.raises(SpecmlxError, match="--sha256 applies to a GGUF file source only"):
+        convert("z-lab/Qwen3.5-4B-DFlash", tmp_path / "other", sha256="0" * 64, progress=False)
+    assert asked == ["z-lab/Qwen3.5-4B-DFlash"]  # neither refusal downloaded
