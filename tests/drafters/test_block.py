@@ -77,6 +77,15 @@ def test_greedy_output_is_the_target_alone(target, model, guessing, num_draft):
         assert max(r.drafted for r in rounds) == num_draft
 
 
+def test_a_fixed_length_past_its_block_drafts_the_longest_of_the_set_it_holds(target):
+    """A block of 8 proposes 7: asked for 12, it drafts 6, the set's longest within 7, whose verify is warmed."""
+    engine = Engine(target, BlockDrafter(tiny_block.tiny_dflash(VOCAB, seed=2, block=8)[0], VOCAB, "dflash"),
+                    eos_token_ids=[])
+    rounds = list(engine.generate(PROMPT, GenerationConfig(max_tokens=24, policy=DraftPolicy(num_draft=12))))
+    assert [t.token for r in rounds for t in r.tokens] == greedy_alone(target, PROMPT, 24)
+    assert max(r.drafted for r in rounds) == 6
+
+
 def test_its_warm_up_runs_the_widths_past_eight_its_block_holds(target, model):
     """Past 8 its set holds 12 and 15 (a block of 16's whole proposal), each warmed with its drafts drawn;
     a drafter of a token a step stops at 8 (`test_warmup.py`)."""
