@@ -146,12 +146,14 @@ def has_chat_template(tokenizer: Any) -> bool:
 
 
 def encode_chat(tokenizer: Any, messages: Messages, add_generation_prompt: bool = True,
-                tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+                tools: Sequence[Mapping[str, Any]] | None = None,
+                template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
     """`messages` in the tokenizer's chat template, as token ids; with the header
     the assistant's answer follows (`add_generation_prompt`), or ending with the last message;
-    `tools` (OpenAI's function tools) rendered as the template renders them.
+    `tools` (OpenAI's function tools) rendered as the template renders them; `template_kwargs`, what
+    else the template reads (`enable_thinking`...).
     A template's refusal (roles out of order, say) propagates: callers word it for their users."""
-    extra = {"tools": [dict(t) for t in tools]} if tools else {}
+    extra = dict(template_kwargs or {}) | ({"tools": [dict(t) for t in tools]} if tools else {})
     ids = tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
                                         **extra)
     if isinstance(ids, Mapping):  # a bare tokenizer's BatchEncoding (transformers 5); mlx-lm's wrapper gives the ids

@@ -46,7 +46,14 @@ class Call:
                 {"index": self.index, "function": {"arguments": self.arguments}}]
 
 
-Piece = Union[str, Call]
+@dataclass(frozen=True)
+class Thought:
+    """A stretch of the answer's reasoning (`reasoning.py`): shown apart from its text, never read for calls."""
+
+    text: str
+
+
+Piece = Union[str, Call, Thought]
 
 
 CALL_ID = "call_"  # OpenAI's calls' ids begin so; Anthropic's `toolu_`
@@ -153,11 +160,13 @@ def partial(text: str, marker: str) -> int:
 
 
 def merged(pieces: Sequence[Piece]) -> list[Piece]:
-    """Adjacent texts joined, empty ones dropped."""
+    """Adjacent texts joined, and adjacent thoughts; empty ones dropped."""
     out: list[Piece] = []
     for piece in pieces:
         if isinstance(piece, str) and out and isinstance(out[-1], str):
             out[-1] += piece
+        elif isinstance(piece, Thought) and out and isinstance(out[-1], Thought):
+            out[-1] = Thought(out[-1].text + piece.text)
         elif piece != "":
             out.append(piece)
     return out

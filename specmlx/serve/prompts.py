@@ -11,7 +11,7 @@ from typing import Any
 from ..prompting import encode_chat, encode_text, has_chat_template
 from .errors import APIError
 from .fim import FimLayout
-from .openai.protocol import ChatRequest, CompletionRequest
+from .openai.protocol import TEMPLATE_OWN, ChatRequest, CompletionRequest
 from .tools import template_messages, template_tools
 
 # Text longer than this many characters per token of the window is encoded by a head of that length
@@ -35,12 +35,15 @@ def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str
 def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
     if not has_chat_template(tokenizer):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
+    if taken := sorted(TEMPLATE_OWN & set(request.chat_template_kwargs or {})):
+        raise APIError(400, f"{taken[0]} is the server's to set in the chat template", "invalid_value",
+                       f"chat_template_kwargs.{taken[0]}")
     tools = template_tools(request, tokenizer)
     messages = template_messages(request, tokenizer)
     text = "".join(m.text() for m in request.messages) + (json.dumps(tools) if tools else "")
     refuse_past_window(tokenizer, text, window, "messages")
     try:
-        return encode_chat(tokenizer, messages, tools=tools)
+        return encode_chat(tokenizer, messages, tools=tools, template_kwargs=request.template_kwargs())
     except Exception as err:  # noqa: BLE001 - templates raise their own errors (e.g. roles out of order)
         raise APIError(400, f"the chat template refused these messages: {err}", "invalid_messages",
                        "messages") from None

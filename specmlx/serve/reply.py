@@ -2,7 +2,8 @@
 
 The worker hands a request its answer a round at a time (`routes.py`). `Feed` reads it once for every
 dialect: each stretch of tokens becomes a `Said`: its text, that text as the answer says it (text
-pieces and calls, a call only once it parses: `calls.py`), and the tokens it came from, whose
+pieces, a thinking model's reasoning apart: `reasoning.py`, and calls, a call only once it parses:
+`calls.py`), and the tokens it came from, whose
 sources a reply reports when asked. A `Reply` renders what is said in its API's shape: OpenAI's chat
 and completions (`openai/render.py`), Anthropic's messages (`anthropic/render.py`), OpenAI's
 responses (`responses/render.py`).
@@ -21,6 +22,7 @@ from typing import Protocol, Sequence
 
 from ..events import TokenEvent
 from .calls import CallReader, Piece, merged
+from .reasoning import ReasoningReader
 from .errors import APIError
 from .jobs import Admitted, Done
 
@@ -30,8 +32,9 @@ KEEPALIVE = ": keep-alive\n\n"
 
 @dataclass(frozen=True)
 class Said:
-    """A stretch of the answer: its `text`, that text as `pieces` (text and calls, in order), the
-    `tokens` it came from, and the answer's calls so far (`made`; `parsed`: its calls are read at all)."""
+    """A stretch of the answer: its `text`, that text as `pieces` (text, reasoning and calls, in order),
+    the `tokens` it came from, and the answer's calls so far (`made`; `parsed`: its text is read into
+    pieces at all, for reasoning or calls)."""
 
     text: str
     pieces: tuple[Piece, ...]
@@ -41,10 +44,13 @@ class Said:
 
 
 class Feed:
-    """One answer as it comes: `piece` for each stretch of tokens, then `last` at its end; or `whole`."""
+    """One answer as it comes: `piece` for each stretch of tokens, then `last` at its end; or `whole`.
+    Its text is read for reasoning first (`reasoning`, a thinking model's), then what is not reasoning
+    for calls (`calls`, where they are parsed)."""
 
-    def __init__(self, calls: CallReader | None = None) -> None:
+    def __init__(self, calls: CallReader | None = None, reasoning: ReasoningReader | None = None) -> None:
         self.calls = calls  # this answer's calls are parsed: the reader's state is this answer's
+        self.reasoning = reasoning
 
     def piece(self, events: Sequence[TokenEvent]) -> Said:
         return self._said("".join(e.text for e in events), events, None)
@@ -57,10 +63,16 @@ class Feed:
         return self._said("".join(e.text for e in events) + done.tail, events, done)
 
     def _said(self, text: str, events: Sequence[TokenEvent], end: Done | None) -> Said:
-        if self.calls is None:
+        if self.calls is None and self.reasoning is None:
             return Said(text, tuple(merged([text])), tuple(events), False, 0)
-        pieces = self.calls.feed(text) + (self.calls.finish(cut_short(end)) if end is not None else [])
-        return Said(text, tuple(pieces), tuple(events), True, self.calls.made)
+        parts: list[Piece] = [text]
+        if self.reasoning is not None:
+            parts = self.reasoning.feed(text) + (self.reasoning.finish() if end is not None else [])
+        if self.calls is None:
+            return Said(text, tuple(merged(parts)), tuple(events), True, 0)
+        pieces = [p for part in parts for p in (self.calls.feed(part) if isinstance(part, str) else [part])]
+        pieces += self.calls.finish(cut_short(end)) if end is not None else []
+        return Said(text, tuple(merged(pieces)), tuple(events), True, self.calls.made)
 
 
 class Reply(Protocol):

@@ -24,6 +24,7 @@ from ..sampling import SamplingParams
 from .aliases import Aliases
 from .anthropic.protocol import CountTokensRequest, MessagesRequest
 from .anthropic.render import TOOL_USE_ID, MessageReply
+from .anthropic.translate import thinks
 from .anthropic.translate import to_chat as messages_chat
 from .calls import CALL_ID, CallReader, call_reader
 from .errors import APIError
@@ -33,6 +34,7 @@ from .limits import Access
 from .openai.protocol import ChatRequest, CompletionRequest, Sampling
 from .openai.render import CompletionReply
 from .prompts import chat_prompt, completion_prompt, refuse_past_window
+from .reasoning import reasoning_reader
 from .reply import Feed, Reply
 from .responses.errors import in_responses_terms
 from .responses.protocol import ResponsesRequest
@@ -202,7 +204,7 @@ class Serving:
         prompt = self._chat_prompt(body)
         model = self.aliases.answering(body.model)
         reply = CompletionReply(True, model, len(prompt), body.speculative.sources, include_usage(body))
-        return Answer(self._job(body, prompt, owner), reply, Feed(self._call_reader(body)), body.stream)
+        return Answer(self._job(body, prompt, owner), reply, self._feed(body, prompt), body.stream)
 
     def completions(self, body: CompletionRequest, owner: Hashable) -> Answer:
         prompt = completion_prompt(self.tokenizer, body, self.vocab, self.context_window, self.fim)
@@ -220,8 +222,8 @@ class Serving:
         prompt = self._chat_prompt(chat)
         model = self.aliases.answering(body.model)
         job = self._job(chat, prompt, owner)
-        reply = MessageReply(model, len(prompt), chat.speculative.sources, window_bound(chat, job))
-        return Answer(job, reply, Feed(self._call_reader(chat, TOOL_USE_ID)), chat.stream)
+        reply = MessageReply(model, len(prompt), chat.speculative.sources, window_bound(chat, job), thinks(body))
+        return Answer(job, reply, self._feed(chat, prompt, TOOL_USE_ID), chat.stream)
 
     def responses(self, body: ResponsesRequest, owner: Hashable) -> Answer:
         """OpenAI's responses, as the chat of the same conversation (`responses/translate.py`)."""
@@ -233,7 +235,7 @@ class Serving:
         except APIError as err:
             raise in_responses_terms(err) from None
         reply = ResponseReply(model, len(prompt), chat.speculative.sources, echoed(body))
-        return Answer(job, reply, Feed(self._call_reader(chat)), chat.stream)
+        return Answer(job, reply, self._feed(chat, prompt), chat.stream)
 
     def count_tokens(self, body: CountTokensRequest) -> dict:
         self.aliases.answering(body.model)
@@ -250,6 +252,10 @@ class Serving:
 
     def _chat_prompt(self, request: ChatRequest) -> list[int]:
         return chat_prompt(self.tokenizer, request, self.context_window)
+
+    def _feed(self, request: ChatRequest, prompt: list[int], id_prefix: str = CALL_ID) -> Feed:
+        """How a chat's answer is read: its reasoning apart (a thinking model's), then its calls."""
+        return Feed(self._call_reader(request, id_prefix), reasoning_reader(self.tokenizer, prompt))
 
     def _call_reader(self, request: ChatRequest, id_prefix: str = CALL_ID) -> CallReader | None:
         """A reader of the answer's calls, if they are parsed (tools, and a choice other than `none`); new

@@ -81,6 +81,14 @@ class ToolChoice(BaseModel):
     disable_parallel_tool_use: StrictBool = False
 
 
+class Thinking(BaseModel):
+    """Extended thinking: checked as Anthropic checks it. Enabled (or adaptive), it turns a thinking
+    model's template on (`enable_thinking`) and its reasoning comes back as thinking blocks; else off."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: StrictInt | None = None  # required when enabled: at least `MIN_THINKING`, under max_tokens
+
+
 class CountTokensRequest(BaseModel):
     """What `/v1/messages/count_tokens` reads: the fields that make the prompt."""
 
@@ -89,13 +97,7 @@ class CountTokensRequest(BaseModel):
     system: Union[StrictStr, list[TextBlock], None] = None
     tools: list[AnthropicTool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
-
-
-class Thinking(BaseModel):
-    """Extended thinking: checked as Anthropic checks it, and otherwise ignored (the model's answer is its own)."""
-
-    type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: StrictInt | None = None  # required when enabled: at least `MIN_THINKING`, under max_tokens
+    thinking: Thinking | None = None  # the template's switch: counted as the answer's prompt is rendered
 
 
 class OutputFormat(BaseModel):
@@ -121,7 +123,6 @@ class MessagesRequest(CountTokensRequest):
     stop_sequences: list[StrictStr] | None = None  # at most `openai.protocol.MAX_STOP`, as chat's `stop`
     stream: StrictBool = False
     metadata: dict[str, Any] | None = None  # accepted, ignored
-    thinking: Thinking | None = None
     output_format: OutputFormat | None = None  # structured outputs, as first published
     output_config: OutputConfig | None = None  # ... and as the SDK sends them now (`format`)
     speculative: Speculative = Field(default_factory=Speculative)

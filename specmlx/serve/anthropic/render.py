@@ -1,10 +1,13 @@
 """Anthropic's Messages API out: the answer as a `message` object, or as its stream of typed events.
 
-The content is the answer's text and calls (`calls.py`) in order, as `text` and `tool_use` blocks.
+The content is the answer's text and calls (`calls.py`) in order, as `text` and `tool_use` blocks,
+after a `thinking` block of its reasoning (`reasoning.py`) where the request enabled thinking (none
+where it did not: the template's switch was off too, `translate.thinks`). A thinking block's
+signature is empty: nothing here can vouch for it, and a later turn's thinking is dropped anyway.
 A stream sends `message_start` once a slot holds the prompt (its usage splits the prompt into input
 and cache reads), then each block as `content_block_start`, its deltas (`text_delta`, or one
 `input_json_delta` with a call's whole arguments: a call is handed out only once it parses) and
-`content_block_stop`, then `message_delta` (the stop reason and the usage, cumulative) and `message_stop`; `ping` keeps a quiet stream alive. Each
+`content_block_stop` (a thinking block streams `thinking_delta`s, then its `signature_delta`), then `message_delta` (the stop reason and the usage, cumulative) and `message_stop`; `ping` keeps a quiet stream alive. Each
 event is an SSE `event: <type>` line and its `data:`.
 
 `speculative` and `timings` ride along as on every route (`reply.extras`): on the whole
@@ -18,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..calls import Call, Piece
+from ..calls import Call, Piece, Thought
 from ..errors import APIError
 from ..jobs import Admitted, Done
 from ..reply import Said, extras, made_calls, token_sources, typed_event
@@ -42,19 +45,24 @@ def block(piece: Piece) -> dict:
     """A piece of the answer as a whole message's content block."""
     if isinstance(piece, Call):
         return {"type": "tool_use", "id": piece.id, "name": piece.name, "input": json.loads(piece.arguments)}
+    if isinstance(piece, Thought):  # no signature: nothing here can vouch for a thought, and none is checked
+        return {"type": "thinking", "thinking": piece.text, "signature": ""}
     return {"type": "text", "text": piece}
 
 
 PING = typed_event({"type": "ping"})
+# A streamed block of text or thinking: how it opens, and its deltas' type and field.
+OPENED = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""}}
+DELTAS = {"text": ("text_delta", "text"), "thinking": ("thinking_delta", "thinking")}
 
 
 class Blocks:
-    """A stream's content blocks: how many were started, and whether the last, a text block, is open
-    (text streams into it until a call or the end closes it)."""
+    """A stream's content blocks: how many were started, and which kind the last is if it is still open,
+    text or thinking (each streams into its block until another kind, a call or the end closes it)."""
 
     def __init__(self) -> None:
         self.started = 0
-        self.text_open = False
+        self.open: str | None = None
 
     def events(self, piece: Piece) -> list[dict]:
         if isinstance(piece, Call):
@@ -67,20 +75,24 @@ class Blocks:
                 {"type": "content_block_delta", "index": index,
                  "delta": {"type": "input_json_delta", "partial_json": piece.arguments}},
                 {"type": "content_block_stop", "index": index}]
+        kind, text = ("thinking", piece.text) if isinstance(piece, Thought) else ("text", piece)
         opened = []
-        if not self.text_open:
-            self.text_open, self.started = True, self.started + 1
-            opened = [{"type": "content_block_start", "index": self.started - 1,
-                       "content_block": {"type": "text", "text": ""}}]
+        if self.open != kind:
+            opened = self.close()
+            self.open, self.started = kind, self.started + 1
+            opened.append({"type": "content_block_start", "index": self.started - 1, "content_block": OPENED[kind]})
+        delta, field = DELTAS[kind]
         return opened + [{"type": "content_block_delta", "index": self.started - 1,
-                          "delta": {"type": "text_delta", "text": piece}}]
+                          "delta": {"type": delta, field: text}}]
 
     def close(self) -> list[dict]:
-        """The open text block's end, if one is open."""
-        if not self.text_open:
+        """The open block's end, if one is open (a thinking block's signature first, empty as in `block`)."""
+        if self.open is None:
             return []
-        self.text_open = False
-        return [{"type": "content_block_stop", "index": self.started - 1}]
+        signed = [{"type": "content_block_delta", "index": self.started - 1,
+                   "delta": {"type": "signature_delta", "signature": ""}}] if self.open == "thinking" else []
+        self.open = None
+        return signed + [{"type": "content_block_stop", "index": self.started - 1}]
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class MessageReply:
     input_tokens: int
     sources: bool  # report each token's source
     window_bound: bool = False  # max_tokens was cut to the window's room
+    thinking: bool = False  # the request enabled thinking: the answer's reasoning is shown, as thinking blocks
     blocks: Blocks = field(default_factory=Blocks)  # a stream's, as it goes
     id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex[:24])
 
@@ -109,9 +122,13 @@ class MessageReply:
         return {"input_tokens": self.input_tokens - cached, "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": cached, "disk_read_input_tokens": disk, "output_tokens": output}
 
+    def _shown(self, said: Said) -> list[Piece]:
+        """The answer's pieces, its reasoning only where the request enabled thinking."""
+        return [p for p in said.pieces if self.thinking or not isinstance(p, Thought)]
+
     def whole(self, said: Said, done: Done) -> dict:
         stop = stop_reason(said, done, self.window_bound)
-        message = self._message([block(p) for p in said.pieces], stop, done.stats.stop or None,
+        message = self._message([block(p) for p in self._shown(said)], stop, done.stats.stop or None,
                                 self._usage(done.cached_tokens, done.stats.generation_tokens, done.disk_tokens))
         return message | extras(done, self.sources, said.tokens)
 
@@ -126,7 +143,7 @@ class MessageReply:
     def piece(self, said: Said) -> str:
         """Events for tokens of one or more rounds: the blocks and deltas they complete (maybe none yet),
         and their sources when asked, on the last event (a ping if there is none)."""
-        out = [e for p in said.pieces for e in self.blocks.events(p)]
+        out = [e for p in self._shown(said) for e in self.blocks.events(p)]
         if self.sources:
             out = out or [{"type": "ping"}]
             out[-1]["speculative"] = token_sources(said.tokens)
@@ -135,7 +152,7 @@ class MessageReply:
     def last(self, said: Said, done: Done) -> str:
         """The tail's blocks, the open block's end, `message_delta` (why it stopped, the usage, cumulative as
         Anthropic's, what drafting did) and `message_stop`."""
-        out = [e for p in said.pieces for e in self.blocks.events(p)] + self.blocks.close()
+        out = [e for p in self._shown(said) for e in self.blocks.events(p)] + self.blocks.close()
         delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason(said, done, self.window_bound),
                                                     "stop_sequence": done.stats.stop or None},
                  "usage": self._usage(done.cached_tokens, done.stats.generation_tokens, done.disk_tokens)}

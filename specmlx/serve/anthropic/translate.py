@@ -54,6 +54,7 @@ def to_chat(request: CountTokensRequest, interleaved: bool = False) -> ChatReque
         refuse_duplicates([tool.name for tool in request.tools], "tools.{}.name")
     if request.tool_choice is not None:
         fields |= chat_tool_choice(request.tool_choice)
+    fields["chat_template_kwargs"] = {"enable_thinking": thinks(request)}
     if isinstance(request, MessagesRequest):
         check_thinking(request, interleaved)
         fields |= {"max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": request.top_p,
@@ -71,6 +72,12 @@ def response_format(request: MessagesRequest) -> dict:
     if wanted is None:
         return {}
     return {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": wanted.schema_}}}
+
+
+def thinks(request: CountTokensRequest) -> bool:
+    """Whether the request enables thinking: the template's switch (`enable_thinking`), and the answer's
+    thinking blocks (`render.py`)."""
+    return request.thinking is not None and request.thinking.type in ("enabled", "adaptive")
 
 
 def check_thinking(request: MessagesRequest, interleaved: bool = False) -> None:

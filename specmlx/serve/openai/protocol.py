@@ -172,12 +172,21 @@ class Sampling(BaseModel):
         return None
 
 
+# What the server hands the chat template itself: a request's `chat_template_kwargs` may not set these.
+TEMPLATE_OWN = frozenset({"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+                          "tokenize", "return_dict", "chat_template"})
+
+
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
     parallel_tool_calls: StrictBool | None = None
+    # The template's own switches, vLLM's and llama.cpp's name (`{"enable_thinking": false}` for Qwen3's and
+    # Qwen3.5's), and OpenAI's `reasoning_effort`, handed to a template that reads it (gpt-oss's does).
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: StrictStr | None = None
     # OpenAI's legacy form of tools: accepted so that a refusal can name them.
     functions: list[Any] | None = None
     function_call: Any = None
@@ -187,6 +196,12 @@ class ChatRequest(Sampling):
             return ("functions" if self.functions else "function_call",
                     "the legacy functions and function_call are not supported: send tools and tool_choice")
         return super().unsupported()
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """What the chat template reads beyond the messages and tools (`prompts.chat_prompt` refuses first
+        what the server sets itself, `TEMPLATE_OWN`)."""
+        effort = {"reasoning_effort": self.reasoning_effort} if self.reasoning_effort is not None else {}
+        return effort | dict(self.chat_template_kwargs or {})
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

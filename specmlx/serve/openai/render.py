@@ -4,7 +4,9 @@ object, or as its stream chunks.
 `speculative` and `timings` ride along as on every route (`reply.extras`).
 
 A chat whose calls are parsed (`calls.py`) carries them as OpenAI does: `message.tool_calls`
-whole, `delta.tool_calls` streamed, and `finish_reason: "tool_calls"`.
+whole, `delta.tool_calls` streamed, and `finish_reason: "tool_calls"`. A thinking model's reasoning
+(`reasoning.py`) comes apart from its content, under the two names clients read it by:
+`reasoning_content` (DeepSeek's, vLLM's and llama.cpp's) and `reasoning` (mlx_lm.server's).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..calls import Call, Piece
+from ..calls import Call, Piece, Thought
 from ..errors import APIError
 from ..jobs import Admitted, Done
 from ..reply import KEEPALIVE, Said, extras, made_calls, sse, token_sources
@@ -30,10 +32,17 @@ def finish_reason(said: Said, done: Done) -> str | None:
 
 
 def delta(piece: Piece) -> list[dict]:
-    """A stream's deltas for a piece of the answer: its text, or a call's two."""
+    """A stream's deltas for a piece of the answer: its text, its reasoning, or a call's two."""
     if isinstance(piece, Call):
         return [{"tool_calls": [d]} for d in piece.deltas()]
+    if isinstance(piece, Thought):
+        return [reasoning(piece.text)]
     return [{"content": piece}]
+
+
+def reasoning(text: str) -> dict:
+    """Reasoning under both names clients read it by."""
+    return {"reasoning_content": text, "reasoning": text}
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,10 @@ class CompletionReply:
         if said.parsed:
             content = "".join(p for p in said.pieces if isinstance(p, str))
             made = [p.whole() for p in said.pieces if isinstance(p, Call)]
+            thought = "".join(p.text for p in said.pieces if isinstance(p, Thought))
             choice = self._choice(content or None, finish_reason(said, done), chunk=False)
+            if thought:
+                choice["message"] |= reasoning(thought)
             if made:
                 choice["message"]["tool_calls"] = made
         out = self._object(chunk=False) | {"choices": [choice], "usage": self.usage(done)}

@@ -89,6 +89,10 @@ class TextConfig(BaseModel):
     format: TextFormat | None = None  # `verbosity` and the like change nothing here
 
 
+class ReasoningConfig(BaseModel):
+    effort: StrictStr | None = None  # handed to a template that reads it (`reasoning_effort`); `summary` changes nothing
+
+
 class ResponsesRequest(BaseModel):
     model: StrictStr
     input: Union[StrictStr, list[dict[str, Any]]]  # items: read one by one (`chat_messages`), refused by place
@@ -102,6 +106,7 @@ class ResponsesRequest(BaseModel):
     top_logprobs: StrictInt | None = None  # accepted so that chat's refusal can name it
     stream: StrictBool = False
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     speculative: Speculative = Field(default_factory=Speculative)
     # What needs state kept between requests: accepted as types so that a refusal names them (`STATEFUL`).
     previous_response_id: StrictStr | None = None

@@ -2,7 +2,8 @@
 
 The output is the answer's text and calls (`calls.py`) in order: text as a `message` item (one
 `output_text` part), each call as a `function_call` item (its `call_id`, name and arguments as
-JSON text). An answer `max_output_tokens` cut is `incomplete`, and so is its last message.
+JSON text), after a `reasoning` item of a thinking model's reasoning (`reasoning.py`: one
+`reasoning_text` part, no summary; streamed as `response.reasoning_text.delta`s and `.done`). An answer `max_output_tokens` cut is `incomplete`, and so is its last message.
 
 A stream sends `response.created` and `response.in_progress` (the response with no output yet),
 then each item as `response.output_item.added`, its content (a message's
@@ -26,13 +27,13 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
 from ...events import TokenEvent
-from ..calls import Call, Piece, new_id
+from ..calls import Call, Piece, Thought, new_id
 from ..errors import APIError
 from ..jobs import Admitted, Done
 from ..reply import KEEPALIVE, Said, extras, token_sources, typed_event
 
 # OpenAI's ids begin so: a response's, a message item's, a function_call item's (its call_id is `call_...`).
-RESPONSE_ID, MESSAGE_ID, FUNCTION_CALL_ID = "resp_", "msg_", "fc_"
+RESPONSE_ID, MESSAGE_ID, FUNCTION_CALL_ID, REASONING_ID = "resp_", "msg_", "fc_", "rs_"
 
 
 def status_of(done: Done) -> str:
@@ -49,6 +50,21 @@ def message_item(item_id: str, text: str | None, status: str) -> dict:
             "content": [] if text is None else [text_part(text)]}
 
 
+def reasoning_part(text: str) -> dict:
+    return {"type": "reasoning_text", "text": text}
+
+
+def reasoning_item(item_id: str, text: str | None, status: str) -> dict:
+    """A reasoning item: its text as one `reasoning_text` part (None: not begun, no part yet), no summary."""
+    return {"type": "reasoning", "id": item_id, "summary": [], "status": status,
+            "content": [] if text is None else [reasoning_part(text)]}
+
+
+# Each kind of streamed item: how it is made, its part, and its text's delta and done events.
+STREAMED = {"message": (MESSAGE_ID, message_item, text_part, "response.output_text"),
+            "reasoning": (REASONING_ID, reasoning_item, reasoning_part, "response.reasoning_text")}
+
+
 def call_item(call: Call) -> dict:
     return {"type": "function_call", "id": new_id(FUNCTION_CALL_ID), "call_id": call.id, "name": call.name,
             "arguments": call.arguments, "status": "completed"}
@@ -56,17 +72,20 @@ def call_item(call: Call) -> dict:
 
 def output_of(pieces: Sequence[Piece], status: str) -> list[dict]:
     """A whole answer's pieces as output items."""
-    return [call_item(p) if isinstance(p, Call) else message_item(new_id(MESSAGE_ID), p, status) for p in pieces]
+    return [call_item(p) if isinstance(p, Call) else reasoning_item(new_id(REASONING_ID), p.text, status)
+            if isinstance(p, Thought) else message_item(new_id(MESSAGE_ID), p, status) for p in pieces]
 
 
 class Output:
-    """A stream's output as it goes: the items done, the message open at the end (text streams into it until
-    a call or the end closes it), the next event's number, and the tokens whose sources no event carried yet."""
+    """A stream's output as it goes: the items done, the message or reasoning open at the end (its text
+    streams into it until another kind, a call or the end closes it), the next event's number, and the
+    tokens whose sources no event carried yet."""
 
     def __init__(self) -> None:
         self.done: list[dict] = []
-        self.open: str | None = None  # the open message's id
-        self.text = ""  # the open message's text so far
+        self.open: str | None = None  # the open item's id
+        self.kind = "message"  # the open item's kind (`STREAMED`)
+        self.text = ""  # the open item's text so far
         self.sequence = 0
         self.unsent: list[TokenEvent] = []
 
@@ -82,27 +101,33 @@ class Output:
                 {"type": "response.function_call_arguments.delta", **where, "delta": piece.arguments},
                 {"type": "response.function_call_arguments.done", **where, "arguments": piece.arguments},
                 {"type": "response.output_item.done", "output_index": at, "item": item}]
+        kind, text = ("reasoning", piece.text) if isinstance(piece, Thought) else ("message", piece)
+        prefix, item, part, events = STREAMED[kind]
         opened = []
-        if self.open is None:
-            self.open, self.text = new_id(MESSAGE_ID), ""
-            opened = [{"type": "response.output_item.added", "output_index": len(self.done),
-                       "item": message_item(self.open, None, "in_progress")},
-                      {"type": "response.content_part.added", **self._where(), "part": text_part("")}]
-        self.text += piece
-        return opened + [{"type": "response.output_text.delta", **self._where(), "delta": piece, "logprobs": []}]
+        if self.open is None or self.kind != kind:
+            opened = self.close("completed")
+            self.open, self.kind, self.text = new_id(prefix), kind, ""
+            opened += [{"type": "response.output_item.added", "output_index": len(self.done),
+                        "item": item(self.open, None, "in_progress")},
+                       {"type": "response.content_part.added", **self._where(), "part": part("")}]
+        self.text += text
+        logprobs = {"logprobs": []} if kind == "message" else {}
+        return opened + [{"type": events + ".delta", **self._where(), "delta": text} | logprobs]
 
     def _where(self) -> dict:
         return {"item_id": self.open, "output_index": len(self.done), "content_index": 0}
 
     def close(self, status: str) -> list[dict]:
-        """The open message's end, if one is open."""
+        """The open item's end, if one is open."""
         if self.open is None:
             return []
-        where, item = self._where(), message_item(self.open, self.text, status)
+        _, made, part, events = STREAMED[self.kind]
+        where, item = self._where(), made(self.open, self.text, status)
+        logprobs = {"logprobs": []} if self.kind == "message" else {}
         self.done.append(item)
         self.open = None
-        return [{"type": "response.output_text.done", **where, "text": self.text, "logprobs": []},
-                {"type": "response.content_part.done", **where, "part": text_part(self.text)},
+        return [{"type": events + ".done", **where, "text": self.text} | logprobs,
+                {"type": "response.content_part.done", **where, "part": part(self.text)},
                 {"type": "response.output_item.done", "output_index": where["output_index"], "item": item}]
 
     def send(self, events: list[dict]) -> str:

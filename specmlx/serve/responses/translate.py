@@ -14,14 +14,15 @@ so it is rendered by the model's own chat template, queued, decoded and its call
 - Flat function tools (`{"type": "function", "name", "description", "parameters", "strict"}`)
   are chat's tools; `tool_choice` (`auto`, `none`, `required`, a named function) and
   `parallel_tool_calls` keep their meaning. `text.format` (`json_object`, `json_schema`) is
-  chat's `response_format`; `max_output_tokens` its `max_tokens`.
+  chat's `response_format`; `max_output_tokens` its `max_tokens`; `reasoning.effort` its
+  `reasoning_effort` (handed to a template that reads it).
 - What a request leaves unset is the server's default (`--temp`), as on chat; the
   `speculative` object is the chat route's.
 
 The server keeps no response once it is sent, so what points at one (`previous_response_id`,
 `conversation`) or asks for one to be kept (`background`) is refused, as is any tool or item
 that is not a function's or a message's: each refusal names its field. Fields that change
-nothing here (`store`, `include`, `reasoning`, `prompt_cache_key`, `metadata`, `truncation`,
+nothing here (`store`, `include`, `reasoning.summary`, `prompt_cache_key`, `metadata`, `truncation`,
 `user`, `service_tier`...) are ignored, as on the other routes.
 """
 
@@ -48,7 +49,8 @@ def to_chat(request: ResponsesRequest) -> ChatRequest:
         "model": request.model, "messages": chat_messages(request), "parallel_tool_calls": request.parallel_tool_calls,
         "max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
         "top_logprobs": request.top_logprobs, "stream": request.stream, "speculative": request.speculative,
-        "response_format": response_format(request.text)}
+        "response_format": response_format(request.text),
+        "reasoning_effort": request.reasoning.effort if request.reasoning is not None else None}
     if request.tools:
         fields["tools"] = [chat_tool(tool, i) for i, tool in enumerate(request.tools)]
         refuse_duplicates([tool["function"]["name"] for tool in fields["tools"]], "tools.{}.name")
