@@ -1,5 +1,5 @@
 """A thinking model's reasoning apart from its answer: split as its text arrives, in any pieces; and
-behind the server, a tiny model whose template opens `<think>` as Qwen3.5's does, through the official
+behind the server, a tiny model with Qwen3.5's own chat template (which opens `<think>`), through the official
 clients, whole and streamed: OpenAI's chat (`reasoning_content`, `reasoning`), Anthropic's thinking
 blocks (only where the request enables thinking, the template's switch), and a Responses reasoning item.
 The answer's text, rejoined, is the target's own: the split changes what is shown, not what is made."""
@@ -7,6 +7,7 @@ The answer's text, rejoined, is the target's own: the split changes what is show
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import mlx.core as mx
@@ -23,12 +24,9 @@ from .. import tiny
 from .conftest import MODEL, start
 
 THINK = ["<think>", "</think>"]
-# Qwen3.5's generation prompt in miniature: thinking on opens the block; off writes it closed.
-TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
-    "{% else %}<think>\n{% endif %}{% endif %}")
+# Qwen3.5's own template (tests/templates/README.md says where from): thinking on opens the block in the
+# prompt, off writes it closed.
+TEMPLATE = (Path(__file__).parents[1] / "templates" / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
 LEAN = 2.2  # the target's head row for `</think>` scaled: it closes its block after about 20 tokens
 TOKENS = 24
 ASK = [{"role": "user", "content": "What is add?"}]
