@@ -105,10 +105,10 @@ def restricted(target, constraint: Constraint, prefix: list[int]) -> np.ndarray:
     return np.array(mx.exp(warp(mx.where(allowed, logits, -mx.inf), SAMPLING)), dtype=np.float64)
 
 
-def exact_constrained(target, lltok) -> dict[tuple[int, ...], float]:
-    """P(answer) for every answer of at most LENGTH tokens (ending in EOS, or cut at LENGTH)."""
+def exact_constrained(target, lltok, lark: str = LARK, eos: int = EOS) -> dict[tuple[int, ...], float]:
+    """P(answer) for every answer of at most LENGTH tokens (ending in `eos`, or cut at LENGTH)."""
     out: dict[tuple[int, ...], float] = {}
-    constraint = Constraint(Grammar.lark(LARK), lltok)
+    constraint = Constraint(Grammar.lark(lark), lltok)
 
     def walk(prefix: list[int], prob: float) -> None:
         if len(prefix) == LENGTH:
@@ -116,7 +116,7 @@ def exact_constrained(target, lltok) -> dict[tuple[int, ...], float]:
             return
         p = restricted(target, constraint, prefix)
         for token in map(int, np.flatnonzero(p > 0)):
-            if token == EOS:  # the answer ends (and the matcher would not count it to roll back)
+            if token == eos:  # the answer ends (and the matcher would not count it to roll back)
                 out[tuple(prefix + [token])] = prob * p[token]
                 continue
             constraint.advance([token])
@@ -127,20 +127,20 @@ def exact_constrained(target, lltok) -> dict[tuple[int, ...], float]:
     return out
 
 
-def toy_config(seed: int, policy: DraftPolicy = DraftPolicy(num_draft=3)) -> GenerationConfig:
-    return GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(LARK), policy=policy,
+def toy_config(seed: int, policy: DraftPolicy = DraftPolicy(num_draft=3), lark: str = LARK) -> GenerationConfig:
+    return GenerationConfig(max_tokens=LENGTH, sampling=SAMPLING, grammar=Grammar.lark(lark), policy=policy,
                             seed=seed)
 
 
 def sampled(monkeypatch, target, drafter, lltok, policy: DraftPolicy = DraftPolicy(num_draft=3),
-            runs: int = RUNS) -> list[tuple[int, ...]]:
+            runs: int = RUNS, lark: str = LARK, eos: int = EOS) -> list[tuple[int, ...]]:
     monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
-    engine = Engine(target, drafter, eos_token_ids=[EOS])
+    engine = Engine(target, drafter, eos_token_ids=[eos])
     samples = []
     for seed in range(runs):
-        generation = engine.generate(TOY_PROMPT, toy_config(seed, policy))
+        generation = engine.generate(TOY_PROMPT, toy_config(seed, policy, lark))
         tokens = [e.token for e in generation.token_events()]
-        samples.append(tuple(tokens) + ((EOS,) if generation.stats.finish_reason == "eos" else ()))
+        samples.append(tuple(tokens) + ((eos,) if generation.stats.finish_reason == "eos" else ()))
     return samples
 
 
@@ -261,6 +261,13 @@ def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monk
     where the grammar forbids a token (as a copy is cut): the draft's length then depends on a draw nobody
     verifies."""
     target, drafter, lltok = toy
+    plant_cut_drafts(monkeypatch)
+    samples = sampled(monkeypatch, target, ModelDrafter(drafter, len(TOKENS)), lltok)
+    assert pvalue(samples, exact_constrained(target, lltok)) < 1e-3
+
+
+def plant_cut_drafts(monkeypatch) -> None:
+    """The planted bias: a drafter's draws unmasked, its draft cut at the first token the grammar forbids."""
     honest = round_module.proposal
     monkeypatch.setattr(Constraint, "after", lambda self, drafted: mx.ones((self.width,), dtype=mx.bool_))
 
@@ -274,8 +281,6 @@ def test_the_check_detects_a_sampled_draft_cut_at_its_first_forbidden_token(monk
         return replace(proposed, draft=cut), masks[: n + 1]
 
     monkeypatch.setattr(round_module, "proposal", cutting)
-    samples = sampled(monkeypatch, target, ModelDrafter(drafter, len(TOKENS)), lltok)
-    assert pvalue(samples, exact_constrained(target, lltok)) < 1e-3
 
 
 def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy_drafter):

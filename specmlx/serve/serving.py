@@ -34,7 +34,7 @@ from .limits import Access
 from .openai.protocol import ChatRequest, CompletionRequest, Sampling
 from .openai.render import CompletionReply
 from .prompts import chat_prompt, completion_prompt, refuse_past_window
-from .reasoning import reasoning_reader
+from .reasoning import opens_thinking, reasoning_reader
 from .reply import Feed, Reply
 from .responses.errors import in_responses_terms
 from .responses.protocol import ResponsesRequest
@@ -58,11 +58,13 @@ class Defaults:
     max_tokens: int = 512
 
 
-def grammar_of(request: Sampling, tokenizer: Any) -> Grammar | None:
-    """What the answer must match: the calls `tool_choice` demands (`tools.py`), or what `response_format`
-    asks: nothing, any JSON object, or a JSON schema's instances. Refused (400) before the request waits:
-    a schema llguidance cannot compile, or a model whose tokenizer it cannot read (it needs the fast one)."""
-    calls = forced_calls(request, tokenizer) if isinstance(request, ChatRequest) else None
+def grammar_of(request: Sampling, tokenizer: Any, prompt: list[int] | None = None) -> Grammar | None:
+    """What the answer must match: the calls `tool_choice` demands (`tools.py`; after the reasoning a
+    `prompt` that opens a think block leaves the model in), or what `response_format` asks: nothing,
+    any JSON object, or a JSON schema's instances. Refused (400) before the request waits: a schema
+    llguidance cannot compile, or a model whose tokenizer it cannot read (it needs the fast one)."""
+    thinking = prompt is not None and getattr(tokenizer, "has_thinking", False) and opens_thinking(tokenizer, prompt)
+    calls = forced_calls(request, tokenizer, thinking) if isinstance(request, ChatRequest) else None
     fmt = request.response_format
     if calls is None and (fmt is None or fmt.type == "text"):
         return None
@@ -267,7 +269,7 @@ class Serving:
     def _job(self, request: Sampling, prompt: list[int], owner: Hashable) -> Job:
         """The request's job, refused in one line if it is wrong: its prediction as tokens and its grammar
         (a schema compiles in a millisecond, a large one in more), then the rest (`make_job`)."""
-        prediction, grammar = self._prediction_tokens(request), grammar_of(request, self.tokenizer)
+        prediction, grammar = self._prediction_tokens(request), grammar_of(request, self.tokenizer, prompt)
         slots = self.worker.slots
         return make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
                         slots.context_window, owner, prediction,

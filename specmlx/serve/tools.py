@@ -15,7 +15,8 @@ into one first. What the model writes back is read by mlx-lm's parser for its te
 - `required`, or a named function: a grammar holds the answer to one or more calls (one named
   call), each in the model's own call syntax with arguments valid against the function's
   parameters. Speculation under a grammar is exact (`grammar.py`): the answer is the target's
-  distribution restricted to calls. Only for parsers whose syntax is written here (`SYNTAXES`).
+  distribution restricted to calls. Only for parsers whose syntax is written in `syntaxes.py`
+  (Qwen2.5's JSON calls, and Qwen3-Coder's XML, which Qwen3.5 and Qwen3.6 write).
 
 A function's `strict` is accepted either way: under `required` or a named function its arguments
 always match its parameters; under `auto` the answer is the model's own, unconstrained, and a call
@@ -25,12 +26,12 @@ whose arguments miss the schema is passed on as the model wrote it (if it parses
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..errors import SpecmlxError
 from ..grammar import LAID_OUT, Grammar
 from ..schema_bounds import bounded
+from .syntaxes import SYNTAXES, CallSyntax
 from .errors import APIError
 from .openai.protocol import ChatRequest, NamedToolChoice, Tool
 
@@ -128,27 +129,11 @@ def template_call(call, param: str) -> dict:
 # -- calls the answer must make -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CallSyntax:
-    """How a parser's calls are written, as llguidance's Lark: around each call's JSON body (`begin`,
-    `end`, grammar expressions), between calls (`between`), and the body of a call of function
-    `name` with arguments matching the rule `args` (`body`, a format string)."""
-
-    begin: str
-    end: str
-    between: str
-    body: str
-
-
-# Qwen2.5's template writes a call as `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`,
-# calls one after another with a new line between them.
-SYNTAXES = {"json_tools": CallSyntax(begin='{start} "\\n"', end='"\\n" {end}', between='"\\n"',
-                                     body='"{{\\"name\\": \\"{name}\\", \\"arguments\\": " {args} "}}"')}
-
-
-def forced_calls(request: ChatRequest, tokenizer: Any) -> Grammar | None:
+def forced_calls(request: ChatRequest, tokenizer: Any, thinking: bool = False) -> Grammar | None:
     """The grammar `tool_choice` holds the answer to: one or more calls (`required`; one if
-    `parallel_tool_calls` is false), one call of the named function, or None (`auto`, `none`)."""
+    `parallel_tool_calls` is false), one call of the named function, or None (`auto`, `none`).
+    `thinking`: the prompt leaves the model inside a think block (`reasoning.opens_thinking`), which it
+    closes before its calls: its reasoning is its own, the calls are held to the syntax."""
     choice = request.tool_choice
     if choice in (None, "none"):
         return None
@@ -166,7 +151,7 @@ def forced_calls(request: ChatRequest, tokenizer: Any) -> Grammar | None:
                        "response_format", "invalid_value", "response_format")
     tools = chosen(request.tools, choice)
     one = isinstance(choice, NamedToolChoice) or request.parallel_tool_calls is False
-    return call_grammar(syntax, tokenizer, tools, one)
+    return call_grammar(syntax, tokenizer, tools, one, tokenizer.think_end if thinking else None)
 
 
 def describe(choice) -> str:
@@ -185,19 +170,29 @@ def chosen(tools: Sequence[Tool], choice) -> list[tuple[int, Tool]]:
     return named[:1]
 
 
-def call_grammar(syntax: CallSyntax, tokenizer: Any, tools: Sequence[tuple[int, Tool]], one: bool) -> Grammar:
-    """Calls of `tools` in `syntax`, each function's arguments valid against its parameters."""
+def call_grammar(syntax: CallSyntax, tokenizer: Any, tools: Sequence[tuple[int, Tool]], one: bool,
+                 think_end: str | None = None) -> Grammar:
+    """Calls of `tools` in `syntax`, each function's arguments valid against its parameters; after the
+    reasoning the model is in, up to `think_end` and the white space after it, if it is in one."""
     marks = {"start": marker(tokenizer, tokenizer.tool_call_start), "end": marker(tokenizer, tokenizer.tool_call_end)}
-    rules = ["start: call" if one else f"start: call ({syntax.between} call)*",
+    calls = "call" if one else f"call ({syntax.between} call)*"
+    thought = [f"start: thought {calls}", f"thought: THOUGHT? {marker(tokenizer, think_end)} AFTER_THOUGHT?",
+               f"THOUGHT: /(?s:.+)/ & ~/(?s:.*){escaped(think_end)}(?s:.*)/",
+               "AFTER_THOUGHT: /[ \\t\\n]+/"] if think_end else [f"start: {calls}"]
+    rules = [*thought,
              f"call: {syntax.begin.format(**marks)} body {syntax.end.format(**marks)}",
-             "body: " + " | ".join(f"f{k}" for k in range(len(tools)))]
+             "body: " + " | ".join(f"f{k}" for k in range(len(tools))), *syntax.shared]
     for k, (i, tool) in enumerate(tools):
-        rules.append(f"f{k}: " + syntax.body.format(name=tool.function.name, args=f"a{k}"))
-        rules.append(f"a{k}: %json " + json.dumps(arguments_schema(tool, i)))
+        rules += syntax.function(k, tool.function.name, arguments_schema(tool, i))
     try:
         return Grammar.lark("\n".join(rules) + "\n")
     except SpecmlxError as err:
         raise APIError(400, f"the tools' parameters cannot be enforced: {err}", "invalid_value", "tools") from None
+
+
+def escaped(text: str) -> str:
+    """`text` as a Rust regex matches it: every character but a letter or digit by its code point."""
+    return "".join(c if c.isalnum() else f"\\x{{{ord(c):x}}}" for c in text)
 
 
 def marker(tokenizer: Any, text: str) -> str:

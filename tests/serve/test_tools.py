@@ -214,10 +214,10 @@ def test_what_cannot_be_rendered_or_enforced_is_refused_by_its_field(tiny_tools)
 
 
 def test_a_syntax_without_a_grammar_here_refuses_required_but_not_auto(tiny_tools, monkeypatch):
-    from mlx_lm.tool_parsers import qwen3_coder
+    from mlx_lm.tool_parsers import glm47
 
     assert forced_calls(chat(tools=TOOLS, tool_choice="required"), tiny_tools) is not None
-    monkeypatch.setattr(tiny_tools, "_tool_parser", qwen3_coder.parse_tool_call)
+    monkeypatch.setattr(tiny_tools, "_tool_parser", glm47.parse_tool_call)
     assert refused(forced_calls, chat(tools=TOOLS, tool_choice="required"), tiny_tools) == (400, "tool_choice")
     assert forced_calls(chat(tools=TOOLS, tool_choice="auto"), tiny_tools) is None
 

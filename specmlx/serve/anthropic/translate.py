@@ -81,9 +81,13 @@ def thinks(request: CountTokensRequest) -> bool:
 
 
 def check_thinking(request: MessagesRequest, interleaved: bool = False) -> None:
-    """Refuse (400) an enabled `thinking` whose budget Anthropic would refuse: under 1024, or not under max_tokens
-    (with interleaved thinking the budget is the whole turn's, and may pass max_tokens, as Anthropic allows)."""
+    """Refuse (400) what Anthropic refuses of thinking: a budget under 1024, or not under max_tokens (with
+    interleaved thinking the budget is the whole turn's, and may pass max_tokens, as Anthropic allows), and
+    thinking beside a tool_choice that forces a call (`any`, `tool`)."""
     thinking, param = request.thinking, "thinking.budget_tokens"
+    if thinks(request) and request.tool_choice is not None and request.tool_choice.type in ("any", "tool"):
+        raise APIError(400, "Thinking may not be enabled when tool_choice forces tool use.", "invalid_value",
+                       "tool_choice")
     if thinking is None or thinking.type != "enabled":
         return
     if thinking.budget_tokens is None:

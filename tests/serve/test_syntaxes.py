@@ -1,0 +1,239 @@
+"""Calls forced in Qwen3-Coder's XML syntax (Qwen3.5's and Qwen3.6's): the grammar takes the calls the
+model's own template writes and mlx-lm's parser reads back, with arguments valid against the schema,
+and nothing else; above temperature 0 the answer is the target's distribution restricted to such
+calls (a planted bias fails); behind the server, `required` and Anthropic's `any` come back as calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import llguidance
+import pytest
+from mlx_lm.tool_parsers import qwen3_coder
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from specmlx.drafters import ModelDrafter, NGRAM, NONE
+from specmlx.loading import load_models
+from specmlx.mlx_thread import MLXThread
+from specmlx.prompting import encode_chat
+from specmlx.serve.openai.protocol import ChatRequest, Tool
+from specmlx.serve.syntaxes import XmlCalls
+from specmlx.serve.tools import call_grammar, forced_calls, template_tools
+
+from .. import tiny
+from ..test_engine_grammar import exact_constrained, plant_cut_drafts, pvalue, sampled
+from .conftest import MODEL, start
+from .test_tools import accepts
+
+TEMPLATE = (Path(__file__).parents[1] / "templates" / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+SPECIALS = tiny.SPECIALS + ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+EDIT = {"type": "object", "properties": {
+    "path": {"type": "string", "maxLength": 12}, "line": {"type": "integer", "minimum": 1, "maximum": 99},
+    "mode": {"enum": ["insert", "replace"]}, "dry": {"type": "boolean"},
+    "lines": {"type": "array", "items": {"type": "string"}, "maxItems": 3}, "note": {"type": "string"}},
+    "required": ["path", "line"], "additionalProperties": False}
+# What a random model can finish within max_tokens: every string bounded.
+SMALL = [{"type": "function", "function": {"name": "edit", "description": "Edit a file.", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string", "maxLength": 8}, "line": EDIT["properties"]["line"]},
+    "required": ["path", "line"], "additionalProperties": False}}}]
+TOOLS = [{"type": "function", "function": {"name": "edit", "description": "Edit a file.", "parameters": EDIT}},
+         {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@pytest.fixture(scope="module")
+def qwen35():
+    """A tokenizer of Qwen3.5's special tokens and its own chat template: mlx-lm reads its syntax as qwen3_coder."""
+    return TokenizerWrapper(tiny.train_tokenizer(specials=SPECIALS, chat_template=TEMPLATE),
+                            tool_parser=qwen3_coder.parse_tool_call, tool_call_start="<tool_call>",
+                            tool_call_end="</tool_call>")
+
+
+def written(tokenizer, name: str, arguments: dict) -> str:
+    """A call as the template writes an assistant's call (what the model learnt to write)."""
+    messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": name, "arguments": arguments}}]}]
+    text = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False)
+    return text[text.rindex("<tool_call>"):text.rindex("</tool_call>") + len("</tool_call>")]
+
+
+def request(choice, **fields) -> ChatRequest:
+    return ChatRequest(model=MODEL, messages=[{"role": "user", "content": "Go."}], tools=TOOLS, tool_choice=choice,
+                       **fields)
+
+
+def test_the_calls_the_template_writes_are_taken_and_read_back_as_written(qwen35):
+    required = forced_calls(request("required"), qwen35)
+    arguments = {"path": "a.html", "line": 3, "mode": "insert", "dry": True, "lines": ["<p>", "x </b> y"],
+                 "note": "any </parameter text\nat all"}  # a string may hold a tag, and a list is JSON
+    call = written(qwen35, "edit", arguments)
+    assert call.startswith("<tool_call>\n<function=edit>\n<parameter=path>\na.html\n</parameter>\n")
+    assert accepts(required, qwen35, call)
+    assert qwen3_coder.parse_tool_call(call[len("<tool_call>"):-len("</tool_call>")], TOOLS) == {
+        "name": "edit", "arguments": arguments}
+    multiline = written(qwen35, "edit", {"path": "two\nlines", "line": 1})
+    assert accepts(required, qwen35, multiline) and accepts(required, qwen35, call + "\n" + multiline)
+    assert accepts(required, qwen35, written(qwen35, "now", {}))
+
+
+@pytest.mark.parametrize("arguments", [
+    {"path": "a", "line": 0},  # below the minimum
+    {"path": "a", "line": "x"},  # not an integer
+    {"line": 3},  # a required parameter missing
+    {"path": "a", "line": 3, "mode": "delete"},  # not among its values
+    {"path": "a", "line": 3, "other": 1},  # a parameter the schema does not have
+    {"path": "a", "line": 3, "dry": "yes"},  # not a boolean
+    {"path": "a" * 13, "line": 3},  # past its maxLength
+    {"path": "a", "line": 3, "note": "x\n</parameter>\nzz"},  # the parser would end it at its first close
+])
+def test_arguments_off_the_schema_are_not(qwen35, arguments):
+    assert not accepts(forced_calls(request("required"), qwen35), qwen35, written(qwen35, "edit", arguments))
+
+
+def test_a_named_call_or_one_call_is_all_that_is_taken(qwen35):
+    edit, now = written(qwen35, "edit", {"path": "a", "line": 3}), written(qwen35, "now", {})
+    named = forced_calls(request({"type": "function", "function": {"name": "edit"}}), qwen35)
+    assert accepts(named, qwen35, edit) and not accepts(named, qwen35, now)
+    assert not accepts(named, qwen35, edit + "\n" + edit) and not accepts(named, qwen35, "Sure. " + edit)
+    one = forced_calls(request("required", parallel_tool_calls=False), qwen35)
+    assert accepts(one, qwen35, now) and not accepts(one, qwen35, now + "\n" + now)
+
+
+def test_a_model_left_thinking_by_its_prompt_closes_its_reasoning_before_its_calls(qwen35):
+    """Qwen3.5's template opens `<think>` in the prompt: the grammar lets the reasoning run to its end
+    marker, then holds the answer to calls; a call inside the reasoning, or no end to it, is not taken."""
+    call = written(qwen35, "edit", {"path": "a", "line": 3})
+    thinking = forced_calls(request("required"), qwen35, thinking=True)
+    assert accepts(thinking, qwen35, "Which file? a, line 3.</think>\n\n" + call)
+    assert accepts(thinking, qwen35, "</think>\n\n" + call)
+    assert not accepts(thinking, qwen35, call) and not accepts(thinking, qwen35, "Which file?" + call)
+    assert not accepts(forced_calls(request("required"), qwen35), qwen35, "Hm.</think>\n\n" + call)
+
+
+def test_anthropic_refuses_thinking_beside_a_forced_call_as_anthropic_does():
+    from specmlx.serve.anthropic.protocol import MessagesRequest
+    from specmlx.serve.anthropic.translate import to_chat
+    from specmlx.serve.errors import APIError
+
+    asked = MessagesRequest.model_validate({
+        "model": MODEL, "max_tokens": 2048, "messages": [{"role": "user", "content": "Go."}],
+        "tools": [{"name": "edit", "input_schema": EDIT}], "tool_choice": {"type": "any"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024}})
+    with pytest.raises(APIError) as refused:
+        to_chat(asked)
+    assert refused.value.status == 400 and refused.value.param == "tool_choice"
+    assert to_chat(asked.model_copy(update={"thinking": None})).tool_choice == "required"
+
+
+# ---- above temperature 0 ---------------------------------------------------------------------------
+
+
+XML_TOKENS = [b"<tool_call>\n<function=f>\n<parameter=a>\n", b"x", b"y", b"\n", b"</p",
+              b"\n</parameter>\n</function>\n</tool_call>", b"z", b"<eos>"]
+XML_EOS = 7
+
+
+class XmlToyTokenizer:
+    """Eight tokens of an XML call to function `f` of one string parameter `a`, for llguidance."""
+
+    eos_token_id, bos_token_id, special_token_ids, tokens = XML_EOS, None, [XML_EOS], XML_TOKENS
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        text = text if isinstance(text, bytes) else text.encode()
+        out, at = [], 0
+        while at < len(text):
+            token = max((t for t in range(XML_EOS) if text.startswith(XML_TOKENS[t], at)),
+                        key=lambda t: len(XML_TOKENS[t]), default=None)
+            if token is None:
+                raise ValueError(f"no token for {text[at:]!r}")
+            out.append(token)
+            at += len(XML_TOKENS[token])
+        return out
+
+
+class Markers:
+    """What `call_grammar` reads of a tokenizer: its markers, which the toy writes as text."""
+
+    tool_call_start, tool_call_end = "<tool_call>", "</tool_call>"
+
+    @staticmethod
+    def encode(text: str, add_special_tokens: bool = False) -> list[int]:
+        return [0, 0]  # more than one token: the grammar writes the marker as text
+
+
+@pytest.fixture(scope="module")
+def xml_toy():
+    args = tiny.qwen2_args(len(XML_TOKENS), layers=1)
+    target = tiny.build(args, seed=7, sharpness=2.0)
+    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(XmlToyTokenizer()), n_vocab=len(XML_TOKENS))
+    tool = Tool.model_validate({"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}})
+    lark = call_grammar(XmlCalls(), Markers(), [(0, tool)], one=True).text
+    return target, tiny.perturbed(target, args, noise=0.6, seed=8), lltok, lark
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["exact", "planted-bias"])
+def test_sampled_calls_follow_the_targets_distribution_restricted_to_the_syntax(monkeypatch, xml_toy, planted):
+    """The call's opening forced, then its string value drawn token by token up to its close; with the
+    planted bias (a draft drawn unmasked and cut at its first forbidden token), the check fails."""
+    target, drafter, lltok, lark = xml_toy
+    if planted:
+        plant_cut_drafts(monkeypatch)
+    samples = sampled(monkeypatch, target, ModelDrafter(drafter, len(XML_TOKENS)), lltok, lark=lark, eos=XML_EOS)
+    assert all(s[0] == 0 for s in samples) and len(set(samples)) > 20
+    p = pvalue(samples, exact_constrained(target, lltok, lark, XML_EOS))
+    assert (p < 1e-3) if planted else (p > 1e-3)
+
+
+# ---- behind the server -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, qwen35):
+    vocab = len(qwen35._tokenizer)
+    args = tiny.qwen2_args(vocab)
+    path = tiny.save_model(tiny.build(args, seed=0), args, qwen35._tokenizer, tmp_path_factory.mktemp("xml") / MODEL)
+    mlx = MLXThread()
+    loaded = mlx.call(load_models, str(path), [NGRAM, NONE])
+    background, _ = start((mlx, loaded.target, {d.name: d for d in loaded.drafters}), max_tokens=256)
+    with background as url:
+        yield url, loaded.target
+    mlx.close()
+
+
+def test_a_required_call_comes_back_as_a_call_streamed_or_whole(served):
+    from openai import OpenAI
+
+    url, target = served
+    assert target.tokenizer.tool_call_start == "<tool_call>"  # mlx-lm read the syntax from the template
+    asked = {"model": MODEL, "messages": [{"role": "user", "content": "Edit a.py."}], "tools": SMALL,
+             "tool_choice": {"type": "function", "function": {"name": "edit"}}, "max_tokens": 256, "temperature": 0,
+             "extra_body": {"speculative": {"drafter": NGRAM, "num_draft": 4},
+                            "chat_template_kwargs": {"enable_thinking": False}}}  # a random model would think on
+    with OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120) as client:
+        whole = client.chat.completions.create(**asked).choices[0]
+        chunks = list(client.chat.completions.create(**asked, stream=True))
+    (call,) = whole.message.tool_calls
+    assert whole.finish_reason == "tool_calls" and call.function.name == "edit" and not whole.message.content
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"path", "line"} and 1 <= arguments["line"] <= 99 and len(arguments["path"]) <= 8
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    prompt = encode_chat(target.tokenizer, asked["messages"], tools=template_tools(
+        ChatRequest(model=MODEL, messages=asked["messages"], tools=SMALL), target.tokenizer))
+    assert "<tool_call>\n<function=example_function_name>" in target.tokenizer.decode(prompt)  # Qwen3.5's own prompt
+
+
+def test_anthropics_any_comes_back_as_a_tool_use(served):
+    anthropic = pytest.importorskip("anthropic")
+
+    url, _ = served
+    tools = [{"name": "edit", "description": "Edit a file.", "input_schema": SMALL[0]["function"]["parameters"]}]
+    with anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120) as claude:
+        reply = claude.messages.create(model=MODEL, max_tokens=256, tools=tools, tool_choice={"type": "any"},
+                                       messages=[{"role": "user", "content": "Edit a.py."}],
+                                       extra_body={"temperature": 0, "speculative": {"drafter": NGRAM}})
+    uses = [b for b in reply.content if b.type == "tool_use"]
+    assert reply.stop_reason == "tool_use" and [u.name for u in uses] == ["edit"] * len(uses) and uses
+    assert all(1 <= u.input["line"] <= 99 and len(u.input["path"]) <= 8 for u in uses)
