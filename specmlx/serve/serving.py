@@ -41,7 +41,7 @@ from .responses.protocol import ResponsesRequest
 from .responses.render import ResponseReply
 from .responses.translate import echoed
 from .responses.translate import to_chat as responses_chat
-from .tools import forced_calls, has_tools, parses_calls
+from .tools import forced_calls, has_tools, json_after_thought, parses_calls
 from .worker import Worker
 
 DEFAULT = "default"  # the `speculative.drafter` that means the server's own choice
@@ -73,15 +73,15 @@ def grammar_of(request: Sampling, tokenizer: Any, prompt: list[int] | None = Non
                        "is not available", "unsupported_parameter", "tool_choice" if calls else "response_format")
     if calls is not None:
         return calls
-    if fmt.type == "json_object":
-        return Grammar.json_object()
-    if fmt.json_schema is None:
+    if fmt.type == "json_schema" and fmt.json_schema is None:
         raise APIError(400, "a json_schema response format needs its json_schema", "missing_required_parameter",
                        "response_format.json_schema")
-    try:
-        return Grammar.json_schema(fmt.json_schema.schema_)
+    schema = fmt.json_schema.schema_ if fmt.type == "json_schema" else {"type": "object"}
+    try:  # a thinking model reasons first, then answers in the format
+        return json_after_thought(schema, tokenizer) if thinking else Grammar.json_schema(schema)
     except SpecmlxError as err:
-        raise APIError(400, str(err), "invalid_value", "response_format.json_schema.schema") from None
+        param = "response_format.json_schema.schema" if fmt.type == "json_schema" else "response_format"
+        raise APIError(400, str(err), "invalid_value", param) from None
 
 
 def policy(spec, defaults: Defaults) -> DraftPolicy:

@@ -176,9 +176,7 @@ def call_grammar(syntax: CallSyntax, tokenizer: Any, tools: Sequence[tuple[int, 
     reasoning the model is in, up to `think_end` and the white space after it, if it is in one."""
     marks = {"start": marker(tokenizer, tokenizer.tool_call_start), "end": marker(tokenizer, tokenizer.tool_call_end)}
     calls = "call" if one else f"call ({syntax.between} call)*"
-    thought = [f"start: thought {calls}", f"thought: THOUGHT? {marker(tokenizer, think_end)} AFTER_THOUGHT?",
-               f"THOUGHT: /(?s:.+)/ & ~/(?s:.*){escaped(think_end)}(?s:.*)/",
-               "AFTER_THOUGHT: /[ \\t\\n]+/"] if think_end else [f"start: {calls}"]
+    thought = [f"start: thought {calls}", *thought_rules(tokenizer, think_end)] if think_end else [f"start: {calls}"]
     rules = [*thought,
              f"call: {syntax.begin.format(**marks)} body {syntax.end.format(**marks)}",
              "body: " + " | ".join(f"f{k}" for k in range(len(tools))), *syntax.shared]
@@ -188,6 +186,21 @@ def call_grammar(syntax: CallSyntax, tokenizer: Any, tools: Sequence[tuple[int, 
         return Grammar.lark("\n".join(rules) + "\n")
     except SpecmlxError as err:
         raise APIError(400, f"the tools' parameters cannot be enforced: {err}", "invalid_value", "tools") from None
+
+
+def thought_rules(tokenizer: Any, think_end: str) -> list[str]:
+    """The rule `thought`: the reasoning a prompt left the model in, up to its end marker (by its token,
+    as `marker` writes it) and the white space after it, the model's own."""
+    return [f"thought: THOUGHT? {marker(tokenizer, think_end)} AFTER_THOUGHT?",
+            f"THOUGHT: /(?s:.+)/ & ~/(?s:.*){escaped(think_end)}(?s:.*)/", "AFTER_THOUGHT: /[ \\t\\n]+/"]
+
+
+def json_after_thought(schema: dict, tokenizer: Any) -> Grammar:
+    """JSON valid against `schema` (laid out and bounded as `Grammar.json_schema` has it), after the
+    reasoning the prompt left the model in (`response_format` on a thinking model)."""
+    answer = bounded(schema) | {"x-guidance": dict(LAID_OUT)}
+    return Grammar.lark("\n".join(["start: thought answer", f"answer: %json {json.dumps(answer)}",
+                                   *thought_rules(tokenizer, tokenizer.think_end)]) + "\n")
 
 
 def escaped(text: str) -> str:

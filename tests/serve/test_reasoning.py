@@ -212,3 +212,22 @@ def test_a_response_has_its_reasoning_item_before_its_message(url, raw):
     finished = events[-1].response
     assert [item.type for item in finished.output] == ["reasoning", "message"]
     assert json.loads(finished.model_dump_json())["output"][0]["content"][0]["text"] == thought
+
+
+def test_a_response_format_holds_the_answer_after_the_reasoning(url, raw, thinking_loaded):
+    """The grammar leaves the reasoning to the model and holds what follows its end to JSON: without
+    that, JSON from the first token would be read as reasoning. (The reasoning is held to valid UTF-8,
+    as every grammar's text is: the tiny model's random bytes are not always, so its reasoning differs.)"""
+    from specmlx.serve.tools import json_after_thought
+
+    from .test_tools import accepts
+
+    _, target, _ = thinking_loaded
+    grammar = json_after_thought({"type": "object"}, target.tokenizer)
+    assert accepts(grammar, target.tokenizer, 'Let me see.</think>\n\n{"a": 1}')
+    assert not accepts(grammar, target.tokenizer, '{"a": 1}') and not accepts(grammar, target.tokenizer, "x</think>y")
+    reply = httpx.post(url + "/v1/chat/completions", timeout=120, json={
+        "model": MODEL, "messages": ASK, "max_tokens": TOKENS + 8, "temperature": 0,
+        "response_format": {"type": "json_object"}} | SPECULATIVE).json()
+    message = reply["choices"][0]["message"]
+    assert message["reasoning_content"] and message["content"].lstrip().startswith("{")
