@@ -41,6 +41,7 @@ class Said:
     tokens: tuple[TokenEvent, ...]
     parsed: bool
     made: int
+    thought: int = 0  # the answer's tokens so far that were reasoning (its end marker among them)
 
 
 class Feed:
@@ -51,28 +52,36 @@ class Feed:
     def __init__(self, calls: CallReader | None = None, reasoning: ReasoningReader | None = None) -> None:
         self.calls = calls  # this answer's calls are parsed: the reader's state is this answer's
         self.reasoning = reasoning
+        self.thought = 0  # reasoning tokens so far (`Said.thought`)
 
     def piece(self, events: Sequence[TokenEvent]) -> Said:
-        return self._said("".join(e.text for e in events), events, None)
+        return self._said([e.text for e in events], events, None)
 
     def last(self, done: Done) -> Said:
         """What the detokenizer held to the end, and what the calls' reader held back."""
-        return self._said(done.tail, (), done)
+        return self._said([done.tail], (), done)
 
     def whole(self, events: Sequence[TokenEvent], done: Done) -> Said:
-        return self._said("".join(e.text for e in events) + done.tail, events, done)
+        return self._said([e.text for e in events] + [done.tail], events, done)
 
-    def _said(self, text: str, events: Sequence[TokenEvent], end: Done | None) -> Said:
+    def _said(self, texts: list[str], events: Sequence[TokenEvent], end: Done | None) -> Said:
+        text = "".join(texts)
         if self.calls is None and self.reasoning is None:
             return Said(text, tuple(merged([text])), tuple(events), False, 0)
-        parts: list[Piece] = [text]
-        if self.reasoning is not None:
-            parts = self.reasoning.feed(text) + (self.reasoning.finish() if end is not None else [])
+        parts: list[Piece] = [text] if self.reasoning is None else self._read(texts, len(events), end)
         if self.calls is None:
-            return Said(text, tuple(merged(parts)), tuple(events), True, 0)
+            return Said(text, tuple(merged(parts)), tuple(events), True, 0, self.thought)
         pieces = [p for part in parts for p in (self.calls.feed(part) if isinstance(part, str) else [part])]
         pieces += self.calls.finish(cut_short(end)) if end is not None else []
-        return Said(text, tuple(merged(pieces)), tuple(events), True, self.calls.made)
+        return Said(text, tuple(merged(pieces)), tuple(events), True, self.calls.made, self.thought)
+
+    def _read(self, texts: list[str], tokens: int, end: Done | None) -> list[Piece]:
+        """The reasoning split out, a token's text at a time: a token read inside the block was reasoning."""
+        parts: list[Piece] = []
+        for i, text in enumerate(texts):
+            self.thought += i < tokens and self.reasoning.thinking
+            parts += self.reasoning.feed(text)
+        return parts + (self.reasoning.finish() if end is not None else [])
 
 
 class Reply(Protocol):

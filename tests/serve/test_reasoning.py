@@ -91,6 +91,23 @@ def test_calls_are_read_after_the_reasoning_and_never_inside_it():
     assert whole.made == 1
 
 
+def test_the_reasoning_tokens_are_counted_streamed_or_whole():
+    """A token read inside the block is reasoning, its end marker among them; the same count either way."""
+    from specmlx.events import Source, TokenEvent
+    from specmlx.serve.reply import Feed
+
+    from .test_tools import answer_around_calls
+
+    texts = ["\nLet", " me", " see", "</think>", "\n\n", "It", " is", " 4."]
+    tokens = [TokenEvent(i, t, Source.TARGET) for i, t in enumerate(texts)]
+    _, done = answer_around_calls()
+    streamed = Feed(None, ReasoningReader("<think>", "</think>", True))
+    said = [streamed.piece(tokens[i:i + 3]) for i in range(0, len(tokens), 3)] + [streamed.last(done)]
+    whole = Feed(None, ReasoningReader("<think>", "</think>", True)).whole(tokens, done)
+    assert said[-1].thought == whole.thought == 4
+    assert Feed(None, ReasoningReader("<think>", "</think>", False)).whole(tokens, done).thought == 0
+
+
 # ---- behind the server -----------------------------------------------------------------------------
 
 
@@ -146,10 +163,14 @@ def test_a_chat_answer_carries_its_reasoning_apart_whole_and_streamed(url, raw):
     thought, content = split(raw())
     assert thought and content  # the tiny model thinks, then answers
     with OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60) as client:
-        message = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=TOKENS, temperature=0,
-                                                 extra_body=SPECULATIVE).choices[0].message
+        whole = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=TOKENS, temperature=0,
+                                               extra_body=SPECULATIVE)
         chunks = list(client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=TOKENS, temperature=0,
-                                                     stream=True, extra_body=SPECULATIVE))
+                                                     stream=True, stream_options={"include_usage": True},
+                                                     extra_body=SPECULATIVE))
+    message, thought_tokens = whole.choices[0].message, whole.usage.completion_tokens_details.reasoning_tokens
+    assert 0 < thought_tokens < whole.usage.completion_tokens  # the reasoning's, its end marker among them
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == thought_tokens
     assert message.content == content and "</think>" not in message.content
     assert message.model_extra["reasoning_content"] == message.model_extra["reasoning"] == thought
     deltas = [c.choices[0].delta for c in chunks if c.choices]
@@ -165,6 +186,7 @@ def test_the_templates_switch_turns_thinking_off(url, raw):
     off = httpx.post(url + "/v1/chat/completions", timeout=120,
                      json=asked | {"chat_template_kwargs": {"enable_thinking": False}}).json()
     message = off["choices"][0]["message"]
+    assert off["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
     assert "reasoning_content" not in message and message["content"] == raw(thinking=False).lstrip()
     refused = httpx.post(url + "/v1/chat/completions", timeout=30,
                          json=asked | {"chat_template_kwargs": {"add_generation_prompt": False}})
@@ -207,6 +229,7 @@ def test_a_response_has_its_reasoning_item_before_its_message(url, raw):
                                               temperature=0, stream=True, extra_body=SPECULATIVE))
     assert [item.type for item in whole.output] == ["reasoning", "message"]
     assert whole.output[0].content[0].text == thought and whole.output_text == content
+    assert 0 < whole.usage.output_tokens_details.reasoning_tokens < whole.usage.output_tokens
     assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == thought
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == content
     finished = events[-1].response

@@ -88,15 +88,17 @@ class CompletionReply:
                 choice["message"] |= reasoning(thought)
             if made:
                 choice["message"]["tool_calls"] = made
-        out = self._object(chunk=False) | {"choices": [choice], "usage": self.usage(done)}
+        out = self._object(chunk=False) | {"choices": [choice], "usage": self.usage(done, said.thought)}
         return out | extras(done, self.sources, said.tokens)
 
-    def usage(self, done: Done) -> dict:
+    def usage(self, done: Done, thought: int = 0) -> dict:
+        """OpenAI's usage; `thought`: the answer's reasoning tokens (`completion_tokens_details.reasoning_tokens`)."""
         generated = done.stats.generation_tokens
         # As OpenAI counts a prediction: its tokens that appear in the answer, and the rest of them.
         s = done.stats
         predicted = {"accepted_prediction_tokens": s.prediction_accepted,
-                     "rejected_prediction_tokens": max(s.prediction_tokens - s.prediction_accepted, 0)}
+                     "rejected_prediction_tokens": max(s.prediction_tokens - s.prediction_accepted, 0),
+                     "reasoning_tokens": thought}
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
                 "total_tokens": self.prompt_tokens + generated,
                 # `disk_tokens`, ours: how many of the cached ones the prompt cache on disk held.
@@ -141,7 +143,7 @@ class CompletionReply:
         tail = ""
         if self.include_usage:
             out["usage"] = None
-            tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage(done)})
+            tail = sse(self._object(chunk=True) | {"choices": [], "usage": self.usage(done, said.thought)})
         return before + sse(out) + tail + DONE
 
     @staticmethod

@@ -155,23 +155,25 @@ class ResponseReply:
     keepalive: ClassVar[str] = KEEPALIVE
     opens_admitted: ClassVar[bool] = False
 
-    def _response(self, status: str, output: list[dict], done: Done | None) -> dict:
+    def _response(self, status: str, output: list[dict], done: Done | None, thought: int = 0) -> dict:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {"id": self.id, "object": "response", "created_at": self.created_at, "status": status, "error": None,
                 "incomplete_details": incomplete, "model": self.model, "output": output,
-                "usage": None if done is None else self.usage(done)} | self.echo
+                "usage": None if done is None else self.usage(done, thought)} | self.echo
 
-    def usage(self, done: Done) -> dict:
+    def usage(self, done: Done, thought: int = 0) -> dict:
+        """The Responses API's usage; `thought`: the answer's reasoning tokens."""
         output = done.stats.generation_tokens
         return {"input_tokens": self.input_tokens,
                 "input_tokens_details": {"cached_tokens": done.cached_tokens, "cache_write_tokens": 0,
                                          "disk_tokens": done.disk_tokens},  # ours: of the cached, from disk
-                "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens": output, "output_tokens_details": {"reasoning_tokens": thought},
                 "total_tokens": self.input_tokens + output}
 
     def whole(self, said: Said, done: Done) -> dict:
         status = status_of(done)
-        return self._response(status, output_of(said.pieces, status), done) | extras(done, self.sources, said.tokens)
+        return self._response(status, output_of(said.pieces, status), done, said.thought) | extras(
+            done, self.sources, said.tokens)
 
     def first(self, admitted: Admitted | None = None) -> str:
         """`response.created` and `response.in_progress`: the response with no output yet."""
@@ -189,7 +191,7 @@ class ResponseReply:
         response, with what drafting did."""
         status = status_of(done)
         out = [e for p in said.pieces for e in self.output.events(p)] + self.output.close(status)
-        whole = self._response(status, self.output.done, done) | extras(done, self.sources)
+        whole = self._response(status, self.output.done, done, said.thought) | extras(done, self.sources)
         return self.output.send(self._sourced(out + [{"type": f"response.{status}", "response": whole}], ()))
 
     def _sourced(self, out: list[dict], events: Sequence[TokenEvent]) -> list[dict]:
