@@ -5,6 +5,8 @@ cannot fit the context window. Encoding a long prompt takes seconds: serving cal
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from typing import Any
 
@@ -32,10 +34,21 @@ def refuse_past_window(tokenizer: Any, text: str, window: int | None, param: str
                        f"{head} characters alone are {tokens} tokens)", "context_length_exceeded", param)
 
 
+@functools.cache
+def template_own() -> frozenset[str]:
+    """What a request's `chat_template_kwargs` may not set: what the server hands the template itself, and
+    every parameter of transformers' `apply_chat_template` (padding to a length, truncation, the
+    tokenizer's own options...), which would reach past the template into the encoding."""
+    from transformers import PreTrainedTokenizerBase
+
+    parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters
+    return TEMPLATE_OWN | {name for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD and name != "self"}
+
+
 def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
     if not has_chat_template(tokenizer):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
-    if taken := sorted(TEMPLATE_OWN & set(request.chat_template_kwargs or {})):
+    if taken := sorted(template_own() & set(request.chat_template_kwargs or {})):
         raise APIError(400, f"{taken[0]} is the server's to set in the chat template", "invalid_value",
                        f"chat_template_kwargs.{taken[0]}")
     tools = template_tools(request, tokenizer)

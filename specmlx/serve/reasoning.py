@@ -28,7 +28,9 @@ class ReasoningReader:
     def __init__(self, start: str, end: str, thinking: bool = False) -> None:
         self.start, self.end, self.thinking = start, end, thinking
         self._held = ""  # text not yet handed out: a possible marker's start, or white space before the end
-        self._fresh = True  # nothing handed out since the answer began or a marker passed: white space is the syntax's
+        # Nothing handed out since a marker (or the answer's start inside the block): white space is the
+        # syntax's. An answer that begins outside keeps its own (the indentation of the code it opens with).
+        self._fresh = thinking
 
     def feed(self, text: str) -> list[Union[str, Thought]]:
         """The pieces `text` completes: thoughts, and the answer's text, in order."""

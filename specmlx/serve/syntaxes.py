@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..grammar import LAID_OUT
+
 
 class CallSyntax(Protocol):
     """Around each call (`begin`, `end`: Lark expressions with the markers `{start}` and `{end}`),
@@ -53,8 +55,10 @@ class JsonCalls:
 CLOSE = "\n</parameter>\n"
 # A string parameter's text and the end of its parameter, in one lexeme: text up to the first
 # `\n</parameter>` and no further (a lexeme that stopped before it would be read greedily past it).
-UNCLOSED = "/(?s:.*)\\n<\\/parameter>(?s:.+)/"  # past its first close
-TEXT = "PARAMETER_TEXT: /(?s:.*)\\n<\\/parameter>/ & ~" + UNCLOSED
+# Nothing past its first close: the parser ends a value at the first `</parameter>`, and the call reader a call
+# at the first `</tool_call>`, wherever they stand.
+CLOSED_ONCE = "~/(?s:.*)<\\/parameter>(?s:.+)/ & ~/(?s:.*)<\\/tool_call>(?s:.*)/"
+TEXT = "PARAMETER_TEXT: /(?s:.*)\\n<\\/parameter>/ & " + CLOSED_ONCE
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,10 @@ def value(sub: Any, schema: dict, at: str) -> tuple[str, list[str]]:
     if kind in ("integer", "number", "object", "array"):
         refers = "$ref" in json.dumps(sub) and "$defs" in schema
         defs = {"$defs": schema["$defs"]} if refers else {}  # what its references point at
-        return "%json " + json.dumps(sub | defs) + " " + literal(CLOSE), []
+        return "%json " + json.dumps(sub | defs | {"x-guidance": dict(LAID_OUT)}) + " " + literal(CLOSE), []
     if kind == "string" and isinstance(sub.get("maxLength"), int):  # its length held as the schema holds it
         name = f"PARAMETER_TEXT_{at}"
-        return f'{name} "\\n"', [f"{name}: /(?s:.{{0,{sub['maxLength']}}})\\n<\\/parameter>/ & ~{UNCLOSED}"]
+        return f'{name} "\\n"', [f"{name}: /(?s:.{{0,{sub['maxLength']}}})\\n<\\/parameter>/ & {CLOSED_ONCE}"]
     return 'PARAMETER_TEXT "\\n"', []  # a string, or a value of no one type: the parser takes its text
 
 

@@ -59,6 +59,7 @@ def test_the_split_is_the_same_in_any_pieces(step):
     answer = "\nLet me see: 2 + 2.\n</think>\n\nIt is 4. <think>Check.</think> Yes."
     assert read(answer, True, step) == [Thought("Let me see: 2 + 2."), "It is 4. ", Thought("Check."), "Yes."]
     assert read("<think>\nhm</think>\n\nok", False, step) == [Thought("hm"), "ok"]
+    assert read("    return x", False, step) == ["    return x"]  # an answer outside the block keeps its own
 
 
 @pytest.mark.parametrize("step", [1, 4, 1000])
@@ -192,6 +193,9 @@ def test_the_templates_switch_turns_thinking_off(url, raw):
                          json=asked | {"chat_template_kwargs": {"add_generation_prompt": False}})
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "chat_template_kwargs.add_generation_prompt"
+    padded = httpx.post(url + "/v1/chat/completions", timeout=30,  # past the template, into the encoding
+                        json=asked | {"chat_template_kwargs": {"padding": "max_length", "max_length": 10 ** 9}})
+    assert padded.status_code == 400 and padded.json()["error"]["param"] == "chat_template_kwargs.max_length"
 
 
 def test_anthropic_thinking_blocks_only_where_the_request_enables_thinking(url, raw):

@@ -84,7 +84,9 @@ def test_the_calls_the_template_writes_are_taken_and_read_back_as_written(qwen35
     {"path": "a", "line": 3, "other": 1},  # a parameter the schema does not have
     {"path": "a", "line": 3, "dry": "yes"},  # not a boolean
     {"path": "a" * 13, "line": 3},  # past its maxLength
-    {"path": "a", "line": 3, "note": "x\n</parameter>\nzz"},  # the parser would end it at its first close
+    {"path": "a", "line": 3, "note": "x\n</parameter>\nzz"},  # the parser would end it at its first close,
+    {"path": "a", "line": 3, "note": "x</parameter>y"},  # wherever that stands,
+    {"path": "a", "line": 3, "note": "x</tool_call>y"},  # and the call reader the call at its end marker
 ])
 def test_arguments_off_the_schema_are_not(qwen35, arguments):
     assert not accepts(forced_calls(request("required"), qwen35), qwen35, written(qwen35, "edit", arguments))

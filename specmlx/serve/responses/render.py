@@ -71,9 +71,15 @@ def call_item(call: Call) -> dict:
 
 
 def output_of(pieces: Sequence[Piece], status: str) -> list[dict]:
-    """A whole answer's pieces as output items."""
-    return [call_item(p) if isinstance(p, Call) else reasoning_item(new_id(REASONING_ID), p.text, status)
-            if isinstance(p, Thought) else message_item(new_id(MESSAGE_ID), p, status) for p in pieces]
+    """A whole answer's pieces as output items; only the last can be incomplete, as a stream closes them."""
+    def item(piece: Piece, last: bool) -> dict:
+        done = status if last else "completed"
+        if isinstance(piece, Call):
+            return call_item(piece)
+        if isinstance(piece, Thought):
+            return reasoning_item(new_id(REASONING_ID), piece.text, done)
+        return message_item(new_id(MESSAGE_ID), piece, done)
+    return [item(p, i == len(pieces) - 1) for i, p in enumerate(pieces)]
 
 
 class Output:
