@@ -16,20 +16,24 @@ LARK = 'start: "{" item ("," item)* "}"\nitem: "a" | "b" | "ab"'
 
 
 class ToyTokenizer:
-    """What llguidance needs of a tokenizer: its tokens' bytes, its end token, and a tokenization."""
+    """What llguidance needs of a tokenizer: its tokens' bytes, its end token (the last), and a tokenization."""
 
-    eos_token_id, bos_token_id, special_token_ids, tokens = EOS, None, [EOS], TOKENS
+    bos_token_id = None
+
+    def __init__(self, tokens: list[bytes] = TOKENS) -> None:
+        self.tokens, self.eos_token_id = tokens, len(tokens) - 1
+        self.special_token_ids = [self.eos_token_id]
 
     def __call__(self, text: bytes | str) -> list[int]:
         text = text if isinstance(text, bytes) else text.encode()
         out, at = [], 0
         while at < len(text):
-            token = max((t for t in range(EOS) if text.startswith(TOKENS[t], at)), key=lambda t: len(TOKENS[t]),
-                        default=None)
+            token = max((t for t in range(self.eos_token_id) if text.startswith(self.tokens[t], at)),
+                        key=lambda t: len(self.tokens[t]), default=None)
             if token is None:
                 raise ValueError(f"no token for {text[at:]!r}")
             out.append(token)
-            at += len(TOKENS[token])
+            at += len(self.tokens[token])
         return out
 
 

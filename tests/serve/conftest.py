@@ -4,10 +4,12 @@ And a tiny target with fill-in-the-middle tokens, for FIM requests and their ben
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import deque
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import mlx.core as mx
@@ -42,14 +44,23 @@ def served_dirs(model_dirs, target_args, tmp_path_factory) -> dict[str, Path]:
     return {**model_dirs, "mtp": root / "mtp"}
 
 
+@contextlib.contextmanager
+def on_thread(target: str, specs: list) -> Iterator[tuple]:
+    """A target and its drafters (`load_models`'s specs) loaded on an MLX thread of their own, as `start`
+    takes them: (the thread, the target, the drafters by name); the thread is closed after."""
+    mlx = MLXThread()
+    try:
+        loaded = mlx.call(load_models, target, specs)
+        yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
+    finally:
+        mlx.close()
+
+
 @pytest.fixture(scope="session")
 def loaded(served_dirs):
     """The target and every drafter, loaded on one MLX thread that the servers below share."""
-    mlx = MLXThread()
-    specs = [str(served_dirs["drafter"]), str(served_dirs["mtp"]), NGRAM, NONE]
-    loaded = mlx.call(load_models, str(served_dirs["target"]), specs)
-    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
-    mlx.close()
+    with on_thread(str(served_dirs["target"]), [str(served_dirs["drafter"]), str(served_dirs["mtp"]), NGRAM, NONE]) as held:
+        yield held
 
 
 def start(loaded, *, slots: int = 2, max_queue: int = 32, api_key: str | tuple[str, ...] = (),

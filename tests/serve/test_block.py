@@ -14,11 +14,9 @@ from specmlx.diskcache.fingerprint import fingerprint
 from specmlx.diskcache.keeper import Keeper
 from specmlx.diskcache.store import DiskCache
 from specmlx.drafters import NGRAM
-from specmlx.loading import load_models
-from specmlx.mlx_thread import MLXThread
 
 from .. import tiny_block, tiny_hybrid
-from .conftest import MODEL, start
+from .conftest import MODEL, on_thread, start
 from .test_hybrid import alone  # the target's own greedy answer, for any loaded (mlx, target, drafters)
 from .test_worker import CHAT
 
@@ -32,10 +30,8 @@ def served(tokenizer, vocab, tmp_path_factory):
     path = tiny_hybrid.save_qwen3_5(target, vocab, tokenizer, folder / MODEL)
     model, raw = tiny_block.tiny_dflash(vocab, seed=2)
     drafter = tiny_block.save_dflash(model, raw, folder / DFLASH)
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(path), [str(drafter), NGRAM])
-    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
-    mlx.close()
+    with on_thread(str(path), [str(drafter), NGRAM]) as held:
+        yield held
 
 
 SYSTEM = "You are a careful coding agent; read before you edit and test after. " * 12

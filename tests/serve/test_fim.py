@@ -8,8 +8,6 @@ import pytest
 
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import Engine, GenerationConfig
-from specmlx.loading import load_models
-from specmlx.mlx_thread import MLXThread
 from specmlx.serve.errors import APIError
 from specmlx.serve.fim import find_layout
 from specmlx.serve.openai.protocol import CompletionRequest
@@ -18,7 +16,7 @@ from specmlx.serve.prompts import HEAD_CHARS_PER_TOKEN, completion_prompt, infil
 from .conftest import FIM_PREFIX as PREFIX
 from .conftest import FIM_SUFFIX as SUFFIX
 from .conftest import FIM_TOKENS as TOKENS
-from .conftest import MODEL, start
+from .conftest import MODEL, on_thread, start
 from .test_prompts import Counting
 
 VOCAB = 151936  # Qwen2.5-Coder's embedding rows: what a token-id prompt is checked against
@@ -107,10 +105,8 @@ def test_a_prefix_and_suffix_past_the_window_are_refused_from_a_head_of_them(fim
 
 @pytest.fixture(scope="module")
 def fim_loaded(fim_dirs):
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(fim_dirs["target"]), [str(fim_dirs["drafter"]), NGRAM, NONE])
-    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
-    mlx.close()
+    with on_thread(str(fim_dirs["target"]), [str(fim_dirs["drafter"]), NGRAM, NONE]) as held:
+        yield held
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,12 @@ from specmlx.diskcache.fingerprint import fingerprint
 from specmlx.diskcache.keeper import Keeper
 from specmlx.diskcache.store import DiskCache
 from specmlx.drafters import NGRAM, NONE
-from specmlx.loading import load_models
-from specmlx.mlx_thread import MLXThread
 from specmlx.prompting import encode_chat
 from specmlx.recurrent import RENDERED_AGAIN
 
 from .. import tiny_hybrid
 from ..damage import damage_in_place
-from .conftest import MODEL, greedy, start
+from .conftest import MODEL, greedy, on_thread, start
 from .test_worker import CHAT, body
 
 DRAFTERS = ["mtp", "ngram", "none"]
@@ -35,10 +33,8 @@ def hybrid(tokenizer, vocab, tmp_path_factory):
     target = tiny_hybrid.tiny_qwen3_5(vocab, seed=1)
     mtp = tiny_hybrid.tiny_native_mtp(target, seed=2, guesses=True)
     path = tiny_hybrid.save_qwen3_5(target, vocab, tokenizer, tmp_path_factory.mktemp("hybrid") / MODEL, mtp=mtp)
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(path), ["mtp", NGRAM, NONE])
-    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
-    mlx.close()
+    with on_thread(str(path), ["mtp", NGRAM, NONE]) as held:
+        yield held
 
 
 def alone(hybrid, payload: dict) -> str:

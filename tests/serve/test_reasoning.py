@@ -14,14 +14,12 @@ import mlx.core as mx
 import pytest
 
 from specmlx.drafters import NGRAM, NONE
-from specmlx.loading import load_models
-from specmlx.mlx_thread import MLXThread
 from specmlx.prompting import encode_chat
 from specmlx.serve.calls import Thought
 from specmlx.serve.reasoning import ReasoningReader
 
 from .. import tiny
-from .conftest import MODEL, start
+from .conftest import MODEL, on_thread, start
 
 THINK = ["<think>", "</think>"]
 # Qwen3.5's own template (tests/templates/README.md says where from): thinking on opens the block in the
@@ -122,10 +120,8 @@ def thinking_loaded(tmp_path_factory):
     model.load_weights([("lm_head.weight", mx.where(row, LEAN * model.lm_head.weight, model.lm_head.weight))],
                        strict=False)
     path = tiny.save_model(model, args, tokenizer, tmp_path_factory.mktemp("thinking") / MODEL)
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(path), [NGRAM, NONE])
-    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
-    mlx.close()
+    with on_thread(str(path), [NGRAM, NONE]) as held:
+        yield held
 
 
 @pytest.fixture(scope="module")

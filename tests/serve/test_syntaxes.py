@@ -14,8 +14,6 @@ from mlx_lm.tool_parsers import qwen3_coder
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specmlx.drafters import ModelDrafter, NGRAM, NONE
-from specmlx.loading import load_models
-from specmlx.mlx_thread import MLXThread
 from specmlx.prompting import encode_chat
 from specmlx.serve.openai.protocol import ChatRequest, Tool
 from specmlx.serve.syntaxes import XmlCalls
@@ -23,7 +21,8 @@ from specmlx.serve.tools import call_grammar, forced_calls, template_tools
 
 from .. import tiny
 from ..test_engine_grammar import exact_constrained, plant_cut_drafts, pvalue, sampled
-from .conftest import MODEL, start
+from ..test_grammar import ToyTokenizer
+from .conftest import MODEL, on_thread, start
 from .test_tools import accepts
 
 TEMPLATE = (Path(__file__).parents[1] / "templates" / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
@@ -132,25 +131,7 @@ def test_anthropic_refuses_thinking_beside_a_forced_call_as_anthropic_does():
 
 XML_TOKENS = [b"<tool_call>\n<function=f>\n<parameter=a>\n", b"x", b"y", b"\n", b"</p",
               b"\n</parameter>\n</function>\n</tool_call>", b"z", b"<eos>"]
-XML_EOS = 7
-
-
-class XmlToyTokenizer:
-    """Eight tokens of an XML call to function `f` of one string parameter `a`, for llguidance."""
-
-    eos_token_id, bos_token_id, special_token_ids, tokens = XML_EOS, None, [XML_EOS], XML_TOKENS
-
-    def __call__(self, text: bytes | str) -> list[int]:
-        text = text if isinstance(text, bytes) else text.encode()
-        out, at = [], 0
-        while at < len(text):
-            token = max((t for t in range(XML_EOS) if text.startswith(XML_TOKENS[t], at)),
-                        key=lambda t: len(XML_TOKENS[t]), default=None)
-            if token is None:
-                raise ValueError(f"no token for {text[at:]!r}")
-            out.append(token)
-            at += len(XML_TOKENS[token])
-        return out
+XML_EOS = 7  # the last: the toy's end token
 
 
 class Markers:
@@ -167,7 +148,7 @@ class Markers:
 def xml_toy():
     args = tiny.qwen2_args(len(XML_TOKENS), layers=1)
     target = tiny.build(args, seed=7, sharpness=2.0)
-    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(XmlToyTokenizer()), n_vocab=len(XML_TOKENS))
+    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(ToyTokenizer(XML_TOKENS)), n_vocab=len(XML_TOKENS))
     tool = Tool.model_validate({"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}})
     lark = call_grammar(XmlCalls(), Markers(), [(0, tool)], one=True).text
@@ -195,12 +176,10 @@ def served(tmp_path_factory, qwen35):
     vocab = len(qwen35._tokenizer)
     args = tiny.qwen2_args(vocab)
     path = tiny.save_model(tiny.build(args, seed=0), args, qwen35._tokenizer, tmp_path_factory.mktemp("xml") / MODEL)
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(path), [NGRAM, NONE])
-    background, _ = start((mlx, loaded.target, {d.name: d for d in loaded.drafters}), max_tokens=256)
-    with background as url:
-        yield url, loaded.target
-    mlx.close()
+    with on_thread(str(path), [NGRAM, NONE]) as held:
+        background, _ = start(held, max_tokens=256)
+        with background as url:
+            yield url, held[1]
 
 
 def test_a_required_call_comes_back_as_a_call_streamed_or_whole(served):

@@ -14,8 +14,7 @@ import pytest
 from specmlx.drafters import NGRAM, NONE
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.events import Source, TokenEvent
-from specmlx.loading import load_models, load_tokenizer
-from specmlx.mlx_thread import MLXThread
+from specmlx.loading import load_tokenizer
 from specmlx.prompting import encode_chat
 from specmlx.serve.calls import Call, CallReader
 from specmlx.serve.errors import APIError
@@ -24,7 +23,7 @@ from specmlx.serve.openai.protocol import ChatRequest
 from specmlx.serve.tools import forced_calls, template_messages, template_tools
 from specmlx.stats import GenerationStats
 
-from .conftest import MODEL, start
+from .conftest import MODEL, on_thread, start
 
 CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}, "days": {"type": "integer",
                                                                                         "minimum": 1, "maximum": 9}},
@@ -256,10 +255,8 @@ def test_tools_and_their_calls_on_a_model_without_tool_calling_are_refused(token
 
 @pytest.fixture(scope="module")
 def tool_loaded(tool_dirs):
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(tool_dirs["target"]), [str(tool_dirs["drafter"]), NGRAM, NONE])
-    yield mlx, loaded.target, {d.name: d for d in loaded.drafters}
-    mlx.close()
+    with on_thread(str(tool_dirs["target"]), [str(tool_dirs["drafter"]), NGRAM, NONE]) as held:
+        yield held
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,9 @@ import httpx
 import pytest
 
 from specmlx.drafters import NGRAM, NONE
-from specmlx.loading import load_models
-from specmlx.mlx_thread import MLXThread
 
 from .. import tiny
-from .conftest import MODEL, start
+from .conftest import MODEL, on_thread, start
 
 openai = pytest.importorskip("openai")
 
@@ -27,12 +25,10 @@ USER = "word " * 10  # a prompt that leaves some room, filled before the tiny ta
 def window_server(tokenizer, target, target_args, tmp_path_factory):
     args = dataclasses.replace(target_args, max_position_embeddings=WINDOW)
     path = tiny.save_model(target, args, tokenizer, tmp_path_factory.mktemp("window") / MODEL)
-    mlx = MLXThread()
-    loaded = mlx.call(load_models, str(path), [NGRAM, NONE])
-    background, _ = start((mlx, loaded.target, {d.name: d for d in loaded.drafters}))
-    with background as url:
-        yield url
-    mlx.close()
+    with on_thread(str(path), [NGRAM, NONE]) as held:
+        background, _ = start(held)
+        with background as url:
+            yield url
 
 
 @pytest.fixture()
