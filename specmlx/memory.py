@@ -19,6 +19,7 @@ from .memory_state import state_bytes
 GB = 1 << 30
 MARGIN = 0.10  # activations and the runtime (and the KV of models `state_bytes` cannot read), a share of the weights
 MIN_MARGIN = 512 << 20
+FREE_SHARE = 0.9  # of the memory the OS has free, what a server's caches may take where no device says
 
 
 def size_text(nbytes: float) -> str:
@@ -48,6 +49,18 @@ def available_bytes() -> int:
         return int(info["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def memory_limit() -> int:
+    """The most a server's MLX arrays may hold in all, weights included: the device's recommended
+    working set where it reports one (Metal's), else what MLX holds now and `FREE_SHARE` of what the
+    OS has free (the rest is left to the runtime and the other programs)."""
+    import mlx.core as mx
+
+    recommended = mx.device_info().get("max_recommended_working_set_size")
+    if recommended:
+        return int(recommended)
+    return mx.get_active_memory() + int(available_bytes() * FREE_SHARE)
 
 
 def _bytes_per_weight(path: Path) -> int | None:

@@ -66,3 +66,14 @@ def test_a_hybrid_target_counts_its_state_and_its_mtp_layers(tmp_path):
                                           (1 << 20, "1 MB"), (2048, "2 KB"), (0, "0 B")])
 def test_a_size_reads_as_a_person_writes_it(nbytes, text):
     assert memory.size_text(nbytes) == text
+
+
+def test_a_servers_limit_is_the_devices_recommended_set_else_what_is_held_and_most_of_what_is_free(monkeypatch):
+    import mlx.core as mx
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10 * GB)
+    monkeypatch.setattr(mx, "get_active_memory", lambda: 3 * GB)
+    monkeypatch.setattr(mx, "device_info", lambda: {"device_name": "cpu"})
+    assert memory.memory_limit() == 3 * GB + int(10 * GB * memory.FREE_SHARE)
+    monkeypatch.setattr(mx, "device_info", lambda: {"max_recommended_working_set_size": 21 * GB})
+    assert memory.memory_limit() == 21 * GB

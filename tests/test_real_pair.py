@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 # The packaged bench prompts: shipped with the wheel, and left out of what the MTP heads train on.
 BENCH = packaged_prompts_path()
-NEW_TOKENS = 64
+NEW_TOKENS = 48  # 64 cost the slow suite about 6 minutes more for the same checks
 # The small preset's head measured 2.02 tokens per round on these prompts (on CI's held-out
 # set: 1.73 on three, 1.78 on all 16; 2.39 on held-out generated requests); a head trained
 # 160 steps on 50k tokens, 1.64 there. Plain decoding is 1.0.
@@ -61,8 +61,9 @@ def target_greedy(model, prompt: list[int], eos: set[int]) -> list[int]:
 def test_greedy_speculative_equals_the_targets_own_and_accepts_well(pair):
     target, drafter = pair
     engine = Engine(target.model, drafter, target.tokenizer)
-    # Two code prompts (the automatic length's test below reuses their references) and an edit.
-    rows = bench_prompts("code")[:2] + bench_prompts("edit")[:1]
+    # Two code prompts: the automatic length's test below reuses their references. An edit's
+    # exactness is checked with its prediction below.
+    rows = bench_prompts("code")[:2]
     code_tokens = code_rounds = 0
     for row in rows:
         prompt = chat(target.tokenizer, row.prompt)
@@ -118,6 +119,7 @@ def test_the_bundled_mtp_head_drafts_exactly_and_is_accepted(pair):
         assert [e.token for e in generation.token_events()] == target_greedy(target.model, prompt, eos), row.id
         tokens += generation.stats.generation_tokens
         rounds += generation.stats.rounds
+    print(f"the bundled head: {tokens / rounds:.2f} tokens per round")
     assert tokens / rounds >= 1.1  # the head's drafts are accepted, not just checked
 
 

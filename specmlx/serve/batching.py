@@ -1,7 +1,8 @@
 """Many requests at once: the worker's continuous batch (the `Runner` for one process).
 
 Tickets wait in arrival order; between rounds, as many as the batch has
-room for (`max_batch`, and a free slot each) are admitted: each takes the
+room for (`max_batch`, a free slot each, and the memory their whole context needs:
+`admission.py`) are admitted: each takes the
 slot whose conversation it continues (so its prefill starts from that
 slot's cached prefix), is prefilled there, and joins the running batch.
 Each round then serves every member (`specmlx.batch`); a member leaves when
@@ -25,9 +26,14 @@ from ..batch import Batch, Member
 from ..batch.round import RowFailure
 from ..cache import make_cache
 from ..mlx_thread import MLXThread
+from .admission import Ask
+from .errors import APIError
 from .ledger import Ledger, Ticket
-from .jobs import Admitted, Done
+from .jobs import Admitted, Done, Job
 from .slots import Slot, Slots
+
+
+WAIT = object()  # a ticket's claim on memory that the running requests hold: it waits for them
 
 
 @dataclass
@@ -40,6 +46,8 @@ class Running:
     cached: int
     queue_s: float
     started: float
+    reach: int  # the positions its context may reach (`admission.Ask`)
+    memory_bound: bool  # its max_tokens was cut to what memory holds
 
 
 class Batched:
@@ -73,19 +81,34 @@ class Batched:
 
     def _admit(self) -> None:
         while self.pending and not self.batch.full and self.slots.free():
+            ticket = self.pending[0]
+            claim = None if ticket.cancelled else self._claim(ticket)
+            if claim is WAIT:  # the running requests hold the memory its context needs: it waits, first in line
+                return
             with self._lock:
-                ticket = self.pending.popleft()
+                self.pending.popleft()
             self.ledger.dequeued()
             if ticket.cancelled:  # its client left, or the server is stopping: then it is told so
                 self.ledger.end(ticket, perf_counter())
-                continue
-            self._join(ticket)
+            elif isinstance(claim, APIError):
+                self.ledger.fail(ticket, perf_counter(), claim)
+            else:
+                self._join(ticket, *claim)
 
-    def _join(self, ticket: Ticket) -> None:
-        job, started = ticket.job, perf_counter()
+    def _claim(self, ticket: Ticket) -> tuple[Job, int] | APIError | object:
+        """The ticket's job as memory admits it beside the running rows, with the bytes its slot must
+        find (`Slots.admit`); `WAIT` while they hold what it needs; the refusal of a prompt too long."""
+        try:
+            claim = self.slots.admit(ticket.job, [r.reach for r in self.running.values()], self.batch.cache.nbytes)
+        except APIError as err:
+            return err
+        return WAIT if claim is None else claim
+
+    def _join(self, ticket: Ticket, job: Job, need: int) -> None:
+        started = perf_counter()
         slot = None
         try:
-            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable)
+            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, need)
             cached = slot.engine.reusable(job.prompt)
             member = Member(slot.engine, job.prompt, job.config)
             self.batch.add(member)
@@ -95,7 +118,8 @@ class Batched:
                 self.slots.release(slot, broken=True)
             self.ledger.fail(ticket, started, err)
             return
-        self.running[id(member)] = Running(ticket, member, slot, cached, started - ticket.submitted, started)
+        self.running[id(member)] = Running(ticket, member, slot, cached, started - ticket.submitted, started,
+                                           Ask(len(job.prompt), job.config.max_tokens).reach, job is not ticket.job)
 
     def _round(self) -> None:
         try:
@@ -125,6 +149,6 @@ class Batched:
             self.ledger.fail(run.ticket, run.started, failed)
             return
         self.ledger.end(run.ticket, run.started, Done(run.member.stats, run.member.tail, run.cached, run.queue_s,
-                                                      run.slot.from_disk))
+                                                      run.slot.from_disk, run.memory_bound))
         self.slots.keep()  # once the answer is sent
         self.slots.trim(extra_bytes=self.batch.cache.nbytes)

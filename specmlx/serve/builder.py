@@ -47,18 +47,21 @@ class Built:
 def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
           policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
           access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
-          mirror: Mirror = NO_MIRROR, max_batch: int = MAX_BATCH, disk: Keeper | None = None) -> Built:
+          mirror: Mirror = NO_MIRROR, max_batch: int = MAX_BATCH, disk: Keeper | None = None,
+          memory_bytes: int | None = None) -> Built:
     """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
     holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
     default; `policy`, `sampling` and `max_tokens` are what a request leaves unset. `mirror`: who
     else keeps the slots and runs each job (a sharded target's other ranks; none by default).
     `max_batch`: requests decoded at once (one at a time with a mirror); each needs a slot, so
     the default slot count is at least that. `disk`: the prompt cache on disk (None: off); the
-    worker closes it."""
+    worker closes it. `memory_bytes`: the most MLX may hold, weights included; a request is
+    admitted only when its whole context fits (`admission.py`; None: unchecked)."""
     named = {d.name: d for d in drafters}
     if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
         slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes), max_batch)
-    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror, disk=disk)
+    pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror, disk=disk,
+                    memory_limit=memory_bytes)
     worker = Worker(pool, max_queue, mlx, max_batch=max_batch)
     defaults = Defaults(target.name, drafters[0].name, policy, sampling, max_tokens)
     app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from mlx_lm.generate import maybe_set_recommended_wired_limit
+
 from ..cli import run_cli
 from ..diskcache.fingerprint import fingerprint
 from ..diskcache.keeper import DEFAULT_GB as DISK_CACHE_GB, Keeper, open_store
@@ -35,7 +37,7 @@ from ..drafters import MTP, NGRAM, NONE, SUFFIX
 from ..config import GenerationConfig
 from ..errors import SpecmlxError
 from ..loading import load_models, ships_mtp
-from ..memory import GB, size_text
+from ..memory import FREE_SHARE, GB, memory_limit, size_text
 from ..mlx_thread import MLXThread, closed_on_error
 from ..paths import CACHE_DIR_ENV
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
@@ -78,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{MIN_SLOTS} to {MAX_SLOTS}, and at least --max-batch)")
     p.add_argument("--cache-gb", type=float, default=4.0, help="most memory the kept caches may hold: KV caches, "
                    "and the target's hidden states an MTP-style drafter keeps (default 4)")
+    p.add_argument("--memory-gb", type=float, default=None, help="most memory the model and every request's "
+                   "context may hold; a request whose context cannot fit waits for others, or has its answer cut "
+                   "to fit, and a prompt too long for it is refused (default: the GPU's recommended working set, "
+                   f"else what the model holds and {FREE_SHARE:.0%} of the memory free at start)")
     p.add_argument("--disk-cache-gb", type=float, default=DISK_CACHE_GB, help="most disk the prompt cache may "
                    "hold: kept prompts' caches, restored by a later request and after a restart; least recently "
                    f"used go first; in ${CACHE_DIR_ENV} or the user cache folder (default {DISK_CACHE_GB:g})")
@@ -168,16 +174,18 @@ def serve(args: argparse.Namespace) -> int:
         # Opened before minutes of loading: a folder it cannot use is one line now.
         store = None if args.no_disk_cache or args.distributed else disk_store(args)
         with closed_on_error(MLXThread()) as mlx:  # with ranks, every collective of rank 0 runs on it, in order
+            mlx.call(maybe_set_recommended_wired_limit)  # on Metal, as mlx_lm.server does: the weights stay wired
             loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
             mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy,
                      loaded.peers.one_process, say)
             lockstep = lockstep_of(loaded.peers)
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
             disk = None if store is None else Keeper(store, fingerprint(loaded.target.path))
+            memory = int(args.memory_gb * GB) if args.memory_gb else mlx.call(memory_limit)
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                          mirror=mirror, max_batch=args.max_batch, disk=disk)
+                          mirror=mirror, max_batch=args.max_batch, disk=disk, memory_bytes=memory)
         return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
 
 
@@ -211,6 +219,9 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
               f"{size_text(disk.store.cap_bytes)} held)", file=sys.stderr)
     elif args.distributed and not args.no_disk_cache:
         print("note: the prompt cache on disk is off with --distributed", file=sys.stderr)
+    limit = worker.slots.memory_limit
+    if limit is not None:
+        print(f"memory: {size_text(limit)} for the model and the requests' contexts (--memory-gb)", file=sys.stderr)
     print(f"try: {curl_line(base, target.name, bool(keys))}", file=sys.stderr)
     server = Server(built.app, worker, args.log_level)
     worker.on_lost = server.stop  # a sharded target that lost a rank cannot answer again

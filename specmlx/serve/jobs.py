@@ -48,6 +48,7 @@ class Done:
     cached_tokens: int
     queue_s: float
     disk_tokens: int = 0  # of `cached_tokens`, how many the prompt cache on disk held
+    memory_bound: bool = False  # its max_tokens was cut to what memory holds (`admission.py`)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ class Ticket:
 def failure(err: BaseException) -> APIError:
     """What a client is told of a generation that raised `err`: a bad input is its own (400), anything
     else a bug (500), whose traceback goes to the log file, never the terminal."""
+    if isinstance(err, APIError):  # refused as it was admitted (`admission.py`): told as it is
+        return err
     if isinstance(err, SpecmlxError):  # checked before queueing, so rare: still the client's input
         return APIError(400, str(err), "invalid_request")
     user_error(err, "a generation failed")

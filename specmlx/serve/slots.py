@@ -41,8 +41,8 @@ a client read another's prompt a token at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -54,6 +54,8 @@ from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
+from .admission import Ask, Footprint, admit
+from .jobs import Job
 from .mirror import NO_MIRROR, Mirror
 
 # A shared start at least this long is copied into the slot a diverging request takes, not prefilled.
@@ -96,7 +98,9 @@ class Slots:
     mirror: Mirror = NO_MIRROR  # who else holds these slots (a sharded target's other ranks)
     autos: AutoDrafts = field(default_factory=AutoDrafts)  # the automatic draft lengths, shared by every slot
     disk: Keeper | None = None  # the prompt cache on disk (None: off)
+    memory_limit: int | None = None  # the most MLX may hold in all, weights included (None: unchecked)
     _slots: list[Slot] = field(default_factory=list)
+    _footprints: dict[str, Footprint] = field(default_factory=dict)
     _clock: int = 0
 
     def __post_init__(self) -> None:
@@ -119,11 +123,39 @@ class Slots:
         """Whether a slot is free for another request (requests run at once in a batch)."""
         return any(not s.busy for s in self._slots)
 
-    def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None, shareable: int | None = None) -> Slot:
+    def footprint(self, drafter: str) -> Footprint:
+        """What a row of context costs beside the weights when `drafter` drafts it (from shapes, once)."""
+        if drafter not in self._footprints:
+            per_token = kv_bytes_per_token(self.target) + self.drafters[drafter].bytes_per_token(self.target)
+            self._footprints[drafter] = Footprint(per_token, 2 * recurrent_bytes(self.target))
+        return self._footprints[drafter]
+
+    def admit(self, job: Job, running: Sequence[int] = (), batch_bytes: int = 0) -> tuple[Job, int] | None:
+        """`job` as it may run beside rows reaching `running` positions, whose batch cache holds
+        `batch_bytes` (`admission.admit`): whole or its answer cut, with the bytes its slot must find
+        (`take`'s `need`); None to wait for the running ones. Raises `APIError` for a prompt that
+        cannot fit. Everything is admitted whole without a `memory_limit`."""
+        if self.memory_limit is None:
+            return job, 0
+        footprint = self.footprint(job.drafter)
+        idle = sum(s.held_bytes() for s in self._slots if not s.busy)  # an idle slot is emptied when its room is needed
+        free = self.memory_limit - (mx.get_active_memory() - batch_bytes - idle)
+        ask = Ask(len(job.prompt), job.config.max_tokens)
+        max_tokens = admit(ask, running, footprint, free, self.memory_limit - free, self.memory_limit)
+        if max_tokens is None:
+            return None
+        if max_tokens < job.config.max_tokens:
+            job = replace(job, config=replace(job.config, max_tokens=max_tokens))
+        rows = footprint.rows([*running, Ask(ask.prompt, max_tokens).reach])
+        return job, rows - batch_bytes
+
+    def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None, shareable: int | None = None,
+             need: int = 0) -> Slot:
         """The slot for `owner`'s `prompt`, drafting with `drafter`, among the free ones: the one of
         its own whose conversation it continues, else an empty one, else the one cheapest to lose
         (see above), holding the start it shares with another conversation of its owner's. It is
-        busy until `release`d."""
+        busy until `release`d. Idle slots are emptied, least recently used first, until `need`
+        more bytes than it holds fit the memory limit (`admit`)."""
         own = [(common_prefix_len(s.engine.context, prompt), s) for s in self._slots
                if s.owner == owner and s.engine.context and not s.busy]
         shared, best = max(own, key=lambda o: (_continues(o[1], o[0]), o[0], o[1].used), default=(0, None))
@@ -141,6 +173,7 @@ class Slots:
         for instance in best.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
             tell_owner(instance, owner)
         best.engine.use(best.drafters[drafter])
+        self._make_room(need - best.held_bytes(), keep=(best, source))
         if source is not None and best is not source and shared > best.engine.reusable(prompt):
             copied = best.engine.adopt(source.engine, shared)
             if copied:
@@ -176,6 +209,20 @@ class Slots:
                 slot.unkept = False
                 self.disk.keep(slot.engine, slot.owner, slot.asked, slot.shareable)
 
+    def _make_room(self, need: int, keep: Sequence[Slot | None]) -> None:
+        """Empty idle slots but `keep` until `need` more bytes than MLX holds fit the memory limit."""
+        if self.memory_limit is not None:
+            self._empty_idle(lambda: mx.get_active_memory() + need > self.memory_limit, keep)
+
+    def _empty_idle(self, over: Callable[[], bool], keep: Sequence[Slot | None]) -> None:
+        """Empty idle slots but `keep`, what is not live first, oldest first, while `over()`."""
+        while over():
+            idle = [s for s in self._slots if s not in keep and not s.busy and s.held_bytes()]
+            if not idle:
+                return
+            self._empty(min(idle, key=lambda s: (self._live(s), s.used)))
+            mx.clear_cache()
+
     def _live(self, slot: Slot) -> bool:
         """A conversation (continued at least once) used within the last `LIVE_FOR` × `count` requests."""
         return slot.turns > 1 and self._clock - slot.used < LIVE_FOR * len(self._slots)
@@ -191,12 +238,7 @@ class Slots:
     def trim(self, keep: Slot | None = None, extra_bytes: int = 0) -> None:
         """Empty the least recently used free slots until the caches, and `extra_bytes` (a running
         batch's cache, which holds its requests' target rows), fit `max_bytes`."""
-        while sum(s.held_bytes() for s in self._slots) + extra_bytes > self.max_bytes:
-            idle = [s for s in self._slots if s is not keep and not s.busy and s.held_bytes()]
-            if not idle:
-                return
-            self._empty(min(idle, key=lambda s: (self._live(s), s.used)))  # what is not live first, oldest first
-            mx.clear_cache()
+        self._empty_idle(lambda: sum(s.held_bytes() for s in self._slots) + extra_bytes > self.max_bytes, (keep,))
 
     def index(self, slot: Slot) -> int:
         return self._slots.index(slot)

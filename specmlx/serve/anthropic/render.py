@@ -34,9 +34,9 @@ STOP_REASONS = {"eos": "end_turn", "stop": "stop_sequence", "length": "max_token
 def stop_reason(said: Said, done: Done, window_bound: bool = False) -> str | None:
     """Anthropic's stop reason; `tool_use` for an answer that made calls and ended of its own accord
     (its end token or a stop sequence), not one max_tokens cut; `model_context_window_exceeded` for one
-    the window cut before the max_tokens asked (`serving.within_window`)."""
+    the window (`serving.within_window`) or memory (`admission.py`) cut before the max_tokens asked."""
     reason = done.stats.finish_reason
-    if reason == "length" and window_bound:
+    if reason == "length" and (window_bound or done.memory_bound):
         return "model_context_window_exceeded"
     return "tool_use" if made_calls(said, done) else STOP_REASONS.get(reason)
 
