@@ -95,6 +95,8 @@ class SpecApp(App[int]):
                 ("Settings", "Temperature, top-p, draft tokens, drafter (ctrl+s)", screen.action_settings),
                 ("Toggle token highlighting", "Accepted drafts vs target tokens (ctrl+t)", screen.action_toggle_highlight),
                 ("Toggle Markdown", "Render finished answers as Markdown (ctrl+r)", screen.action_toggle_markdown),
+                ("Toggle thinking", "Show a thinking model's reasoning, or fold it to a line (ctrl+g)",
+                 screen.action_toggle_thinking),
                 ("Measure plain decoding", "The last answer's prompt with no drafter, for its speedup (ctrl+b)",
                  screen.action_baseline),
             ]:

@@ -26,6 +26,7 @@ from specmlx.stats import GenerationStats
 
 from .drafters import DrafterSet, Loader
 from .settings import ChatSettings
+from .thinking import Thinking, thinking_of
 
 # Without a chat template the conversation is a plain transcript, cut at the next turn.
 PLAIN_STOP = ("\nUser:",)
@@ -48,6 +49,7 @@ class Started:
     drafter: str  # the drafter's name
     config: GenerationConfig
     dropped: int = 0
+    thinking: Thinking | None = None  # a thinking model's markers, and whether the prompt opened the block
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,11 @@ class Session:
     def default_drafter(self) -> str:
         """The drafter the models were loaded with."""
         return self.drafters.default
+
+    @property
+    def thinking(self) -> Thinking | None:
+        """The model's think markers, if it thinks (a reopened answer is split by its text alone)."""
+        return thinking_of(self.engine.tokenizer)
 
     @property
     def has_chat_template(self) -> bool:
@@ -179,7 +186,7 @@ class Session:
             self.history.pop()
             raise
         reused = self.engine.reusable(prompt)
-        yield Started(len(prompt), reused, choice, config, dropped)
+        yield Started(len(prompt), reused, choice, config, dropped, thinking_of(self.engine.tokenizer, prompt))
         emitted: list[str] = []
         try:
             first = None

@@ -54,12 +54,14 @@ class ChatScreen(Screen):
         Binding("ctrl+s", "settings", "Settings"),
         Binding("ctrl+t", "toggle_highlight", "Highlight"),
         Binding("ctrl+r", "toggle_markdown", "Markdown"),
+        Binding("ctrl+g", "toggle_thinking", "Thinking"),
         Binding("ctrl+b", "baseline", "Baseline"),
     ]
 
     busy: reactive[str] = reactive("")  # "", "answering", "measuring", "opening" or "stopping"
     highlight: reactive[bool] = reactive(True)
     markdown: reactive[bool] = reactive(False)
+    show_thinking: reactive[bool] = reactive(False)  # a thinking model's reasoning unfolded (ctrl+g)
 
     class AnswerUpdate(Message):
         bubble = False  # handled by this screen alone
@@ -151,7 +153,7 @@ class ChatScreen(Screen):
         drafter = self.chat.settings.active_drafter
         if not self.chat.session.drafters.is_loaded(drafter):
             self._add(Note(f"loading drafter {drafter_label(drafter)} for its first use…"))
-        self._answer = AnswerView(highlight=self.highlight, markdown=self.markdown)
+        self._answer = AnswerView(highlight=self.highlight, markdown=self.markdown, show_thinking=self.show_thinking)
         self._add(self._answer)
         self._tally = Tally()
         self._stop.clear()
@@ -174,6 +176,7 @@ class ChatScreen(Screen):
             self._warn_unsaved(update.error)
             return
         if isinstance(update, Started):
+            answer.think(update.thinking)
             self.figures = started_figures(update)
             note = self._window_note(update)
             if note:
@@ -257,6 +260,13 @@ class ChatScreen(Screen):
         for widget in self.query(AnswerView):
             widget.markdown = value
 
+    def action_toggle_thinking(self) -> None:
+        self.show_thinking = not self.show_thinking
+
+    def watch_show_thinking(self, value: bool) -> None:
+        for widget in self.query(AnswerView):
+            widget.show_thinking = value
+
     def action_baseline(self) -> None:
         """Measure plain decoding (no drafter) on the last answer's prompt, for that answer's speedup."""
         if self.busy:
@@ -325,8 +335,9 @@ class ChatScreen(Screen):
                 if not seen:
                     widgets.append(Note("not answered: the model does not see this message"))
                 continue
-            widgets.append(AnswerView(message.events, message.tail, finished=True,
-                                      highlight=self.highlight, markdown=self.markdown))
+            widgets.append(AnswerView(message.events, message.tail, finished=True, highlight=self.highlight,
+                                      markdown=self.markdown, thinking=self.chat.session.thinking,
+                                      show_thinking=self.show_thinking))
             if not message.finished:
                 widgets.append(Note("interrupted: the answer up to here was saved"))
             elif message.stats is not None and message.stats.finish_reason == "cancelled":

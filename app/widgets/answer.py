@@ -1,8 +1,11 @@
-"""An assistant answer, each token styled by who wrote it, as the engine reported it."""
+"""An assistant answer, each token styled by who wrote it, as the engine reported it; a thinking
+model's reasoning apart above it, dimmed, folded to one line unless shown (ctrl+g)."""
 
 from __future__ import annotations
 
 from typing import Iterable, Mapping
+
+from rich.console import Group, RenderableType
 
 from rich.style import Style
 from rich.control import strip_control_codes
@@ -12,6 +15,7 @@ from textual.widgets import Static
 
 from specmlx.events import Source, TokenEvent
 
+from ..thinking import Thinking, split_thought
 from .markdown import render_markdown
 
 # One component class per source, so the stylesheet decides which look alike.
@@ -46,13 +50,17 @@ class AnswerView(Static):
     COMPONENT_CLASSES = set(SOURCE_CLASSES.values())
     highlight: reactive[bool] = reactive(True)
     markdown: reactive[bool] = reactive(False)
+    show_thinking: reactive[bool] = reactive(False)
     _ready = False  # set on mount: component styles exist only then
 
     def __init__(
         self, events: Iterable[TokenEvent] = (), tail: str = "", finished: bool = False,
-        highlight: bool = True, markdown: bool = False, **kwargs,
+        highlight: bool = True, markdown: bool = False, thinking: Thinking | None = None,
+        show_thinking: bool = False, **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        self.thinking = thinking
+        self.set_reactive(AnswerView.show_thinking, show_thinking)
         self.set_reactive(AnswerView.highlight, highlight)
         self.set_reactive(AnswerView.markdown, markdown)
         self.events: list[TokenEvent] = list(events)
@@ -91,15 +99,42 @@ class AnswerView(Static):
     def watch_markdown(self) -> None:
         self._redraw()
 
+    def watch_show_thinking(self) -> None:
+        self._redraw()
+
+    def think(self, thinking: Thinking | None) -> None:
+        """The model's markers, once its answer's prompt is known."""
+        self.thinking = thinking
+        self._redraw()
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._redraw()  # a theme change recolours the token styles
 
     def _redraw(self) -> None:
-        if not self._ready:  # styles are known once mounted
-            return
+        if self._ready:  # styles are known once mounted
+            self.update(self.shown())
+
+    def shown(self) -> RenderableType:
+        """What the view shows: the answer (as Markdown once finished, if asked), below its reasoning."""
+        styles = self.token_styles() if self.highlight else None
+        whole = styled_text(self.events, self.tail, styles)
+        parts = split_thought(whole.plain, self.thinking)
+        answer = whole if parts is None else whole[parts[1]]
         if self.markdown and self.finished:
-            styles = self.token_styles() if self.highlight else None
-            self.update(render_markdown(styled_text(self.events, self.tail, styles), self.highlight))
+            shown = render_markdown(answer, self.highlight)
         else:
-            self.update(self.styled_text())
+            shown = answer
+        return shown if parts is None else Group(self._thought(whole[parts[0]], parts[0]), shown)
+
+    def _thought(self, thought: Text, where: slice) -> Text:
+        """The reasoning, dimmed under its header, or the header alone, folded."""
+        tokens, at = 0, 0
+        for event in self.events:  # the tokens that wrote some of it
+            end = at + len(strip_control_codes(event.text))
+            tokens += at < where.stop and end > where.start
+            at = end
+        if not self.show_thinking:
+            return Text(f"▸ Thinking ({tokens} tokens; ctrl+g shows it)", style="dim italic")
+        thought.stylize("dim")
+        return Text.assemble(Text("▾ Thinking\n", style="dim italic"), thought, "\n")

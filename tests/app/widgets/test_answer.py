@@ -54,3 +54,35 @@ def test_the_view_uses_the_stylesheet_and_toggles():
             await pilot.pause()
             assert view.styled_text().spans == []
     run(scenario)
+
+
+THOUGHT = [  # Qwen3.5's answer: its template opened the think block in the prompt
+    TokenEvent(1, "Let", Source.DRAFT), TokenEvent(2, " me plan", Source.TARGET), TokenEvent(3, "\n</think>", Source.DRAFT),
+    TokenEvent(4, "\n\n", Source.DRAFT), TokenEvent(5, "Hi", Source.DRAFT), TokenEvent(6, " there", Source.CORRECTED),
+]
+
+
+def test_a_thinking_models_reasoning_is_folded_to_a_line_or_shown_dimmed_with_its_drafts_highlighted():
+    from rich.console import Group
+
+    from app.thinking import Thinking
+
+    async def scenario():
+        view = AnswerView(THOUGHT, finished=True, thinking=Thinking("<think>", "</think>", inside=True))
+        async with Host(view).run_test() as pilot:
+            draft = view.get_component_rich_style(SOURCE_CLASSES[Source.DRAFT])
+            folded = view.shown()
+            assert isinstance(folded, Group)
+            header, answer = folded.renderables
+            assert header.plain == "▸ Thinking (2 tokens; ctrl+g shows it)"
+            assert answer.plain == "Hi there" and answer.spans[0].style == draft  # the answer alone, highlighted
+            view.show_thinking = True
+            await pilot.pause()
+            thought, answer = view.shown().renderables
+            assert thought.plain == "▾ Thinking\nLet me plan\n" and answer.plain == "Hi there"
+            let = [s for s in thought.spans if thought.plain[s.start:s.end] == "Let"]
+            assert let and all(s.style == draft for s in let)  # still highlighted, and dimmed over all
+            assert any(s.style == "dim" and s.start <= thought.plain.index("Let") < s.end for s in thought.spans)
+            view.think(None)  # a model that does not think: its text is the answer's, markers and all
+            assert view.shown().plain.startswith("Let me plan\n</think>")
+    run(scenario)
