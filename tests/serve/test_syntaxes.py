@@ -1,5 +1,5 @@
-"""Calls forced in Qwen3-Coder's XML syntax (Qwen3.5's and Qwen3.6's): the grammar takes the calls the
-model's own template writes and mlx-lm's parser reads back, with arguments valid against the schema,
+"""Calls forced in Qwen3-Coder's XML syntax (Qwen3.5's and Qwen3.6's, and Qwen3-Coder's own template's): the
+grammar takes the calls each template writes and mlx-lm's parser reads back, with arguments valid against the schema,
 and nothing else; above temperature 0 the answer is the target's distribution restricted to such
 calls (a planted bias fails); behind the server, `required` and Anthropic's `any` come back as calls."""
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import llguidance
 import pytest
 from mlx_lm.tool_parsers import qwen3_coder
-from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.tokenizer_utils import TokenizerWrapper, _infer_tool_parser
 
 from specmlx.drafters import ModelDrafter, NGRAM, NONE
 from specmlx.prompting import encode_chat
 from specmlx.serve.openai.protocol import ChatRequest, Tool
 from specmlx.serve.syntaxes import XmlCalls
-from specmlx.serve.tools import call_grammar, forced_calls, template_tools
+from specmlx.serve.tools import call_grammar, forced_calls, template_messages, template_tools
 
 from .. import tiny
 from ..test_engine_grammar import exact_constrained, plant_cut_drafts, pvalue, sampled
@@ -25,7 +25,9 @@ from ..test_grammar import ToyTokenizer
 from .conftest import MODEL, on_thread, start
 from .test_tools import accepts
 
-TEMPLATE = (Path(__file__).parents[1] / "templates" / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+TEMPLATES = Path(__file__).parents[1] / "templates"
+TEMPLATE = (TEMPLATES / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+CODER = (TEMPLATES / "Qwen3-Coder.jinja").read_text(encoding="utf-8")  # writes a call's non-string values with `| string`
 SPECIALS = tiny.SPECIALS + ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 EDIT = {"type": "object", "properties": {
     "path": {"type": "string", "maxLength": 12}, "line": {"type": "integer", "minimum": 1, "maximum": 99},
@@ -40,12 +42,23 @@ TOOLS = [{"type": "function", "function": {"name": "edit", "description": "Edit 
          {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
 
 
+def xml_tokenizer(template: str) -> TokenizerWrapper:
+    """A tokenizer of Qwen3.5's special tokens and `template`, with the parser mlx-lm reads its syntax as."""
+    trained = tiny.train_tokenizer(specials=SPECIALS, chat_template=template)
+    assert _infer_tool_parser(trained) == "qwen3_coder"
+    return TokenizerWrapper(trained, tool_parser=qwen3_coder.parse_tool_call, tool_call_start="<tool_call>",
+                            tool_call_end="</tool_call>")
+
+
 @pytest.fixture(scope="module")
 def qwen35():
-    """A tokenizer of Qwen3.5's special tokens and its own chat template: mlx-lm reads its syntax as qwen3_coder."""
-    return TokenizerWrapper(tiny.train_tokenizer(specials=SPECIALS, chat_template=TEMPLATE),
-                            tool_parser=qwen3_coder.parse_tool_call, tool_call_start="<tool_call>",
-                            tool_call_end="</tool_call>")
+    return xml_tokenizer(TEMPLATE)
+
+
+@pytest.fixture(scope="module", params=["Qwen3.5-4B", "Qwen3-Coder"])
+def xml(request, qwen35):
+    """Each template that writes Qwen3-Coder's XML calls."""
+    return qwen35 if request.param == "Qwen3.5-4B" else xml_tokenizer(CODER)
 
 
 def written(tokenizer, name: str, arguments: dict) -> str:
@@ -61,18 +74,46 @@ def request(choice, **fields) -> ChatRequest:
                        **fields)
 
 
-def test_the_calls_the_template_writes_are_taken_and_read_back_as_written(qwen35):
-    required = forced_calls(request("required"), qwen35)
-    arguments = {"path": "a.html", "line": 3, "mode": "insert", "dry": True, "lines": ["<p>", "x </b> y"],
-                 "note": "any </parameter text\nat all"}  # a string may hold a tag, and a list is JSON
-    call = written(qwen35, "edit", arguments)
+def test_the_calls_the_template_writes_are_taken_and_read_back_as_written(xml):
+    required = forced_calls(request("required"), xml)
+    arguments = {"path": "a.html", "line": 3, "mode": "insert", "dry": True,
+                 "note": "any </parameter text\nat all"}  # a string may hold a tag
+    call = written(xml, "edit", arguments)
     assert call.startswith("<tool_call>\n<function=edit>\n<parameter=path>\na.html\n</parameter>\n")
-    assert accepts(required, qwen35, call)
+    assert accepts(required, xml, call)
     assert qwen3_coder.parse_tool_call(call[len("<tool_call>"):-len("</tool_call>")], TOOLS) == {
         "name": "edit", "arguments": arguments}
-    multiline = written(qwen35, "edit", {"path": "two\nlines", "line": 1})
-    assert accepts(required, qwen35, multiline) and accepts(required, qwen35, call + "\n" + multiline)
-    assert accepts(required, qwen35, written(qwen35, "now", {}))
+    multiline = written(xml, "edit", {"path": "two\nlines", "line": 1})
+    assert accepts(required, xml, multiline) and accepts(required, xml, call + "\n" + multiline)
+    assert accepts(required, xml, written(xml, "now", {}))
+
+
+def test_a_list_is_taken_as_json(qwen35):
+    """Qwen3.5's template writes a list as JSON, and the grammar takes it. Qwen3-Coder's writes Python's
+    form (`['a']`), which mlx-lm's parser reads too: a forced call holds it to JSON, valid against the schema."""
+    arguments = {"path": "a", "line": 3, "lines": ["<p>", "x </b> y"]}
+    required = forced_calls(request("required"), qwen35)
+    assert accepts(required, qwen35, written(qwen35, "edit", arguments))
+    coder = xml_tokenizer(CODER)
+    python = written(coder, "edit", arguments)
+    assert "['<p>', 'x </b> y']" in python and not accepts(forced_calls(request("required"), coder), coder, python)
+    as_json = written(coder, "edit", arguments | {"lines": '["<p>", "x </b> y"]'})
+    assert accepts(forced_calls(request("required"), coder), coder, as_json)
+    assert qwen3_coder.parse_tool_call(as_json[len("<tool_call>"):-len("</tool_call>")], TOOLS)["arguments"] == arguments
+
+
+def test_an_agents_turns_render_through_the_coder_template(xml):
+    """A call of an earlier turn (its arguments JSON text, as OpenAI sends them) and its result render as
+    the template writes them, so the next prompt is the one the model learnt."""
+    messages = [{"role": "user", "content": "Edit a.py."},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "edit", "arguments": '{"path": "a.py", "line": 2}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+    chat = ChatRequest(model=MODEL, messages=messages, tools=TOOLS)
+    text = xml.decode(encode_chat(xml, template_messages(chat, xml), tools=template_tools(chat, xml)))
+    assert "<tool_call>\n<function=edit>\n<parameter=path>\na.py\n</parameter>\n<parameter=line>\n2\n</parameter>" in text
+    assert "<tool_response>\ndone\n</tool_response>" in text
+    assert text.rstrip().endswith(("<|im_start|>assistant", "<think>"))  # Qwen3.5's opens its think block
 
 
 @pytest.mark.parametrize("arguments", [
@@ -87,17 +128,17 @@ def test_the_calls_the_template_writes_are_taken_and_read_back_as_written(qwen35
     {"path": "a", "line": 3, "note": "x</parameter>y"},  # wherever that stands,
     {"path": "a", "line": 3, "note": "x</tool_call>y"},  # and the call reader the call at its end marker
 ])
-def test_arguments_off_the_schema_are_not(qwen35, arguments):
-    assert not accepts(forced_calls(request("required"), qwen35), qwen35, written(qwen35, "edit", arguments))
+def test_arguments_off_the_schema_are_not(xml, arguments):
+    assert not accepts(forced_calls(request("required"), xml), xml, written(xml, "edit", arguments))
 
 
-def test_a_named_call_or_one_call_is_all_that_is_taken(qwen35):
-    edit, now = written(qwen35, "edit", {"path": "a", "line": 3}), written(qwen35, "now", {})
-    named = forced_calls(request({"type": "function", "function": {"name": "edit"}}), qwen35)
-    assert accepts(named, qwen35, edit) and not accepts(named, qwen35, now)
-    assert not accepts(named, qwen35, edit + "\n" + edit) and not accepts(named, qwen35, "Sure. " + edit)
-    one = forced_calls(request("required", parallel_tool_calls=False), qwen35)
-    assert accepts(one, qwen35, now) and not accepts(one, qwen35, now + "\n" + now)
+def test_a_named_call_or_one_call_is_all_that_is_taken(xml):
+    edit, now = written(xml, "edit", {"path": "a", "line": 3}), written(xml, "now", {})
+    named = forced_calls(request({"type": "function", "function": {"name": "edit"}}), xml)
+    assert accepts(named, xml, edit) and not accepts(named, xml, now)
+    assert not accepts(named, xml, edit + "\n" + edit) and not accepts(named, xml, "Sure. " + edit)
+    one = forced_calls(request("required", parallel_tool_calls=False), xml)
+    assert accepts(one, xml, now) and not accepts(one, xml, now + "\n" + now)
 
 
 def test_a_model_left_thinking_by_its_prompt_closes_its_reasoning_before_its_calls(qwen35):
