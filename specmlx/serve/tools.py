@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from ..errors import SpecmlxError
 from ..grammar import LAID_OUT, Grammar
 from ..schema_bounds import bounded
-from .syntaxes import SYNTAXES, CallSyntax
+from .syntaxes import SYNTAXES, CallSyntax, marker
 from .errors import APIError
 from .openai.protocol import ChatRequest, NamedToolChoice, Tool
 
@@ -175,14 +175,15 @@ def call_grammar(syntax: CallSyntax, tokenizer: Any, tools: Sequence[tuple[int, 
     """Calls of `tools` in `syntax`, each function's arguments valid against its parameters; after the
     reasoning the model is in, up to `think_end` and the white space after it, if it is in one."""
     marks = {"start": marker(tokenizer, tokenizer.tool_call_start), "end": marker(tokenizer, tokenizer.tool_call_end)}
+    syntax = syntax.bind(tokenizer)
     calls = "call" if one else f"call ({syntax.between} call)*"
     thought = [f"start: thought {calls}", *thought_rules(tokenizer, think_end)] if think_end else [f"start: {calls}"]
     rules = [*thought,
              f"call: {syntax.begin.format(**marks)} body {syntax.end.format(**marks)}",
              "body: " + " | ".join(f"f{k}" for k in range(len(tools))), *syntax.shared]
-    for k, (i, tool) in enumerate(tools):
-        rules += syntax.function(k, tool.function.name, arguments_schema(tool, i))
     try:
+        for k, (i, tool) in enumerate(tools):
+            rules += syntax.function(k, tool.function.name, arguments_schema(tool, i))
         return Grammar.lark("\n".join(rules) + "\n")
     except SpecmlxError as err:
         raise APIError(400, f"the tools' parameters cannot be enforced: {err}", "invalid_value", "tools") from None
@@ -206,13 +207,6 @@ def json_after_thought(schema: dict, tokenizer: Any) -> Grammar:
 def escaped(text: str) -> str:
     """`text` as a Rust regex matches it: every character but a letter or digit by its code point."""
     return "".join(c if c.isalnum() else f"\\x{{{ord(c):x}}}" for c in text)
-
-
-def marker(tokenizer: Any, text: str) -> str:
-    """A call's marker in Lark: by its token id when it is one token, as the template's prompt encodes it
-    (llguidance matches an added token by id, never as text), else as text."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    return f"<[{ids[0]}]>" if len(ids) == 1 else json.dumps(text)
 
 
 def arguments_schema(tool: Tool, index: int) -> dict:

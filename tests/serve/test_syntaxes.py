@@ -259,3 +259,101 @@ def test_anthropics_any_comes_back_as_a_tool_use(served):
     uses = [b for b in reply.content if b.type == "tool_use"]
     assert reply.stop_reason == "tool_use" and [u.name for u in uses] == ["edit"] * len(uses) and uses
     assert all(1 <= u.input["line"] <= 99 and len(u.input["path"]) <= 8 for u in uses)
+
+
+# ---- Gemma 4's call form -----------------------------------------------------------------------------
+
+GEMMA4 = (TEMPLATES / "gemma4.jinja").read_text(encoding="utf-8")
+GEMMA4_SPECIALS = tiny.SPECIALS + ["<bos>", "<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
+                                   "<|tool_response>", "<tool_response|>", '<|"|>', "<|channel>", "<channel|>", "<|think|>"]
+
+
+# Gemma 4's template reads every parameter's type: the same tools, each typed.
+GEMMA_EDIT = EDIT | {"properties": EDIT["properties"] | {"mode": {"type": "string", "enum": ["insert", "replace"]}}}
+GEMMA_TOOLS = [{"type": "function", "function": {"name": "edit", "description": "Edit a file.", "parameters": GEMMA_EDIT}},
+               TOOLS[1]]
+
+
+def gemma_request(choice) -> ChatRequest:
+    return ChatRequest(model=MODEL, messages=[{"role": "user", "content": "Go."}], tools=GEMMA_TOOLS, tool_choice=choice)
+
+
+@pytest.fixture(scope="module")
+def gemma4():
+    """A tokenizer of Gemma 4's special tokens and its own chat template: mlx-lm reads its syntax as gemma4."""
+    from mlx_lm.tool_parsers import gemma4 as parser
+
+    trained = tiny.train_tokenizer(specials=GEMMA4_SPECIALS, chat_template=GEMMA4)
+    trained.bos_token = "<bos>"
+    assert _infer_tool_parser(trained) == "gemma4"
+    return TokenizerWrapper(trained, tool_parser=parser.parse_tool_call, tool_call_start=parser.tool_call_start,
+                            tool_call_end=parser.tool_call_end)
+
+
+def gemma_written(tokenizer, name: str, arguments: dict) -> str:
+    messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": name, "arguments": arguments}}]}]
+    text = tokenizer.apply_chat_template(messages, tools=GEMMA_TOOLS, tokenize=False)
+    return text[text.rindex("<|tool_call>"):text.rindex("<tool_call|>") + len("<tool_call|>")]
+
+
+def gemma_read(call: str) -> dict:
+    from mlx_lm.tool_parsers import gemma4 as parser
+
+    return parser.parse_tool_call(call[len("<|tool_call>"):-len("<tool_call|>")])
+
+
+def test_gemma4s_calls_as_its_template_writes_them_are_taken_and_read_back(gemma4):
+    required = forced_calls(gemma_request("required"), gemma4)
+    arguments = {"path": "a.html", "line": 3, "mode": "insert", "dry": True, "lines": ["<p>", "x, }y"],
+                 "note": "any } text,\nat: all"}
+    call = gemma_written(gemma4, "edit", arguments)
+    assert call.startswith('<|tool_call>call:edit{dry:true,line:3,lines:[<|"|><p><|"|>,')  # its keys in order
+    assert accepts(required, gemma4, call) and gemma_read(call) == {"name": "edit", "arguments": arguments}
+    least = gemma_written(gemma4, "edit", {"path": "", "line": 99})
+    assert accepts(required, gemma4, least) and accepts(required, gemma4, call + least)  # calls back to back
+    assert accepts(required, gemma4, gemma_written(gemma4, "now", {}))
+    named = forced_calls(gemma_request({"type": "function", "function": {"name": "now"}}), gemma4)
+    assert accepts(named, gemma4, gemma_written(gemma4, "now", {})) and not accepts(named, gemma4, call)
+
+
+@pytest.mark.parametrize("arguments", [
+    {"path": "a", "line": 0}, {"path": "a", "line": "x"}, {"line": 3}, {"path": "a", "line": 3, "mode": "delete"},
+    {"path": "a", "line": 3, "other": 1}, {"path": "a", "line": 3, "dry": "yes"}, {"path": "a" * 13, "line": 3},
+    {"path": "a", "line": 3, "lines": ["a", "b", 3]},
+    {"path": "a"}, {"dry": False, "path": "a"},  # a required key left out, first or after another
+])
+def test_gemma4s_arguments_off_the_schema_are_not(gemma4, arguments):
+    assert not accepts(forced_calls(gemma_request("required"), gemma4), gemma4, gemma_written(gemma4, "edit", arguments))
+
+
+def test_gemma4s_form_is_refused_for_keys_it_cannot_read_back(gemma4):
+    from specmlx.serve.errors import APIError
+
+    odd = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"file-name": {"type": "string"}}}}}
+    with pytest.raises(APIError, match="Gemma 4's calls carry keys of letters, digits and _ alone"):
+        forced_calls(ChatRequest(model=MODEL, messages=[{"role": "user", "content": "Go."}], tools=[odd],
+                                 tool_choice="required"), gemma4)
+
+
+def test_gemma4s_required_call_comes_back_as_a_call(tmp_path_factory, gemma4):
+    from openai import OpenAI
+
+    args = tiny.qwen2_args(len(gemma4._tokenizer))
+    path = tiny.save_model(tiny.build(args, seed=0), args, gemma4._tokenizer, tmp_path_factory.mktemp("g4") / MODEL)
+    with on_thread(str(path), [NGRAM, NONE]) as held:
+        assert held[1].tokenizer.tool_call_start == "<|tool_call>"  # mlx-lm read the syntax from the template
+        background, _ = start(held, max_tokens=256)
+        with background as url, OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120) as client:
+            asked = {"model": MODEL, "messages": [{"role": "user", "content": "Edit a.py."}], "tools": SMALL,
+                     "tool_choice": {"type": "function", "function": {"name": "edit"}}, "max_tokens": 256, "temperature": 0,
+                     "extra_body": {"speculative": {"drafter": NGRAM, "num_draft": 4}}}
+            whole = client.chat.completions.create(**asked).choices[0]
+            streamed = list(client.chat.completions.create(**asked, stream=True))
+    (call,) = whole.message.tool_calls
+    assert whole.finish_reason == "tool_calls" and call.function.name == "edit" and not whole.message.content
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"path", "line"} and 1 <= arguments["line"] <= 99 and len(arguments["path"]) <= 8
+    deltas = [d for c in streamed if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
