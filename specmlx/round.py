@@ -134,7 +134,8 @@ def constrain(proposed: Proposal, constraint: Constraint) -> tuple[Proposal, mx.
     the grammar forbids (a sampled draft is not: see `proposal`), and the rows the grammar allows
     at [last, d1..dk]."""
     draft = proposed.draft
-    tokens = draft.tokens.tolist()
+    # Read only when there are any: reading even an empty array waits for the forward running ahead.
+    tokens = draft.tokens.tolist() if draft.size else []
     if proposed.looked_up:
         draft = Draft(draft.tokens[: constraint.allowed(tokens)], None, draft.predicted)
     return replace(proposed, draft=draft), constraint.masks(tokens[: draft.size])

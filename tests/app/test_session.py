@@ -294,3 +294,21 @@ def test_a_chat_reopened_in_a_new_session_continues_from_the_disk(tiny_engine, t
     alone, *_, expected = answer(plain, "jumps over the lazy dog", settings)
     assert alone.reused == 0 and started.reused > BLOCK  # the system prompt and the first turn, from disk
     assert finished.text == expected.text
+
+
+def test_an_answer_says_the_models_think_markers_and_whether_its_prompt_opened_the_block(target, tiny_engine):
+    """Qwen3.5's template opens `<think>` in the prompt: the view splits the answer from its first token."""
+    from pathlib import Path
+
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    from app.thinking import Thinking
+
+    from .. import tiny
+
+    template = (Path(__file__).parents[1] / "templates" / "Qwen3.5-4B.jinja").read_text(encoding="utf-8")
+    thinks = TokenizerWrapper(tiny.train_tokenizer(specials=tiny.SPECIALS + ["<think>", "</think>"],
+                                                   chat_template=template))
+    started = answer(Session(Engine(target, PromptLookupDrafter(), thinks)), "Hi.")[0]
+    assert started.thinking == Thinking("<think>", "</think>", inside=True)
+    assert answer(Session(tiny_engine()), "Hi.")[0].thinking is None  # a model that does not think

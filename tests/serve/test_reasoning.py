@@ -60,6 +60,17 @@ def test_the_split_is_the_same_in_any_pieces(step):
     assert read("    return x", False, step) == ["    return x"]  # an answer outside the block keeps its own
 
 
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_gemma4s_channel_form_splits_as_its_markers_say(step):
+    """Gemma 4 thinks in a channel (`<|channel>thought` ... `<channel|>`, mlx-lm's markers for it); a prompt
+    with thinking off ends with an empty one, so its answer begins outside."""
+    reader, out = ReasoningReader("<|channel>thought", "<channel|>", False), []
+    text = "<|channel>thought\nThe user greets.<channel|>Hello!"
+    for at in range(0, len(text), step):
+        out += reader.feed(text[at:at + step])
+    assert joined(out + reader.finish()) == [Thought("The user greets."), "Hello!"]
+
+
 @pytest.mark.parametrize("step", [1, 4, 1000])
 def test_what_never_completes_a_marker_is_what_it_was(step):
     """Held back while it might begin one; at the end, the text it was (a length stop inside the
