@@ -6,7 +6,7 @@ computes for every position it verifies. Both are host work, which decides speed
 4-bit step takes milliseconds, and is hidden here under a float32 step of a second. So they are
 timed on a skeleton of Qwen3.5-4B's target (its 32 layers and layer pattern, tiny widths, random
 weights; `bench/block.py`'s), with the vocabulary and tokenizer of a fetched preset (Qwen2.5-Coder's,
-151,936 entries: Qwen3.5's own is not fetched here). Interleaved and repeated, medians printed:
+151,665 entries: Qwen3.5's own is not fetched here). Interleaved and repeated, medians printed:
 
 - a round of greedy decoding drafting 4 by prompt lookup, alone and under a forced call in
   Qwen3-Coder's XML syntax (`tool_choice: required`, the bench's tool prompts' tools), and in

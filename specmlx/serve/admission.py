@@ -1,6 +1,8 @@
 """Memory that never runs out: before a request's prefill, whether its whole context fits beside
 what is held, asked by either runner, so that a long agent session gets its answer, waits, or
-gets one clear refusal with the numbers, and the process never runs out of memory mid-round.
+gets one clear refusal with the numbers, rather than the process running out of memory mid-round.
+(A prompt that cannot fit even beside the weights alone is refused before it queues:
+`Slots.refuse_past_memory`.)
 
 A request's context reaches its prompt, its `max_tokens` and what a round writes past the last
 token (`LOOKAHEAD`). Each position costs the target's KV and the drafter's state
@@ -29,6 +31,7 @@ from ..batch.cache import COMPACT_AT
 from ..memory import size_text
 from ..schedule.widths import BLOCKED
 from .errors import APIError
+from .jobs import Job
 
 LOOKAHEAD = max(BLOCKED) + 1  # positions a round may write past the last token: the widest verify, and its first
 PADDING = COMPACT_AT  # a batch's rows keep up to this much left padding
@@ -73,11 +76,28 @@ def admit(ask: Ask, running: Sequence[int], footprint: Footprint, free: int, hel
         return ask.max_tokens
     if running:
         return None
-    fits = (free - footprint.fixed) // max(1, footprint.per_token) - ask.prompt - LOOKAHEAD
+    width = (free - footprint.fixed) // max(1, footprint.per_token) // STEP * STEP  # a cache grows a step at a time
+    fits = width - ask.prompt - LOOKAHEAD
     if fits >= 1:
         return min(ask.max_tokens, fits)
-    need = footprint.rows([ask.prompt + 1 + LOOKAHEAD])
-    raise APIError(400, f"prompt is too long for this machine's memory: its {ask.prompt:,} tokens need about "
-                        f"{size_text(need)} of cache beside the {size_text(held)} the model holds, and the "
-                        f"limit is {size_text(limit)} (serve --memory-gb); shorten or compact the conversation",
-                   "context_length_exceeded", "messages")
+    raise too_long(ask.prompt, footprint, held, limit)
+
+
+def too_long(prompt: int, footprint: Footprint, held: int, limit: int) -> APIError:
+    """The refusal of a prompt whose context cannot fit beside `held` bytes under `limit`, in the words
+    agents read as a conversation to compact."""
+    need = footprint.rows([prompt + 1 + LOOKAHEAD])
+    return APIError(400, f"prompt is too long for this machine's memory: its {prompt:,} tokens need about "
+                         f"{size_text(need)} of cache beside the {size_text(held)} the model holds, and the "
+                         f"limit is {size_text(limit)} (serve --memory-gb); shorten or compact the conversation",
+                    "context_length_exceeded", "messages")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A request as memory admits it: its job (its `max_tokens` cut to what fits, if `cut`), and the bytes
+    the slot it takes must find beyond what the batch holds (`Slots.take`'s `need`)."""
+
+    job: Job
+    need: int = 0
+    cut: bool = False

@@ -26,10 +26,9 @@ from ..batch import Batch, Member
 from ..batch.round import RowFailure
 from ..cache import make_cache
 from ..mlx_thread import MLXThread
-from .admission import Ask
-from .errors import APIError
+from .admission import Ask, Claim
 from .ledger import Ledger, Ticket
-from .jobs import Admitted, Done, Job
+from .jobs import Admitted, Done
 from .slots import Slot, Slots
 
 
@@ -90,25 +89,25 @@ class Batched:
             self.ledger.dequeued()
             if ticket.cancelled:  # its client left, or the server is stopping: then it is told so
                 self.ledger.end(ticket, perf_counter())
-            elif isinstance(claim, APIError):
+            elif isinstance(claim, Claim):
+                self._join(ticket, claim)
+            else:  # refused (a prompt too long), or admission itself failed: this request alone
                 self.ledger.fail(ticket, perf_counter(), claim)
-            else:
-                self._join(ticket, *claim)
 
-    def _claim(self, ticket: Ticket) -> tuple[Job, int] | APIError | object:
-        """The ticket's job as memory admits it beside the running rows, with the bytes its slot must
-        find (`Slots.admit`); `WAIT` while they hold what it needs; the refusal of a prompt too long."""
+    def _claim(self, ticket: Ticket) -> Claim | Exception | object:
+        """The ticket's job as memory admits it beside the running rows (`Slots.admit`), `WAIT` while
+        they hold what it needs, or why it cannot run."""
         try:
             claim = self.slots.admit(ticket.job, [r.reach for r in self.running.values()], self.batch.cache.nbytes)
-        except APIError as err:
+        except Exception as err:  # noqa: BLE001 - this request fails, not the batch
             return err
         return WAIT if claim is None else claim
 
-    def _join(self, ticket: Ticket, job: Job, need: int) -> None:
-        started = perf_counter()
+    def _join(self, ticket: Ticket, claim: Claim) -> None:
+        job, started = claim.job, perf_counter()
         slot = None
         try:
-            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, need)
+            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, claim.need)
             cached = slot.engine.reusable(job.prompt)
             member = Member(slot.engine, job.prompt, job.config)
             self.batch.add(member)
@@ -119,7 +118,7 @@ class Batched:
             self.ledger.fail(ticket, started, err)
             return
         self.running[id(member)] = Running(ticket, member, slot, cached, started - ticket.submitted, started,
-                                           Ask(len(job.prompt), job.config.max_tokens).reach, job is not ticket.job)
+                                           Ask(len(job.prompt), job.config.max_tokens).reach, claim.cut)
 
     def _round(self) -> None:
         try:

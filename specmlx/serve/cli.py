@@ -157,6 +157,8 @@ def serve(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.disk_cache_gb) and args.disk_cache_gb > 0) and not args.no_disk_cache:
         raise SpecmlxError(f"--disk-cache-gb must be a number of GB above 0, got {args.disk_cache_gb:g} "
                            "(--no-disk-cache turns it off)")
+    if args.memory_gb is not None and not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
+        raise SpecmlxError(f"--memory-gb must be a number of GB above 0, got {args.memory_gb:g}")
     with joined(args) as group:
         # Rank 0 alone listens: a port in use is one line now, not after minutes of loading.
         sock = bind(args.host, args.port) if leads(group) else None
@@ -181,7 +183,7 @@ def serve(args: argparse.Namespace) -> int:
             lockstep = lockstep_of(loaded.peers)
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
             disk = None if store is None else Keeper(store, fingerprint(loaded.target.path))
-            memory = int(args.memory_gb * GB) if args.memory_gb else mlx.call(memory_limit)
+            memory = int(args.memory_gb * GB) if args.memory_gb is not None else mlx.call(memory_limit)
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,

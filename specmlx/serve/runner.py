@@ -54,8 +54,9 @@ class OneAtATime:
         self.slots.keep()  # once the answer is sent
 
     def _generate(self, ticket: Ticket, queue_s: float) -> Done:
-        job, need = self.slots.admit(ticket.job)  # alone: whole, or its answer cut to what memory holds
-        slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, need)
+        claim = self.slots.admit(ticket.job)  # alone: whole, or its answer cut to what memory holds
+        job = claim.job
+        slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, claim.need)
         try:
             cached = slot.engine.reusable(job.prompt)
             ticket.sink(Admitted(cached, slot.from_disk))
@@ -72,4 +73,4 @@ class OneAtATime:
         finally:
             self.slots.release(slot)
             self.slots.trim(keep=slot)
-        return Done(run.stats, run.tail, cached, queue_s, slot.from_disk, job is not ticket.job)
+        return Done(run.stats, run.tail, cached, queue_s, slot.from_disk, claim.cut)

@@ -271,9 +271,11 @@ class Serving:
         (a schema compiles in a millisecond, a large one in more), then the rest (`make_job`)."""
         prediction, grammar = self._prediction_tokens(request), grammar_of(request, self.tokenizer, prompt)
         slots = self.worker.slots
-        return make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
-                        slots.context_window, owner, prediction,
-                        stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
+        job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
+                       slots.context_window, owner, prediction,
+                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
+        slots.refuse_past_memory(job)
+        return job
 
     def _prediction_tokens(self, request: Sampling) -> tuple[int, ...]:
         """The request's prediction as the tokens the model would write (none without one)."""

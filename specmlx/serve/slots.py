@@ -54,7 +54,7 @@ from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
-from .admission import Ask, Footprint, admit
+from .admission import LOOKAHEAD, Ask, Claim, Footprint, admit, too_long
 from .jobs import Job
 from .mirror import NO_MIRROR, Mirror
 
@@ -101,10 +101,13 @@ class Slots:
     memory_limit: int | None = None  # the most MLX may hold in all, weights included (None: unchecked)
     _slots: list[Slot] = field(default_factory=list)
     _footprints: dict[str, Footprint] = field(default_factory=dict)
+    baseline: int = field(default=0, init=False)  # what MLX held when the slots were made: the weights
     _clock: int = 0
 
     def __post_init__(self) -> None:
         self._slots = [self._new() for _ in range(self.count)]
+        self._footprints = {name: self.footprint(name) for name in self.drafters}  # read on the request threads too
+        self.baseline = mx.get_active_memory()
 
     @property
     def context_window(self) -> int | None:
@@ -130,24 +133,34 @@ class Slots:
             self._footprints[drafter] = Footprint(per_token, 2 * recurrent_bytes(self.target))
         return self._footprints[drafter]
 
-    def admit(self, job: Job, running: Sequence[int] = (), batch_bytes: int = 0) -> tuple[Job, int] | None:
+    def refuse_past_memory(self, job: Job) -> None:
+        """Refuse (400), before it queues, a prompt that cannot fit even alone beside the weights (what MLX
+        held when the slots were made): a streamed request then gets its status, not an error event."""
+        if self.memory_limit is not None:
+            footprint = self._footprints[job.drafter]
+            if footprint.rows([len(job.prompt) + 1 + LOOKAHEAD]) > self.memory_limit - self.baseline:
+                raise too_long(len(job.prompt), footprint, self.baseline, self.memory_limit)
+
+    def admit(self, job: Job, running: Sequence[int] = (), batch_bytes: int = 0) -> Claim | None:
         """`job` as it may run beside rows reaching `running` positions, whose batch cache holds
-        `batch_bytes` (`admission.admit`): whole or its answer cut, with the bytes its slot must find
-        (`take`'s `need`); None to wait for the running ones. Raises `APIError` for a prompt that
-        cannot fit. Everything is admitted whole without a `memory_limit`."""
+        `batch_bytes` (`admission.admit`): whole or its answer cut; None to wait for the running ones.
+        Raises `APIError` for a prompt that cannot fit. Everything is admitted whole without a `memory_limit`.
+        What every slot holds is counted free: an idle one is emptied when its room is needed, and a busy
+        one holds a running row's drafter state, which `running`'s rows count again."""
         if self.memory_limit is None:
-            return job, 0
+            return Claim(job)
         footprint = self.footprint(job.drafter)
-        idle = sum(s.held_bytes() for s in self._slots if not s.busy)  # an idle slot is emptied when its room is needed
-        free = self.memory_limit - (mx.get_active_memory() - batch_bytes - idle)
+        slots = sum(s.held_bytes() for s in self._slots)
+        free = self.memory_limit - (mx.get_active_memory() - batch_bytes - slots)
         ask = Ask(len(job.prompt), job.config.max_tokens)
         max_tokens = admit(ask, running, footprint, free, self.memory_limit - free, self.memory_limit)
         if max_tokens is None:
             return None
-        if max_tokens < job.config.max_tokens:
+        cut = max_tokens < job.config.max_tokens
+        if cut:
             job = replace(job, config=replace(job.config, max_tokens=max_tokens))
         rows = footprint.rows([*running, Ask(ask.prompt, max_tokens).reach])
-        return job, rows - batch_bytes
+        return Claim(job, rows - batch_bytes, cut)
 
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None, shareable: int | None = None,
              need: int = 0) -> Slot:

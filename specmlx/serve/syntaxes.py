@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from ..errors import SpecmlxError
 from ..grammar import LAID_OUT
+from ..schema_bounds import ANY_NAME
 
 
 class CallSyntax(Protocol):
@@ -115,6 +116,8 @@ def value(sub: Any, schema: dict, at: str) -> tuple[str, list[str]]:
 QUOTE = '<|"|>'  # Gemma 4's string delimiter, a token of its own
 KEY = re.compile(r"\w+")  # the keys mlx-lm's parser quotes back to JSON: others would not read back
 NOT_QUOTE = '& ~/(?s:.*)<\\|"\\|>(?s:.*)/'  # a string's text holds no delimiter
+OPEN = ANY_NAME.format("")  # `schema_bounds`'s names of an open value's schema
+MAX_REFS = 8
 NUMBER = "/-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,10})?/"  # as bounded as `schema_bounds` bounds an open number
 
 
@@ -143,17 +146,26 @@ class Gemma4Calls:
 
     def function(self, k: int, name: str, schema: dict) -> list[str]:
         rules: list[str] = []
-        return [f"f{k}: " + literal(f"call:{name}") + " " + self._object(schema, f"{k}", rules), *rules]
+        defs = schema.get("$defs", {})
+        return [f"f{k}: " + literal(f"call:{name}") + " " + self._object(schema, f"{k}", rules, defs), *rules]
 
-    def _value(self, sub: Any, at: str, rules: list[str]) -> str:
-        """A value of schema `sub` in Gemma's form; its rules, named after its place `at`, go to `rules`."""
+    def _value(self, sub: Any, at: str, rules: list[str], defs: dict) -> str:
+        """A value of schema `sub` in Gemma's form; its rules, named after its place `at`, go to `rules`;
+        a reference is to the function's own `defs`, or to an open value (`schema_bounds`'s)."""
         sub = sub if isinstance(sub, dict) else {}
+        ref = sub.get("$ref")
+        if isinstance(ref, str):
+            name = ref.removeprefix("#/$defs/")
+            if name.startswith(OPEN):
+                return "any"
+            if name in defs and at.count("r") < MAX_REFS:  # a schema that refers to itself stops somewhere
+                return self._value(defs[name], f"{at}r", rules, defs)
         choices = sub.get("enum", [sub["const"]] if "const" in sub else None)
         if choices is not None and all(isinstance(c, (str, int, float, bool)) for c in choices):
             return "(" + " | ".join(self._literal(c) for c in choices) + ")"
         kinds = sub.get("type")
         if isinstance(kinds, list):
-            return "(" + " | ".join(self._value(sub | {"type": t}, f"{at}t{j}", rules)
+            return "(" + " | ".join(self._value(sub | {"type": t}, f"{at}t{j}", rules, defs)
                                     for j, t in enumerate(kinds) if t != "null") + ")"
         if kinds == "string":
             bound = sub.get("maxLength")
@@ -163,16 +175,17 @@ class Gemma4Calls:
             return f"{self.quote} S{at}? {self.quote}"
         if kinds in ("integer", "number", "boolean"):  # as JSON writes them
             return "%json " + json.dumps(sub | {"x-guidance": {"whitespace_flexible": False}})
-        if kinds == "object" and sub.get("properties"):
-            return self._object(sub, at, rules)
+        if kinds == "object":  # its keys as the schema lists them, else any keys
+            return self._object(sub, at, rules, defs) if sub.get("properties") else (
+                '"{" (BARE ":" any ("," BARE ":" any)*)? "}"')
         if kinds == "array":
-            rules.append(f"l{at}: " + self._value(sub.get("items"), f"{at}i", rules))
+            rules.append(f"l{at}: " + self._value(sub.get("items"), f"{at}i", rules, defs))
             return f'"[" (l{at} ("," l{at})*)? "]"'
-        if kinds is None and set(sub) - {"$ref", "description", "title", "default"}:
+        if kinds is not None or set(sub) - {"description", "title", "default"}:  # null, anyOf, a reference too deep
             raise SpecmlxError(f"a value of schema {json.dumps(sub)[:80]} cannot be held to Gemma 4's call form")
-        return "any"  # an open value (an object of no properties too)
+        return "any"  # an open value
 
-    def _object(self, schema: dict, at: str, rules: list[str]) -> str:
+    def _object(self, schema: dict, at: str, rules: list[str], defs: dict) -> str:
         """`{key:value,...}`: its required keys always, the others where the model writes them, in the
         template's order. Rule `o{at}_{j}` writes the keys from the j-th on, `c{at}_{j}` the same after a comma."""
         keys = sorted(schema.get("properties", {}).items(), key=lambda item: item[0].lower())
@@ -184,7 +197,7 @@ class Gemma4Calls:
             return '"{}"'
         for j in reversed(range(len(keys))):
             key, sub = keys[j]
-            item = literal(f"{key}:") + " " + self._value(sub, f"{at}_{j}", rules)
+            item = literal(f"{key}:") + " " + self._value(sub, f"{at}_{j}", rules, defs)
             later = required & {k for k, _ in keys[j + 1:]}
             rest = "" if j + 1 == len(keys) else f" c{at}_{j + 1}" + ("" if later else "?")
             skip = key not in required and j + 1 < len(keys)  # or begin at the next key

@@ -6,7 +6,9 @@ server keeps serving. Through the official clients, on 127.0.0.1, each wait boun
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -21,7 +23,7 @@ from specmlx.serve.errors import APIError
 
 from .conftest import MODEL, start
 
-ROOM = 256  # positions a request may reach alone under the small cap: one step of mlx-lm's caches
+ROOM = 256  # positions a request may reach alone under the small cap (and NOISE more): steps of mlx-lm's caches
 # What MLX holds beside the caches varies between requests by about 240 KB here (measured): 240 positions of
 # the tiny target and its drafter, as many as the cap holds. A real model's per position is thousands of times more.
 NOISE = 256
@@ -39,7 +41,9 @@ def test_admit_runs_whole_waits_cuts_or_refuses_with_the_numbers():
     assert admit(ask, [], footprint, alone, 0, alone) == 200  # fits whole
     assert admit(ask, [40], footprint, alone, 0, alone) is None  # fits alone only: waits for the running row
     small = footprint.rows([256])
-    assert admit(ask, [], footprint, small, 0, small) == (small - 500) // 1000 - 100 - LOOKAHEAD  # cut to fit
+    cut = admit(ask, [], footprint, small, 0, small)  # cut to the most that fits, a step of positions at a time
+    assert cut == 256 - 100 - LOOKAHEAD
+    assert footprint.rows([Ask(100, cut).reach]) <= small < footprint.rows([Ask(100, cut + 1).reach])
     with pytest.raises(APIError) as refused:
         admit(Ask(prompt=300, max_tokens=10), [], footprint, small, 7 << 30, (7 << 30) + small)
     err = refused.value
@@ -49,16 +53,18 @@ def test_admit_runs_whole_waits_cuts_or_refuses_with_the_numbers():
 
 @contextlib.contextmanager
 def capped(loaded, positions: int, **kw) -> Iterator[tuple[str, object]]:
-    """(url, worker) of a server whose memory cap leaves `positions` of the default drafter's context
-    beside what MLX holds once a first request has run (what the runtime keeps from then on)."""
+    """(url, worker) of a server whose memory cap leaves `positions` of the default drafter's context, and
+    `NOISE` more, beside what MLX holds once a first request has run (what the runtime keeps from then on)."""
     mlx, _, drafters = loaded
+    gc.collect()  # earlier servers' caches, in this process: a server's own memory is its alone
     background, worker = start(loaded, **kw)
     footprint = mlx.call(worker.slots.footprint, next(iter(drafters)))
     with background as url:
         httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
             "model": MODEL, "messages": [{"role": "user", "content": "warm"}], "max_tokens": 24, "temperature": 0})
+        gc.collect()
         idle = mlx.call(lambda: sum(s.held_bytes() for s in worker.slots._slots))
-        worker.slots.memory_limit = mlx.call(mx.get_active_memory) - idle + footprint.rows([positions])
+        worker.slots.memory_limit = mlx.call(mx.get_active_memory) - idle + footprint.rows([positions + NOISE])
         yield url, worker
 
 
@@ -115,9 +121,64 @@ def test_requests_that_fit_only_alone_wait_for_each_other_and_answer_as_alone(lo
 def test_an_idle_slots_cache_is_emptied_to_make_room(loaded):
     with capped(loaded, 4 * ROOM) as (url, worker), OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0,
                                                           timeout=60) as client:
-        first = chat(client, "one " * 120, 4).usage.prompt_tokens
+        first = chat(client, "one " * 140, 4).usage.prompt_tokens
         assert sorted(worker.slots.contexts())[-1] > first  # kept after its answer
-        second = chat(client, "two " * 195, 4).usage.prompt_tokens
-    # Each fits alone; the second's cache (a step past its reach) beside the first's exceeds the cap and its noise.
-    assert first + 2 * ROOM + 2 * ROOM > 4 * ROOM + NOISE and second + 4 + LOOKAHEAD <= 3 * ROOM
+        second = chat(client, "two " * 260, 4).usage.prompt_tokens
+    # Each fits alone. The second's cache is 4 steps of positions, as its reach rounds up: beside the
+    # first's (its length), past the cap even with the noise, so the first's was emptied for it.
+    assert 3 * ROOM < second + 4 + LOOKAHEAD <= 4 * ROOM and first > 2 * NOISE
     assert sorted(worker.slots.contexts())[0] == 0
+
+
+def test_a_streamed_prompt_past_the_cap_gets_the_400_before_its_stream(loaded):
+    with capped(loaded, ROOM) as (url, worker), OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0,
+                                                        timeout=60) as client:
+        with pytest.raises(BadRequestError) as refused:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 300}],
+                                           max_tokens=8, stream=True)
+        assert refused.value.code == "context_length_exceeded"
+        with anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60) as claude:
+            with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
+                with claude.messages.stream(model=MODEL, max_tokens=8,
+                                            messages=[{"role": "user", "content": "word " * 300}]) as events:
+                    list(events)
+    assert worker.ledger.records == type(worker.ledger.records)(list(worker.ledger.records)[:1],
+                                                                maxlen=worker.ledger.records.maxlen)  # never queued
+
+
+def test_a_failure_of_admission_itself_fails_that_request_and_the_server_goes_on(loaded, monkeypatch):
+    with capped(loaded, ROOM, max_batch=4) as (url, worker), OpenAI(base_url=f"{url}/v1", api_key="unused",
+                                                                     max_retries=0, timeout=60) as client:
+        admit_once = worker.slots.admit
+
+        def broken(*args, **kwargs):
+            monkeypatch.setattr(worker.slots, "admit", admit_once)
+            raise RuntimeError("a bug in admission")
+        monkeypatch.setattr(worker.slots, "admit", broken)
+        with pytest.raises(Exception, match="internal error|generation failed"):
+            chat(client, SHORT, 8)
+        assert chat(client, SHORT, 8).usage.completion_tokens == 8
+
+
+def test_a_waiting_request_whose_client_leaves_is_dropped(loaded, monkeypatch):
+    """Under the cap the second request waits for the first (slowed to a round a 20 ms); its client leaves:
+    it is dropped, never run, and the first still answers."""
+    with capped(loaded, ROOM, slots=4, max_batch=4) as (url, worker):
+        step = worker.runner.batch.step
+        monkeypatch.setattr(worker.runner.batch, "step", lambda: (time.sleep(0.02), step())[1])
+        answered = []
+        first = threading.Thread(target=lambda: answered.append(httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+            "model": MODEL, "messages": [{"role": "user", "content": SHORT}], "max_tokens": 120, "temperature": 0})))
+        first.start()
+        deadline = time.monotonic() + 30
+        while not worker.runner.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=60, json={
+                "model": MODEL, "messages": [{"role": "user", "content": SHORT + " again"}], "max_tokens": 120,
+                "stream": True}) as waiting:
+            next(waiting.iter_lines())  # its stream opened
+            queued = len(worker.runner.pending)
+        first.join(120)
+    assert queued == 1  # it waited beside the running one
+    assert not first.is_alive() and answered[0].status_code == 200
+    assert not worker.runner.pending and worker.waiting == 0 and worker.runner.batch.widest == 1
