@@ -15,6 +15,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper, _infer_tool_parser
 
 from specmlx.drafters import ModelDrafter, NGRAM, NONE
 from specmlx.prompting import encode_chat
+from specmlx.serve.errors import APIError
 from specmlx.serve.openai.protocol import ChatRequest, Tool
 from specmlx.serve.syntaxes import XmlCalls
 from specmlx.serve.tools import call_grammar, forced_calls, template_messages, template_tools
@@ -328,13 +329,31 @@ def test_gemma4s_arguments_off_the_schema_are_not(gemma4, arguments):
 
 
 def test_gemma4s_form_is_refused_for_keys_it_cannot_read_back(gemma4):
-    from specmlx.serve.errors import APIError
-
     odd = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"file-name": {"type": "string"}}}}}
     with pytest.raises(APIError, match="Gemma 4's calls carry keys of letters, digits and _ alone"):
         forced_calls(ChatRequest(model=MODEL, messages=[{"role": "user", "content": "Go."}], tools=[odd],
                                  tool_choice="required"), gemma4)
+
+
+def test_gemma4s_nested_values_follow_their_schema(gemma4):
+    """An object of no listed properties takes any keys but is an object; a reference to the schema's own
+    definitions is followed; a value that cannot be written (null) is refused, not let through."""
+    point = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    schema = {"type": "object", "properties": {"meta": {"type": "object"}, "at": {"$ref": "#/$defs/point"}},
+              "required": ["meta", "at"], "$defs": {"point": point}}
+    tools = [{"type": "function", "function": {"name": "put", "description": "Put.", "parameters": schema}}]
+    asked = ChatRequest(model=MODEL, messages=[{"role": "user", "content": "Go."}], tools=tools, tool_choice="required")
+    held = forced_calls(asked, gemma4)
+    write = lambda arguments: '<|tool_call>call:put{' + arguments + '}<tool_call|>'  # noqa: E731
+    assert accepts(held, gemma4, write('at:{x:3},meta:{a:<|"|>b<|"|>,n:[1,2]}'))
+    assert gemma_read(write('at:{x:3},meta:{a:<|"|>b<|"|>,n:[1,2]}'))["arguments"] == {
+        "at": {"x": 3}, "meta": {"a": "b", "n": [1, 2]}}
+    assert not accepts(held, gemma4, write("at:{x:3},meta:3")) and not accepts(held, gemma4, write('at:{x:<|"|>3<|"|>},meta:{}'))
+    nullable = {"type": "object", "properties": {"gone": {"type": "null"}}}
+    with pytest.raises(APIError, match="cannot be held to Gemma 4's call form"):
+        forced_calls(ChatRequest(model=MODEL, messages=[{"role": "user", "content": "Go."}], tool_choice="required",
+                                 tools=[{"type": "function", "function": {"name": "f", "parameters": nullable}}]), gemma4)
 
 
 def test_gemma4s_required_call_comes_back_as_a_call(tmp_path_factory, gemma4):
