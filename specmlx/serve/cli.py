@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-gb", type=float, default=None, help="most memory the model and every request's "
                    "context may hold; a request whose context cannot fit waits for others, or has its answer cut "
                    "to fit, and a prompt too long for it is refused (default: the GPU's recommended working set, "
-                   f"else what the model holds and {FREE_SHARE:.0%} of the memory free at start)")
+                   f"else what the model holds and {FREE_SHARE * 100:.0f}%% of the memory free at start)")
     p.add_argument("--disk-cache-gb", type=float, default=DISK_CACHE_GB, help="most disk the prompt cache may "
                    "hold: kept prompts' caches, restored by a later request and after a restart; least recently "
                    f"used go first; in ${CACHE_DIR_ENV} or the user cache folder (default {DISK_CACHE_GB:g})")
