@@ -106,7 +106,10 @@ class Slots:
 
     def __post_init__(self) -> None:
         self._slots = [self._new() for _ in range(self.count)]
-        self._footprints = {name: self.footprint(name) for name in self.drafters}  # read on the request threads too
+        # From shapes, once, on the MLX thread: read on the request threads too (`refuse_past_memory`).
+        kv, recurrent = kv_bytes_per_token(self.target), 2 * recurrent_bytes(self.target)
+        self._footprints = {name: Footprint(kv + d.bytes_per_token(self.target), recurrent)
+                            for name, d in self.drafters.items()}
         self.baseline = mx.get_active_memory()
 
     @property
@@ -127,17 +130,14 @@ class Slots:
         return any(not s.busy for s in self._slots)
 
     def footprint(self, drafter: str) -> Footprint:
-        """What a row of context costs beside the weights when `drafter` drafts it (from shapes, once)."""
-        if drafter not in self._footprints:
-            per_token = kv_bytes_per_token(self.target) + self.drafters[drafter].bytes_per_token(self.target)
-            self._footprints[drafter] = Footprint(per_token, 2 * recurrent_bytes(self.target))
+        """What a row of context costs beside the weights when `drafter` drafts it."""
         return self._footprints[drafter]
 
     def refuse_past_memory(self, job: Job) -> None:
         """Refuse (400), before it queues, a prompt that cannot fit even alone beside the weights (what MLX
         held when the slots were made): a streamed request then gets its status, not an error event."""
         if self.memory_limit is not None:
-            footprint = self._footprints[job.drafter]
+            footprint = self.footprint(job.drafter)
             if footprint.rows([len(job.prompt) + 1 + LOOKAHEAD]) > self.memory_limit - self.baseline:
                 raise too_long(len(job.prompt), footprint, self.baseline, self.memory_limit)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import queue
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -161,24 +161,32 @@ def test_a_failure_of_admission_itself_fails_that_request_and_the_server_goes_on
 
 
 def test_a_waiting_request_whose_client_leaves_is_dropped(loaded, monkeypatch):
-    """Under the cap the second request waits for the first (slowed to a round a 20 ms); its client leaves:
-    it is dropped, never run, and the first still answers."""
+    """Under the cap the second request waits for the first: the first's rounds run one at a time as the
+    test lets them, so the batch is seen to pass the second by (its memory held) before its client leaves;
+    it is then dropped, never run, and the first still answers."""
     with capped(loaded, ROOM, slots=4, max_batch=4) as (url, worker):
-        step = worker.runner.batch.step
-        monkeypatch.setattr(worker.runner.batch, "step", lambda: (time.sleep(0.02), step())[1])
+        step, entered, permits = worker.runner.batch.step, queue.Queue(), threading.Semaphore(0)
+
+        def held_step():
+            entered.put(True)
+            assert permits.acquire(timeout=60)
+            return step()
+        monkeypatch.setattr(worker.runner.batch, "step", held_step)
         answered = []
         first = threading.Thread(target=lambda: answered.append(httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
             "model": MODEL, "messages": [{"role": "user", "content": SHORT}], "max_tokens": 120, "temperature": 0})))
         first.start()
-        deadline = time.monotonic() + 30
-        while not worker.runner.running and time.monotonic() < deadline:
-            time.sleep(0.01)
+        entered.get(timeout=60)  # the first is admitted and at its first round
         with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=60, json={
                 "model": MODEL, "messages": [{"role": "user", "content": SHORT + " again"}], "max_tokens": 120,
                 "stream": True}) as waiting:
-            next(waiting.iter_lines())  # its stream opened
+            lines = waiting.iter_lines()  # kept: a line iterator let go of closes the stream
+            next(lines)  # its stream opened: it is queued
+            permits.release()
+            entered.get(timeout=60)  # a tick admitted what fits, and the second did not: it still waits
             queued = len(worker.runner.pending)
+        for _ in range(10_000):  # the first's rounds, all let through
+            permits.release()
         first.join(120)
-    assert queued == 1  # it waited beside the running one
-    assert not first.is_alive() and answered[0].status_code == 200
+    assert queued == 1 and not first.is_alive() and answered[0].status_code == 200
     assert not worker.runner.pending and worker.waiting == 0 and worker.runner.batch.widest == 1

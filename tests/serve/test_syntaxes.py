@@ -62,12 +62,14 @@ def xml(request, qwen35):
     return qwen35 if request.param == "Qwen3.5-4B" else xml_tokenizer(CODER)
 
 
-def written(tokenizer, name: str, arguments: dict) -> str:
-    """A call as the template writes an assistant's call (what the model learnt to write)."""
+def written(tokenizer, name: str, arguments: dict, tools: list = TOOLS) -> str:
+    """A call as the template writes an assistant's call (what the model learnt to write), between the
+    tokenizer's own call markers."""
     messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": name, "arguments": arguments}}]}]
-    text = tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False)
-    return text[text.rindex("<tool_call>"):text.rindex("</tool_call>") + len("</tool_call>")]
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    start, end = tokenizer.tool_call_start, tokenizer.tool_call_end
+    return text[text.rindex(start):text.rindex(end) + len(end)]
 
 
 def request(choice, **fields) -> ChatRequest:
@@ -224,15 +226,14 @@ def served(tmp_path_factory, qwen35):
             yield url, held[1]
 
 
-def test_a_required_call_comes_back_as_a_call_streamed_or_whole(served):
+def named_call(url: str, extra: dict | None = None) -> dict:
+    """Ask the server for a call of `edit` (SMALL's), whole and streamed, and check that each comes back as
+    one call, its arguments valid, and no text; the request asked."""
     from openai import OpenAI
 
-    url, target = served
-    assert target.tokenizer.tool_call_start == "<tool_call>"  # mlx-lm read the syntax from the template
     asked = {"model": MODEL, "messages": [{"role": "user", "content": "Edit a.py."}], "tools": SMALL,
              "tool_choice": {"type": "function", "function": {"name": "edit"}}, "max_tokens": 256, "temperature": 0,
-             "extra_body": {"speculative": {"drafter": NGRAM, "num_draft": 4},
-                            "chat_template_kwargs": {"enable_thinking": False}}}  # a random model would think on
+             "extra_body": {"speculative": {"drafter": NGRAM, "num_draft": 4}, **(extra or {})}}
     with OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120) as client:
         whole = client.chat.completions.create(**asked).choices[0]
         chunks = list(client.chat.completions.create(**asked, stream=True))
@@ -243,6 +244,13 @@ def test_a_required_call_comes_back_as_a_call_streamed_or_whole(served):
     deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
     assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
     assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return asked
+
+
+def test_a_required_call_comes_back_as_a_call_streamed_or_whole(served):
+    url, target = served
+    assert target.tokenizer.tool_call_start == "<tool_call>"  # mlx-lm read the syntax from the template
+    asked = named_call(url, {"chat_template_kwargs": {"enable_thinking": False}})  # a random model would think on
     prompt = encode_chat(target.tokenizer, asked["messages"], tools=template_tools(
         ChatRequest(model=MODEL, messages=asked["messages"], tools=SMALL), target.tokenizer))
     assert "<tool_call>\n<function=example_function_name>" in target.tokenizer.decode(prompt)  # Qwen3.5's own prompt
@@ -292,10 +300,7 @@ def gemma4():
 
 
 def gemma_written(tokenizer, name: str, arguments: dict) -> str:
-    messages = [{"role": "user", "content": "Go."}, {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "function": {"name": name, "arguments": arguments}}]}]
-    text = tokenizer.apply_chat_template(messages, tools=GEMMA_TOOLS, tokenize=False)
-    return text[text.rindex("<|tool_call>"):text.rindex("<tool_call|>") + len("<tool_call|>")]
+    return written(tokenizer, name, arguments, GEMMA_TOOLS)
 
 
 def gemma_read(call: str) -> dict:
@@ -357,22 +362,10 @@ def test_gemma4s_nested_values_follow_their_schema(gemma4):
 
 
 def test_gemma4s_required_call_comes_back_as_a_call(tmp_path_factory, gemma4):
-    from openai import OpenAI
-
     args = tiny.qwen2_args(len(gemma4._tokenizer))
     path = tiny.save_model(tiny.build(args, seed=0), args, gemma4._tokenizer, tmp_path_factory.mktemp("g4") / MODEL)
     with on_thread(str(path), [NGRAM, NONE]) as held:
         assert held[1].tokenizer.tool_call_start == "<|tool_call>"  # mlx-lm read the syntax from the template
         background, _ = start(held, max_tokens=256)
-        with background as url, OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120) as client:
-            asked = {"model": MODEL, "messages": [{"role": "user", "content": "Edit a.py."}], "tools": SMALL,
-                     "tool_choice": {"type": "function", "function": {"name": "edit"}}, "max_tokens": 256, "temperature": 0,
-                     "extra_body": {"speculative": {"drafter": NGRAM, "num_draft": 4}}}
-            whole = client.chat.completions.create(**asked).choices[0]
-            streamed = list(client.chat.completions.create(**asked, stream=True))
-    (call,) = whole.message.tool_calls
-    assert whole.finish_reason == "tool_calls" and call.function.name == "edit" and not whole.message.content
-    arguments = json.loads(call.function.arguments)
-    assert set(arguments) == {"path", "line"} and 1 <= arguments["line"] <= 99 and len(arguments["path"]) <= 8
-    deltas = [d for c in streamed if c.choices for d in (c.choices[0].delta.tool_calls or [])]
-    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+        with background as url:
+            named_call(url)
