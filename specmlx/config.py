@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 
@@ -15,6 +15,9 @@ from .grammar import Grammar
 from .policy import DraftPolicy
 from .sampling import SamplingParams
 from .text import TextStream
+
+if TYPE_CHECKING:
+    from .vision.images import Images
 
 RANDOM_SEED = -1  # as llama.cpp's: a fresh random seed each generation, as no seed at all
 MAX_SEED = 2**64 - 1  # MLX's random keys take an unsigned 64-bit seed
@@ -30,7 +33,8 @@ class GenerationConfig:
     distribution restricted to it. `prediction`: the tokens the caller expects the output to be
     (OpenAI's predicted outputs), copied as drafts where the output agrees with them
     (`drafters.prediction`). `continues_text`: the answer continues the prompt's text (a
-    completion, not a chat's answer), so its text keeps its leading space (`text.TextStream`)."""
+    completion, not a chat's answer), so its text keeps its leading space (`text.TextStream`).
+    `images`: the prompt's images (`vision.images`), which its prefill feeds in place of their tokens."""
 
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -42,6 +46,7 @@ class GenerationConfig:
     prediction: tuple[int, ...] = ()
     grammar: Grammar | None = None
     continues_text: bool = False
+    images: Images | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -68,7 +68,7 @@ class Decoding:
         """Bring the caches to hold the prompt but its last token (reusing what they share) and
         start the decode clock; without `drafter`, the target's only (`Engine.prefill`)."""
         start = perf_counter()
-        self.engine.prefill(list(self.prompt), drafter)  # the engine keeps and grows the list it is given
+        self.engine.prefill(list(self.prompt), drafter, self.config.images)  # the engine keeps and grows the list
         self.rec.prefill_s, self.rec.prompt_tokens = perf_counter() - start, len(self.prompt)
         self.tokens = self.engine.context
         self.rec.resume()

@@ -31,6 +31,7 @@ from .recurrent import reachable
 from .policy import DraftPolicy
 from .schedule import AutoDraft, AutoDrafts
 from .stats import StatsRecorder
+from .vision.images import Images, agreement
 from .vocab import context_window, vocab_size
 
 __all__ = ["Engine", "Generation", "GenerationConfig", "MAX_SEED", "RANDOM_SEED"]
@@ -65,6 +66,7 @@ class Engine:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.cache = make_cache(target, name="target")
         self.context: list[int] = []  # committed tokens; the caches hold a prefix
+        self.images: Images | None = None  # the context's images: the caches' positions are shifted by them
         self.context_window = context_window(target)  # None: the config does not say
         self.autos = AutoDrafts() if autos is None else autos
         # Called after each block of a prefill with the engine, the prompt and how many positions the caches
@@ -124,21 +126,23 @@ class Engine:
         """Keep only the first `keep` tokens of the context and caches (a new
         conversation in a kept slot; a rank that mirrors rank 0's slots)."""
         self.context = self.context[:keep]
+        if keep == 0:
+            self.images = None
         self.rewind(keep)
 
-    def adopt(self, source: "Engine", length: int) -> int:
+    def adopt(self, source: "Engine", length: int, images: Images | None = None) -> int:
         """Hold the first `length` tokens of `source`'s context, its caches' copied rather than
-        prefilled (a new conversation that shares a kept one's start); how many it holds. The
-        drafter in use copies its own state from `source`'s, if `source` uses the same one. Where the
-        target's caches cannot be copied, it holds what it held (0 is returned)."""
+        prefilled (a new conversation that shares a kept one's start, its images `images`); how many it
+        holds. The drafter in use copies its own state from `source`'s, if `source` uses the same one.
+        Where the target's caches cannot be copied, it holds what it held (0 is returned)."""
         if not (copyable(self.cache) and copyable(source.cache)):
             return 0
         self.forget(0)
-        length = min(length, len(source.context), source.cache_length())
+        length = agreement(source.images, images, min(length, len(source.context), source.cache_length()))
         same = source.drafter if source.drafter.name == self.drafter.name else None
         length = min(length, self.drafter.adopt(same, length))
         length = copy_prefix(self.cache, source.cache, length)
-        self.context = source.context[:length]
+        self.context, self.images = source.context[:length], source.images
         self.drafter.rewind(length)  # a drafter's copy past what the target's holds is dropped
         return length
 
@@ -180,12 +184,13 @@ class Engine:
         """How many positions the target's cache holds."""
         return cache_length(self.cache)
 
-    def reusable(self, prompt: Sequence[int]) -> int:
-        """How many of `prompt`'s tokens the target's cache already holds: what
+    def reusable(self, prompt: Sequence[int], images: Images | None = None) -> int:
+        """How many of `prompt`'s tokens (its images `images`) the target's cache already holds: what
         prefill skips. A swap to a drafter that reads hidden states may have cut it; recurrent
-        layers reach back only to what they kept (`recurrent.reachable`)."""
-        return reachable(self.cache, min(common_prefix_len(self.context, prompt), len(prompt) - 1,
-                                         self.cache_length()))
+        layers reach back only to what they kept (`recurrent.reachable`); images only to where both
+        prompts' images agree (`vision.images.agreement`)."""
+        shared = min(common_prefix_len(self.context, prompt), len(prompt) - 1, self.cache_length())
+        return reachable(self.cache, agreement(self.images, images, shared))
 
     def room(self, prompt_tokens: int) -> int | None:
         """How many new tokens fit after a prompt of this length, or None without a known window.
@@ -213,23 +218,30 @@ class Engine:
                 f"the prompt ({len(prompt)} tokens) and max tokens ({config.max_tokens}) do not fit the "
                 f"target's context window of {self.context_window} tokens; {fits}")
 
-    def prefill(self, prompt: list[int], drafter: bool = True) -> None:
+    def prefill(self, prompt: list[int], drafter: bool = True, images: Images | None = None) -> None:
         """Bring both caches to hold prompt[:-1], reusing what they share with it. Without
         `drafter`, the target's alone: a `ModelDrafter` keeps a prefix of it, for a caller
-        that feeds it the rest (its `prefill`) only once it drafts."""
-        keep = self.reusable(prompt)
+        that feeds it the rest (its `prefill`) only once it drafts. `images`: the prompt's, fed in
+        place of their tokens and at their positions (`vision`); such a prompt is not kept on disk."""
+        keep = self.reusable(prompt, images)
         self.forget(keep)  # the context says what the caches hold, should a chunk below fail
+        self.images = images  # the context becomes the prompt's, and its positions its images'
+        kept = None if images is not None else self.on_prefilled
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
-        every = None if self.on_prefilled is None else BLOCK
-        for start, end in chunks(self.cache, len(prompt), every):
-            chunk = mx.array(prompt[start:end], dtype=mx.uint32)
-            hidden, taps = decoder_taps(self.target, chunk[None], self.cache, self.fused_layers)
+        for start, end in chunks(self.cache, len(prompt), None if kept is None else BLOCK):
+            chunk = mx.array(prompt[start:end], dtype=mx.uint32)[None]
+            if images is None:
+                hidden, taps = decoder_taps(self.target, chunk, self.cache, self.fused_layers)
+            else:
+                with images.rotated(self.target, start, end):
+                    hidden, taps = decoder_taps(self.target, chunk, self.cache, self.fused_layers,
+                                                images.embedded(self.target, chunk, start))
             if self.reads_hidden:
                 self.drafter.observe(start, hidden[0], None if taps is None else taps[0])
             with self.peers.waiting():
                 mx.eval(hidden, [c.state for c in self.cache])
-            if self.on_prefilled is not None:
-                self.on_prefilled(self, prompt, end)
+            if kept is not None:
+                kept(self, prompt, end)
         if drafter:
             self.drafter.prefill(prompt)
         self.context = prompt

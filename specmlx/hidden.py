@@ -45,9 +45,12 @@ def check_exposes_hidden(model: nn.Module, name: str = "target") -> None:
         raise SpecmlxError(f"{name} ({kind}) does not expose its hidden states to MTP drafters")
 
 
-def decoder(model: nn.Module, tokens: mx.array, cache: list[Any] | None) -> mx.array:
-    """Final-normed hidden states, (B, L, H), filling `cache` as the full call would."""
-    return inner_model(model)(tokens, cache=cache)
+def decoder(model: nn.Module, tokens: mx.array, cache: list[Any] | None, rows: mx.array | None = None) -> mx.array:
+    """Final-normed hidden states, (B, L, H), filling `cache` as the full call would; `rows`: the input
+    embeddings to feed in place of the tokens' own (an image prompt's, `vision.images`)."""
+    if rows is None:
+        return inner_model(model)(tokens, cache=cache)
+    return inner_model(model)(tokens, cache=cache, input_embeddings=rows)
 
 
 class _Tap:
@@ -65,13 +68,13 @@ class _Tap:
 
 
 def decoder_taps(model: nn.Module, tokens: mx.array, cache: list[Any] | None,
-                 layers: tuple[int, ...]) -> tuple[mx.array, mx.array | None]:
+                 layers: tuple[int, ...], rows: mx.array | None = None) -> tuple[mx.array, mx.array | None]:
     """`decoder`, and the residual stream entering each of `layers` (ascending), (B, L, len(layers), H):
     the low, middle and high features an EAGLE-3 head fuses (None without layers). The layers are
     wrapped for this one call rather than the model's loop copied, so every architecture's own masks
     and scales still apply."""
     if not layers:
-        return decoder(model, tokens, cache), None
+        return decoder(model, tokens, cache, rows), None
     if list(layers) != sorted(set(layers)):
         raise SpecmlxError(f"tapped layers must ascend without repeats: {layers}")
     inner = inner_model(model)
@@ -80,7 +83,7 @@ def decoder_taps(model: nn.Module, tokens: mx.array, cache: list[Any] | None,
     try:
         for i in layers:
             inner.layers[i] = _Tap(originals[i], sink)
-        hidden = inner(tokens, cache=cache)
+        hidden = decoder(model, tokens, cache, rows)
     finally:
         inner.layers[:] = originals
     return hidden, mx.stack(sink, axis=2)

@@ -22,6 +22,7 @@ from .peers import Peers
 from .policy import DraftPolicy
 from .schedule import AutoDraft
 from .stats import StatsRecorder
+from .vision.images import Images
 
 
 class Parts(Protocol):
@@ -60,8 +61,9 @@ class GenerationParts(Parts, Protocol):
     def check(self, prompt: Sequence[int], config: GenerationConfig) -> None:
         """Refuse a prompt this engine cannot answer."""
 
-    def prefill(self, prompt: list[int], drafter: bool = True) -> None:
-        """Bring the caches to hold prompt[:-1]; `prompt` becomes the context, grown by the rounds."""
+    def prefill(self, prompt: list[int], drafter: bool = True, images: Images | None = None) -> None:
+        """Bring the caches to hold prompt[:-1]; `prompt` becomes the context, grown by the rounds.
+        `images`: the prompt's images, fed in place of their tokens."""
 
     def constrain(self, grammar: Grammar | None) -> Constraint | None:
         """A generation's place in `grammar` (None without one)."""

@@ -25,7 +25,7 @@ class FakeEngine:
         self.tokenizer, self.eos_token_ids, self.drafter = tokenizer, frozenset({EOS}), NoDrafter()
         self.context: list[int] = []
 
-    def prefill(self, prompt: list[int], drafter: bool = True) -> None:
+    def prefill(self, prompt: list[int], drafter: bool = True, images=None) -> None:
         self.context = prompt
 
     def constrain(self, grammar):

@@ -14,6 +14,7 @@ from pathlib import Path
 from specmlx.convert.atomic import check_destination, staged_path
 from specmlx.convert.native_mtp import FILE, keep_native_mtp, ships_other_mtp
 from specmlx.convert.options import OutputFormat
+from specmlx.convert.vision import keep_vision
 from specmlx.errors import SpecmlxError, first_line
 from specmlx.hub import download
 from specmlx.models.native_mtp import RUN
@@ -44,6 +45,7 @@ def convert_hf(source: str | Path, out: Path, fmt: OutputFormat, force: bool = F
             # mlx-lm's ways of saying "unknown model_type", "no safetensors", "weights do not fit".
             raise SpecmlxError(f"cannot convert {source}: {first_line(exc)}") from exc
         _keep_mtp(local, work, fmt)
+        _keep_vision(local, work, fmt)
     return out
 
 
@@ -58,6 +60,18 @@ def _keep_mtp(local: Path, work: Path, fmt: OutputFormat) -> None:
               file=sys.stderr)
     elif other := ships_other_mtp(local):
         print(f"dropped the checkpoint's MTP layers ({other}): specmlx runs those of {RUN} only", file=sys.stderr)
+
+
+def _keep_vision(local: Path, work: Path, fmt: OutputFormat) -> None:
+    """The checkpoint's vision tower, which mlx-lm drops, kept (or why not said)."""
+    try:
+        kept = keep_vision(local, work, fmt)
+    except (SpecmlxError, ImportError) as exc:  # mlx-vlm missing, or no weights for the tower its config declares
+        print(f"dropped the checkpoint's vision tower: {first_line(exc)}", file=sys.stderr)
+        return
+    if kept:
+        print(f"kept the checkpoint's vision tower ({kept} tensors): specmlx serve reads images with it",
+              file=sys.stderr)
 
 
 @contextlib.contextmanager

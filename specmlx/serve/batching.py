@@ -107,8 +107,9 @@ class Batched:
         job, started = claim.job, perf_counter()
         slot = None
         try:
-            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, claim.need)
-            cached = slot.engine.reusable(job.prompt)
+            slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, claim.need,
+                                   job.config.images)
+            cached = slot.engine.reusable(job.prompt, job.config.images)
             member = Member(slot.engine, job.prompt, job.config)
             self.batch.add(member)
             ticket.sink(Admitted(cached, slot.from_disk))

@@ -22,6 +22,7 @@ from ..mlx_thread import MLXThread
 from ..policy import DraftPolicy
 from ..prompting import plain_encoder
 from ..sampling import SamplingParams
+from ..vision.tower import VisionTower
 from ..vocab import vocab_size
 from . import routes
 from .aliases import Aliases
@@ -42,13 +43,14 @@ class Built:
 
     app: FastAPI
     worker: Worker
+    vision: VisionTower | None = None  # the target's vision tower, if requests' images are read
 
 
 def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
           policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
           access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
           mirror: Mirror = NO_MIRROR, max_batch: int = MAX_BATCH, disk: Keeper | None = None,
-          memory_bytes: int | None = None) -> Built:
+          memory_bytes: int | None = None, vision: VisionTower | None = None) -> Built:
     """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
     holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
     default; `policy`, `sampling` and `max_tokens` are what a request leaves unset. `mirror`: who
@@ -56,7 +58,8 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     `max_batch`: requests decoded at once (one at a time with a mirror); each needs a slot, so
     the default slot count is at least that. `disk`: the prompt cache on disk (None: off); the
     worker closes it. `memory_bytes`: the most MLX may hold, weights included; a request is
-    admitted only when its whole context fits (`admission.py`; None: unchecked)."""
+    admitted only when its whole context fits (`admission.py`; None: unchecked). `vision`: the target's
+    vision tower (`vision.tower`), with which requests' images are read (None: images are refused)."""
     named = {d.name: d for d in drafters}
     if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
         slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes), max_batch)
@@ -69,7 +72,7 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     guard(app, access)
     app.state.serving = Serving(worker, defaults, access, target.tokenizer, vocab_size(target.model),
                                 tuple(named), int(time.time()), find_layout(target.tokenizer),
-                                plain_encoder(target.tokenizer), Aliases(target.name))
+                                plain_encoder(target.tokenizer), Aliases(target.name), vision)
     routes.include(app)
     if getattr(target.tokenizer, "backend_tokenizer", None) is not None:
         # The grammar engine's view of the vocabulary takes a second or two: made now, beside loading,
@@ -77,4 +80,4 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
         eos = frozenset(target.tokenizer.eos_token_ids)  # the slots' engines end answers at these
         threading.Thread(target=grammar_tokenizer, args=(target.tokenizer, vocab_size(target.model), eos),
                          name="grammar-vocabulary", daemon=True).start()
-    return Built(app, worker)
+    return Built(app, worker, vision)

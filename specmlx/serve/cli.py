@@ -42,6 +42,7 @@ from ..mlx_thread import MLXThread, closed_on_error
 from ..paths import CACHE_DIR_ENV
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
                        sampling_params)
+from ..vision.tower import VisionTower, has_vision, load_vision
 from ..warmup import warm_up_at_load
 from .limits import Access
 from .run import Server, bind
@@ -184,11 +185,25 @@ def serve(args: argparse.Namespace) -> int:
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
             disk = None if store is None else Keeper(store, fingerprint(loaded.target.path))
             memory = int(args.memory_gb * GB) if args.memory_gb is not None else mlx.call(memory_limit)
+            vision = None if args.distributed else mlx.call(vision_of, loaded.target.path, say)
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                          mirror=mirror, max_batch=args.max_batch, disk=disk, memory_bytes=memory)
+                          mirror=mirror, max_batch=args.max_batch, disk=disk, memory_bytes=memory, vision=vision)
         return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
+
+
+def vision_of(path: Path, say) -> VisionTower | None:
+    """The target's vision tower, if its checkpoint has one; one line where it cannot be read (the server
+    then serves text, and refuses images as a model without a tower does)."""
+    if not has_vision(path):
+        return None
+    say("loading the vision tower")
+    try:
+        return load_vision(path)
+    except SpecmlxError as err:
+        print(f"note: images are not read: {err}", file=sys.stderr)
+        return None
 
 
 def disk_store(args: argparse.Namespace) -> DiskCache:
@@ -221,6 +236,8 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
               f"{size_text(disk.store.cap_bytes)} held)", file=sys.stderr)
     elif args.distributed and not args.no_disk_cache:
         print("note: the prompt cache on disk is off with --distributed", file=sys.stderr)
+    if built.vision is not None:
+        print("images: read by the target's vision tower (data URLs)", file=sys.stderr)
     limit = worker.slots.memory_limit
     if limit is not None:
         print(f"memory: {size_text(limit)} for the model and the requests' contexts (--memory-gb)", file=sys.stderr)

@@ -45,15 +45,17 @@ def template_own() -> frozenset[str]:
     return TEMPLATE_OWN | {name for name, p in parameters.items() if p.kind is not p.VAR_KEYWORD and name != "self"}
 
 
-def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None) -> list[int]:
+def chat_prompt(tokenizer: Any, request: ChatRequest, window: int | None = None, images: bool = False) -> list[int]:
+    """The messages through the chat template; with `images` (a model that reads them), an image part is
+    the template's image item (its tokens widened later, `images.placed`), else it is refused."""
     if not has_chat_template(tokenizer):
         raise APIError(400, "this model has no chat template: use /v1/completions", "no_chat_template", "messages")
     if taken := sorted(template_own() & set(request.chat_template_kwargs or {})):
         raise APIError(400, f"{taken[0]} is the server's to set in the chat template", "invalid_value",
                        f"chat_template_kwargs.{taken[0]}")
     tools = template_tools(request, tokenizer)
-    messages = template_messages(request, tokenizer)
-    text = "".join(m.text() for m in request.messages) + (json.dumps(tools) if tools else "")
+    messages = template_messages(request, tokenizer, images)
+    text = "".join(m.written() for m in request.messages) + (json.dumps(tools) if tools else "")
     refuse_past_window(tokenizer, text, window, "messages")
     try:
         return encode_chat(tokenizer, messages, tools=tools, template_kwargs=request.template_kwargs())

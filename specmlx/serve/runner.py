@@ -56,9 +56,10 @@ class OneAtATime:
     def _generate(self, ticket: Ticket, queue_s: float) -> Done:
         claim = self.slots.admit(ticket.job)  # alone: whole, or its answer cut to what memory holds
         job = claim.job
-        slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, claim.need)
+        slot = self.slots.take(job.prompt, job.drafter, job.owner, job.shareable, claim.need,
+                                   job.config.images)
         try:
-            cached = slot.engine.reusable(job.prompt)
+            cached = slot.engine.reusable(job.prompt, job.config.images)
             ticket.sink(Admitted(cached, slot.from_disk))
             run = slot.engine.generate(job.prompt, job.config)
             self.slots.mirror.begin(self.slots.index(slot), cached, job.prompt, job.config)

@@ -21,6 +21,8 @@ from ..errors import SpecmlxError
 from ..grammar import Grammar
 from ..policy import AUTO, DraftPolicy, part
 from ..sampling import SamplingParams
+from ..vision.images import Images
+from ..vision.tower import VisionTower
 from .aliases import Aliases
 from .anthropic.protocol import CountTokensRequest, MessagesRequest
 from .anthropic.render import TOOL_USE_ID, MessageReply
@@ -29,6 +31,7 @@ from .anthropic.translate import to_chat as messages_chat
 from .calls import CALL_ID, CallReader, call_reader
 from .errors import APIError
 from .fim import FimLayout, stop_tokens
+from .images import placed
 from .jobs import Job
 from .limits import Access
 from .openai.protocol import ChatRequest, CompletionRequest, Sampling
@@ -105,7 +108,7 @@ def policy(spec, defaults: Defaults) -> DraftPolicy:
 def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: list[str],
              room: int | None, window: int | None, owner: Hashable = None,
              prediction: tuple[int, ...] = (), stop_tokens: frozenset[int] = frozenset(),
-             grammar: Grammar | None = None) -> Job:
+             grammar: Grammar | None = None, images: Images | None = None) -> Job:
     """The request's job for a prompt that leaves `room` for an answer in a `window` of tokens: the server's
     `defaults` where it leaves a field unset; refused (400) where it cannot be run as asked."""
     refused = request.unsupported()
@@ -137,7 +140,7 @@ def make_job(request: Sampling, prompt: list[int], defaults: Defaults, loaded: l
     config = GenerationConfig(max_tokens=limit, sampling=sampling, policy=policy(request.speculative, defaults),
                               seed=request.seed, stop=request.stops(), stop_tokens=stop_tokens,
                               prediction=prediction, continues_text=isinstance(request, CompletionRequest),
-                              grammar=grammar)
+                              grammar=grammar, images=images)
     return Job(tuple(prompt), config, drafter, owner)
 
 
@@ -185,6 +188,7 @@ class Serving:
     fim: FimLayout | None  # the model's fill-in-the-middle layout, if it has one
     encode_plain: Callable[[str], list[int]]  # text as the model writes it (`plain_encoder`)
     aliases: Aliases  # any model name a request gives: the served target answers it
+    vision: VisionTower | None = None  # the target's vision tower, if it reads images
 
     @property
     def context_window(self) -> int | None:
@@ -203,10 +207,10 @@ class Serving:
         return self._model_card()
 
     def chat(self, body: ChatRequest, owner: Hashable) -> Answer:
-        prompt = self._chat_prompt(body)
+        prompt, images = self._chat_prompt(body, owner)
         model = self.aliases.answering(body.model)
         reply = CompletionReply(True, model, len(prompt), body.speculative.sources, include_usage(body))
-        return Answer(self._job(body, prompt, owner), reply, self._feed(body, prompt), body.stream)
+        return Answer(self._job(body, prompt, owner, images), reply, self._feed(body, prompt), body.stream)
 
     def completions(self, body: CompletionRequest, owner: Hashable) -> Answer:
         prompt = completion_prompt(self.tokenizer, body, self.vocab, self.context_window, self.fim)
@@ -220,20 +224,20 @@ class Serving:
     def messages(self, body: MessagesRequest, owner: Hashable, interleaved: bool = False) -> Answer:
         """Anthropic's messages, as the chat of the same conversation (`anthropic/translate.py`);
         `interleaved`: the client asked for interleaved thinking."""
-        chat = messages_chat(body, interleaved)
-        prompt = self._chat_prompt(chat)
+        chat = messages_chat(body, interleaved, self.vision is not None)
+        prompt, images = self._chat_prompt(chat, owner)
         model = self.aliases.answering(body.model)
-        job = self._job(chat, prompt, owner)
+        job = self._job(chat, prompt, owner, images)
         reply = MessageReply(model, len(prompt), chat.speculative.sources, window_bound(chat, job), thinks(body))
         return Answer(job, reply, self._feed(chat, prompt, TOOL_USE_ID), chat.stream)
 
     def responses(self, body: ResponsesRequest, owner: Hashable) -> Answer:
         """OpenAI's responses, as the chat of the same conversation (`responses/translate.py`)."""
-        chat = responses_chat(body)
+        chat = responses_chat(body, self.vision is not None)
         try:  # the chat path's refusals name chat's fields
-            prompt = self._chat_prompt(chat)
+            prompt, images = self._chat_prompt(chat, owner)
             model = self.aliases.answering(body.model)
-            job = self._job(chat, prompt, owner)
+            job = self._job(chat, prompt, owner, images)
         except APIError as err:
             raise in_responses_terms(err) from None
         reply = ResponseReply(model, len(prompt), chat.speculative.sources, echoed(body))
@@ -241,7 +245,7 @@ class Serving:
 
     def count_tokens(self, body: CountTokensRequest) -> dict:
         self.aliases.answering(body.model)
-        return {"input_tokens": len(self._chat_prompt(messages_chat(body)))}
+        return {"input_tokens": len(self._chat_prompt(messages_chat(body, images=self.vision is not None))[0])}
 
     # -- what the routes share -------------------------------------------------
 
@@ -250,10 +254,13 @@ class Serving:
         # object of booleans that can grow); Ollama's /api/show names tool calling `tools` too.
         return {"id": self.defaults.model, "object": "model", "created": self.started, "owned_by": "specmlx",
                 "drafters": list(self.loaded), "default_drafter": self.defaults.drafter,
-                "context_window": self.context_window, "capabilities": {"tools": has_tools(self.tokenizer)}}
+                "context_window": self.context_window,
+                "capabilities": {"tools": has_tools(self.tokenizer), "images": self.vision is not None}}
 
-    def _chat_prompt(self, request: ChatRequest) -> list[int]:
-        return chat_prompt(self.tokenizer, request, self.context_window)
+    def _chat_prompt(self, request: ChatRequest, owner: Hashable = None) -> tuple[list[int], Images | None]:
+        """The chat's prompt tokens, its images' rows in place, and its images (None without), for `owner`."""
+        tokens = chat_prompt(self.tokenizer, request, self.context_window, images=self.vision is not None)
+        return placed(tokens, request, self.vision, owner)
 
     def _feed(self, request: ChatRequest, prompt: list[int], id_prefix: str = CALL_ID) -> Feed:
         """How a chat's answer is read: its reasoning apart (a thinking model's), then its calls."""
@@ -266,14 +273,14 @@ class Serving:
             return None
         return call_reader(self.tokenizer, [tool.model_dump(exclude_none=True) for tool in request.tools], id_prefix)
 
-    def _job(self, request: Sampling, prompt: list[int], owner: Hashable) -> Job:
+    def _job(self, request: Sampling, prompt: list[int], owner: Hashable, images: Images | None = None) -> Job:
         """The request's job, refused in one line if it is wrong: its prediction as tokens and its grammar
         (a schema compiles in a millisecond, a large one in more), then the rest (`make_job`)."""
         prediction, grammar = self._prediction_tokens(request), grammar_of(request, self.tokenizer, prompt)
         slots = self.worker.slots
         job = make_job(request, prompt, self.defaults, list(self.loaded), slots.room(len(prompt)),
                        slots.context_window, owner, prediction,
-                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar)
+                       stop_tokens(self.fim, getattr(request, "suffix", None)), grammar, images)
         slots.refuse_past_memory(job)
         return job
 

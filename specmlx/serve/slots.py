@@ -54,6 +54,7 @@ from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
+from ..vision.images import Images
 from .admission import LOOKAHEAD, Ask, Claim, Footprint, admit, too_long
 from .jobs import Job
 from .mirror import NO_MIRROR, Mirror
@@ -163,12 +164,12 @@ class Slots:
         return Claim(job, rows - batch_bytes, cut)
 
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None, shareable: int | None = None,
-             need: int = 0) -> Slot:
-        """The slot for `owner`'s `prompt`, drafting with `drafter`, among the free ones: the one of
-        its own whose conversation it continues, else an empty one, else the one cheapest to lose
-        (see above), holding the start it shares with another conversation of its owner's. It is
+             need: int = 0, images: Images | None = None) -> Slot:
+        """The slot for `owner`'s `prompt` (its images `images`), drafting with `drafter`, among the free
+        ones: the one of its own whose conversation it continues, else an empty one, else the one cheapest
+        to lose (see above), holding the start it shares with another conversation of its owner's. It is
         busy until `release`d. Idle slots are emptied, least recently used first, until `need`
-        more bytes than it holds fit the memory limit (`admit`)."""
+        more bytes than it holds fit the memory limit (`admit`). The disk keeps no image's prompt."""
         own = [(common_prefix_len(s.engine.context, prompt), s) for s in self._slots
                if s.owner == owner and s.engine.context and not s.busy]
         shared, best = max(own, key=lambda o: (_continues(o[1], o[0]), o[0], o[1].used), default=(0, None))
@@ -187,11 +188,12 @@ class Slots:
             tell_owner(instance, owner)
         best.engine.use(best.drafters[drafter])
         self._make_room(need - best.held_bytes(), keep=(best, source))
-        if source is not None and best is not source and shared > best.engine.reusable(prompt):
-            copied = best.engine.adopt(source.engine, shared)
+        if source is not None and best is not source and shared > best.engine.reusable(prompt, images):
+            copied = best.engine.adopt(source.engine, shared, images)
             if copied:
                 self.mirror.copied(self.index(source), self.index(best), copied)
-        best.from_disk = 0 if self.disk is None else self.disk.restore(best.engine, owner, prompt, shareable)
+        best.from_disk = 0 if self.disk is None or images is not None else \
+            self.disk.restore(best.engine, owner, prompt, shareable)
         return best
 
     def _cheapest(self, prompt: Sequence[int]) -> Slot:
@@ -206,7 +208,7 @@ class Slots:
         """The request in `slot` ended: its drafters that remember requests learn its context; a `broken`
         one (its request failed midway) is emptied instead."""
         slot.busy = False
-        slot.unkept = self.disk is not None and not broken
+        slot.unkept = self.disk is not None and not broken and slot.engine.images is None
         if broken:
             if slot in self._slots:
                 self._empty(slot)

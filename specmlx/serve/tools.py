@@ -87,14 +87,16 @@ def check_parameters(params: dict | None, name: str, param: str) -> None:
                        f"(\"type\": \"object\"), not of {params.get('type')!r}", "invalid_value", param)
 
 
-def template_messages(request: ChatRequest, tokenizer: Any) -> list[dict]:
+def template_messages(request: ChatRequest, tokenizer: Any, images: bool = False) -> list[dict]:
     """The messages as the template reads them: roles as it names them, each call's arguments as a value,
-    each tool result after the call it answers (else 400)."""
+    each tool result after the call it answers (else 400); with `images` (a model that reads them), a
+    content with images as its parts (`Message.seen`), else an image is refused by its place."""
     messages, calls = [], set()
     for i, m in enumerate(request.messages):
+        where = f"messages.{i}.content"
         # OpenAI's newer `developer` role is the system message of older templates.
         message: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
-                                   "content": m.text(f"messages.{i}.content")}
+                                   "content": m.seen(where) if images else m.text(where)}
         if (m.tool_calls or m.role == "tool") and not has_tools(tokenizer):
             raise APIError(400, "this model has no tool calling, so a conversation cannot hold tool calls or "
                            "their results", "invalid_value", f"messages.{i}.role")

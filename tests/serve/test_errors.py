@@ -37,7 +37,8 @@ CASES = [
     ("a temperature as a boolean", CHAT, chat(temperature=True), 400, "invalid_value", "temperature"),
     ("a top_p as a string", CHAT, chat(top_p="1"), 400, "invalid_value", "top_p"),
     ("a body that is not UTF-8", CHAT, b'{"model": "\xff\xfe"}', 400, "invalid_json", None),
-    ("an image", CHAT, chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+    ("an image to a model without a vision tower", CHAT, chat(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]),
      400, "invalid_value", "messages.0.content.0.type"),
     ("a tool message on a model without tool calling", CHAT, chat(messages=[{"role": "tool", "content": "x"}]), 400,
      "invalid_value", "messages.0.role"),

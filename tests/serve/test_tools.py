@@ -367,8 +367,8 @@ def test_none_renders_the_tools_and_reads_no_calls(tool_client, tool_loaded):
 
 
 def test_the_model_list_says_which_model_calls_tools(tool_client, client):
-    assert tool_client.models.list().data[0].capabilities == {"tools": True}
-    assert client.models.list().data[0].capabilities == {"tools": False}
+    assert tool_client.models.list().data[0].capabilities == {"tools": True, "images": False}
+    assert client.models.list().data[0].capabilities == {"tools": False, "images": False}
     assert client.models.list().data[0].context_window > 0
 
 

@@ -37,8 +37,24 @@ class ThinkingBlock(BaseModel):
     type: Literal["thinking", "redacted_thinking"]
 
 
-ResultBlock = Annotated[Union[Annotated[TextBlock, Tag("text")], Annotated[Unserved, Tag("other")]],
-                        Discriminator(kind_of(("text",)))]
+class ImageSource(BaseModel):
+    """Where an image block's bytes are: `base64` (its `media_type` and `data`), or by `url` or `file_id`
+    (refused: nothing is downloaded)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: StrictStr
+    media_type: StrictStr | None = None
+    data: StrictStr | None = None
+
+
+class ImageBlock(BaseModel):
+    type: Literal["image"]
+    source: ImageSource
+
+
+ResultBlock = Annotated[Union[Annotated[TextBlock, Tag("text")], Annotated[ImageBlock, Tag("image")],
+                              Annotated[Unserved, Tag("other")]],
+                        Discriminator(kind_of(("text", "image")))]
 
 
 class ToolResultBlock(BaseModel):
@@ -51,7 +67,7 @@ class ToolResultBlock(BaseModel):
 
 
 BLOCKS = {"text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
-          "redacted_thinking": ThinkingBlock}
+          "redacted_thinking": ThinkingBlock, "image": ImageBlock}
 Block = Annotated[Union[tuple(Annotated[model, Tag(kind)] for kind, model in BLOCKS.items())
                         + (Annotated[Unserved, Tag("other")],)], Discriminator(kind_of(tuple(BLOCKS)))]
 

@@ -11,8 +11,11 @@ differs (`render.py`). The translation:
   come among the turn's text.
 - Consecutive turns of one role are one turn, as Anthropic combines them.
 - A `thinking` (or `redacted_thinking`) block of an assistant's turn is dropped, as Anthropic's API
-  lets a client do; a block of another kind (an image, a document, in a message or a tool_result)
-  and Anthropic's server tools (`web_search_20250305`...) are refused by their place.
+  lets a client do; a block of another kind (a document; an image where the model reads none, in a
+  message or a tool_result) and Anthropic's server tools (`web_search_20250305`...) are refused by their place.
+- An `image` block (base64; by URL or file it is refused: nothing is downloaded) of a user's turn or of a
+  tool_result is chat's `image_url` part, a data URL, in its place among the text, for a model that
+  reads images (`images`); Claude Code sends its screenshots in tool_results.
 - `tool_choice`: `auto`, `none`, `any` (OpenAI's `required`), `tool` (a named function);
   `disable_parallel_tool_use` is `parallel_tool_calls: false`.
 - Sampling fields keep their meaning, and what a request leaves unset is the server's default
@@ -30,8 +33,8 @@ from ..errors import APIError, not_served
 from ..fields import Unserved
 from ..openai.protocol import ChatRequest
 from ..tools import refuse_duplicates
-from .protocol import (MIN_THINKING, AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest, TextBlock,
-                       ThinkingBlock, ToolChoice, ToolResultBlock, ToolUseBlock)
+from .protocol import (MIN_THINKING, AnthropicMessage, AnthropicTool, CountTokensRequest, ImageBlock, MessagesRequest,
+                       TextBlock, ThinkingBlock, ToolChoice, ToolResultBlock, ToolUseBlock)
 
 # The separator of a turn's text blocks: blocks are paragraphs, and a turn's text is one.
 BLOCKS_JOINED = "\n\n"
@@ -44,11 +47,12 @@ def text_of(blocks: Union[str, list[TextBlock], None]) -> str:
     return BLOCKS_JOINED.join(block.text for block in blocks)
 
 
-def to_chat(request: CountTokensRequest, interleaved: bool = False) -> ChatRequest:
+def to_chat(request: CountTokensRequest, interleaved: bool = False, images: bool = False) -> ChatRequest:
     """The chat request of the same conversation, tools and sampling; refused (400) where the
     conversation cannot be one (a tool_result for no earlier call, a block in the wrong turn).
-    `interleaved`: the client asked for interleaved thinking (`anthropic-beta`), as Claude Code does."""
-    fields: dict[str, Any] = {"model": request.model, "messages": chat_messages(request)}
+    `interleaved`: the client asked for interleaved thinking (`anthropic-beta`), as Claude Code does;
+    `images`: the model reads images (else an image block is refused by its place)."""
+    fields: dict[str, Any] = {"model": request.model, "messages": chat_messages(request, images)}
     if request.tools:
         fields["tools"] = [chat_tool(tool, i) for i, tool in enumerate(request.tools)]
         refuse_duplicates([tool.name for tool in request.tools], "tools.{}.name")
@@ -144,12 +148,12 @@ def turns(messages: list[AnthropicMessage]) -> Iterator[tuple[str, list[tuple[st
         yield role, blocks
 
 
-def chat_messages(request: CountTokensRequest) -> list[dict]:
+def chat_messages(request: CountTokensRequest, images: bool = False) -> list[dict]:
     """The conversation as chat messages: the system prompt, then each turn's."""
     messages = [{"role": "system", "content": text_of(request.system)}] if request.system else []
     called: set[str] = set()  # the ids of the calls made so far
     for role, blocks in turns(request.messages):
-        messages += assistant_turn(blocks, called) if role == "assistant" else user_turn(blocks, called)
+        messages += assistant_turn(blocks, called) if role == "assistant" else user_turn(blocks, called, images)
     return messages
 
 
@@ -158,6 +162,8 @@ def assistant_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict
     texts, calls = [], []
     for where, block in blocks:
         refuse_unserved(where, block)
+        if isinstance(block, ImageBlock):  # a model's answer holds no images
+            raise not_served(where, block.type, "text, tool_use and thinking blocks in an assistant's turn")
         if isinstance(block, ToolResultBlock):
             raise APIError(400, f"{where}: a tool_result block belongs in a user's message, after the "
                            "assistant's tool_use it answers", "invalid_value", where)
@@ -171,42 +177,82 @@ def assistant_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict
     return [{"role": "assistant", "content": BLOCKS_JOINED.join(texts)} | ({"tool_calls": calls} if calls else {})]
 
 
-def user_turn(blocks: list[tuple[str, Any]], called: set[str]) -> list[dict]:
-    """A user's turn: each tool result as a tool message, and the text between them as user messages."""
+def user_turn(blocks: list[tuple[str, Any]], called: set[str], images: bool = False) -> list[dict]:
+    """A user's turn: each tool result as a tool message, and the text (and images) between them as user
+    messages."""
     messages, texts = [], []
     for where, block in blocks:
-        refuse_unserved(where, block)
+        refuse_unserved(where, block, images)
         if isinstance(block, (ToolUseBlock, ThinkingBlock)):
             raise APIError(400, f"{where}: a {block.type} block belongs in an assistant's message", "invalid_value",
                            where)
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
+        if isinstance(block, (TextBlock, ImageBlock)):
+            texts.append(piece(block, where))
             continue
         if block.tool_use_id not in called:
             raise APIError(400, f"{where}: this tool_result answers tool_use_id {block.tool_use_id!r}, which no "
                            "earlier tool_use block has", "invalid_value", f"{where}.tool_use_id")
         if texts:
-            messages.append({"role": "user", "content": BLOCKS_JOINED.join(texts)})
+            messages.append({"role": "user", "content": joined(texts)})
             texts = []
         # The template has no place for a failure: the model reads it in the result's text.
-        content = ("Error: " if block.is_error else "") + result_text(block.content, f"{where}.content")
+        content = joined(result_pieces(block.content, f"{where}.content", images))
+        if block.is_error:
+            content = "Error: " + content if isinstance(content, str) else [{"type": "text", "text": "Error: "}, *content]
         messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
     if texts:
-        messages.append({"role": "user", "content": BLOCKS_JOINED.join(texts)})
+        messages.append({"role": "user", "content": joined(texts)})
     return messages
 
 
-def refuse_unserved(where: str, block: Any) -> None:
-    if isinstance(block, Unserved):
+def refuse_unserved(where: str, block: Any, images: bool = False) -> None:
+    if isinstance(block, Unserved) or isinstance(block, ImageBlock) and not images:
         raise not_served(where, block.type, "text, tool_use, tool_result and thinking blocks")
 
 
-def result_text(content: Union[str, list, None], where: str) -> str:
-    """A tool_result's text: a string, or its text blocks' (an image in it is refused by its place)."""
-    for k, block in enumerate(content if isinstance(content, list) else []):
-        if isinstance(block, Unserved):
+def result_pieces(content: Union[str, list, None], where: str, images: bool) -> list[Union[str, dict]]:
+    """A tool_result's text and images, in order (`piece`); an image where the model reads none is refused by
+    its place."""
+    if not isinstance(content, list):
+        return [content or ""]
+    pieces = []
+    for k, block in enumerate(content):
+        if isinstance(block, Unserved) or isinstance(block, ImageBlock) and not images:
             raise not_served(f"{where}.{k}", block.type, "text blocks")
-    return text_of(content)
+        pieces.append(piece(block, f"{where}.{k}"))
+    return pieces
+
+
+def piece(block: Union[TextBlock, ImageBlock], where: str) -> Union[str, dict]:
+    """A text block's text, or an image block as chat's image part (a data URL of its base64 source)."""
+    if isinstance(block, TextBlock):
+        return block.text
+    source = block.source
+    if source.type != "base64" or source.media_type is None or source.data is None:
+        raise APIError(400, f"{where}.source: images are read from base64 sources only (a media_type and its "
+                       f"data), not {source.type!r}: this server downloads nothing", "invalid_value",
+                       f"{where}.source")
+    return {"type": "image_url", "image_url": {"url": f"data:{source.media_type};base64,{source.data}"}}
+
+
+def joined(pieces: list[Union[str, dict]]) -> Union[str, list[dict]]:
+    """A message's content from its pieces: their text as one (blocks joined as paragraphs), or, with
+    images, text and image parts in order."""
+    between = BLOCKS_JOINED
+    if all(isinstance(p, str) for p in pieces):
+        return between.join(pieces)
+    parts: list[dict] = []
+    texts: list[str] = []
+    for p in [*pieces, None]:
+        if isinstance(p, str):
+            texts.append(p)
+            continue
+        if texts and between.join(texts):
+            parts.append({"type": "text", "text": between.join(texts)})
+        texts = []
+        if p is not None:
+            parts.append(p)
+    return parts
 
 
 def json_text(value: dict) -> str:

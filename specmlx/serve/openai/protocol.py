@@ -48,8 +48,19 @@ class TextPart(BaseModel):
     text: StrictStr
 
 
-Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[Unserved, Tag("other")]],
-                 Discriminator(kind_of(("text",)))]
+class ImageURL(BaseModel):
+    url: StrictStr  # a data URL (`serve/images.py`: nothing is downloaded)
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the checkpoint's processor sizes the image
+
+
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+Part = Annotated[Union[Annotated[TextPart, Tag("text")], Annotated[ImagePart, Tag("image_url")],
+                       Annotated[Unserved, Tag("other")]],
+                 Discriminator(kind_of(("text", "image_url")))]
 
 
 def joined(content: Union[str, list[TextPart], list[Part], None], where: str = "content") -> str:
@@ -88,6 +99,28 @@ class Message(BaseModel):
     def text(self, where: str = "content") -> str:
         """Its text; a part not served is refused naming `where`, its content's place."""
         return joined(self.content, where)
+
+    def written(self) -> str:
+        """The text of its text parts (what bounds its length; `text` refuses other parts)."""
+        if not isinstance(self.content, list):
+            return self.content or ""
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def images(self) -> list[ImagePart]:
+        """Its image parts, in order."""
+        return [part for part in self.content or () if isinstance(part, ImagePart)] \
+            if isinstance(self.content, list) else []
+
+    def seen(self, where: str = "content") -> Union[str, list[dict]]:
+        """Its content as a template that reads images takes it: its text, or, with images, its text and image
+        parts in order (`{"type": "image"}` where each image goes); another part is refused as by `text`."""
+        if not self.images():
+            return self.text(where)
+        for j, part in enumerate(self.content):
+            if not isinstance(part, (TextPart, ImagePart)):
+                raise not_served(f"{where}.{j}", part.type, "text and image_url parts")
+        return [{"type": "text", "text": part.text} if isinstance(part, TextPart) else {"type": "image"}
+                for part in self.content]
 
 
 class FunctionDef(BaseModel):

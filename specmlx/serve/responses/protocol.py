@@ -55,7 +55,17 @@ class ReasoningItem(BaseModel):
 
 ITEMS = {"message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
          "reasoning": ReasoningItem}
+class ImagePart(BaseModel):
+    """A user's image: `image_url` a data URL (by `file_id` it is refused: nothing is kept or downloaded)."""
+
+    type: Literal["input_image"]
+    image_url: StrictStr | None = None
+    file_id: StrictStr | None = None
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the checkpoint's processor sizes the image
+
+
 PARTS = {"input_text": TextPart, "output_text": TextPart}
+SEEN_PARTS = PARTS | {"input_image": ImagePart}  # a model that reads images
 
 
 class FunctionTool(BaseModel):

@@ -6,7 +6,8 @@ so it is rendered by the model's own chat template, queued, decoded and its call
 (`render.py`). The translation:
 
 - `instructions` is the system message, first; `input` a user's message (a string) or items:
-  `message` items of any role (a string, or `input_text` / `output_text` parts, joined),
+  `message` items of any role (a string, or `input_text` / `output_text` parts, joined; `input_image`
+  parts, data URLs, are chat's `image_url` parts in their place, for a model that reads images),
   `function_call` items (an assistant's call: its `call_id`, `name`, `arguments` as JSON text)
   and `function_call_output` items (a `tool` message answering that `call_id`). Calls right
   after an assistant's message, or after each other, are that one assistant turn, as the model
@@ -37,16 +38,17 @@ from ..chat import as_chat, chat_call, chat_tool_of, named_choice
 from ..errors import APIError, not_served, validation_error
 from ..openai.protocol import ChatRequest
 from ..tools import check_parameters, refuse_duplicates
-from .protocol import (ITEMS, PARTS, STATEFUL, FunctionCallItem, FunctionCallOutputItem, FunctionChoice, FunctionTool,
-                       MessageItem, ResponsesRequest, TextConfig)
+from .protocol import (ITEMS, PARTS, SEEN_PARTS, STATEFUL, FunctionCallItem, FunctionCallOutputItem, FunctionChoice,
+                       FunctionTool, ImagePart, MessageItem, ResponsesRequest, TextConfig)
 
 
-def to_chat(request: ResponsesRequest) -> ChatRequest:
+def to_chat(request: ResponsesRequest, images: bool = False) -> ChatRequest:
     """The chat request of the same conversation, tools and sampling; refused (400) where the request needs
-    state this server does not keep, or cannot be one conversation (an output for no earlier call)."""
+    state this server does not keep, or cannot be one conversation (an output for no earlier call). `images`:
+    the model reads images (else an image part is refused by its place)."""
     refuse_stateful(request)
     fields: dict[str, Any] = {
-        "model": request.model, "messages": chat_messages(request), "parallel_tool_calls": request.parallel_tool_calls,
+        "model": request.model, "messages": chat_messages(request, images), "parallel_tool_calls": request.parallel_tool_calls,
         "max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
         "top_logprobs": request.top_logprobs, "stream": request.stream, "speculative": request.speculative,
         "response_format": response_format(request.text),
@@ -100,16 +102,29 @@ def response_format(text: TextConfig | None) -> dict | None:
     return {"type": "json_schema", "json_schema": fmt.model_dump(exclude_none=True, exclude={"type"}, by_alias=True)}
 
 
-def text_of(content: Union[str, list[dict[str, Any]]], where: str) -> str:
-    """A string, or text parts' text as one (a part of another kind, an image or a file, is refused)."""
+def text_of(content: Union[str, list[dict[str, Any]]], where: str, images: bool = False) -> Union[str, list[dict]]:
+    """A string, or text parts' text as one (a part of another kind, a file, or an image where the model reads
+    none, is refused); with images, text and image parts in order, as chat's content."""
     if isinstance(content, str):
         return content
-    parts = [typed(part, PARTS, f"{where}.{j}", "text parts (input_text, output_text)")
-             for j, part in enumerate(content)]
-    return "".join(part.text for part in parts)
+    kinds, served = (SEEN_PARTS, "text and image parts (input_text, output_text, input_image)") if images else (
+        PARTS, "text parts (input_text, output_text)")
+    parts = [typed(part, kinds, f"{where}.{j}", served) for j, part in enumerate(content)]
+    if not any(isinstance(part, ImagePart) for part in parts):
+        return "".join(part.text for part in parts)
+    return [image_part(part, f"{where}.{j}") if isinstance(part, ImagePart) else {"type": "text", "text": part.text}
+            for j, part in enumerate(parts)]
 
 
-def chat_messages(request: ResponsesRequest) -> list[dict]:
+def image_part(part: ImagePart, where: str) -> dict:
+    """An `input_image` as chat's image part (its data URL is read there, `serve/images.py`)."""
+    if part.image_url is None:
+        raise APIError(400, f"{where}: an image is read from its image_url, a data URL; this server keeps no files",
+                       "invalid_value", f"{where}.image_url")
+    return {"type": "image_url", "image_url": {"url": part.image_url}}
+
+
+def chat_messages(request: ResponsesRequest, images: bool = False) -> list[dict]:
     """The conversation as chat messages: the instructions, then each item's."""
     if not request.input:
         raise APIError(400, "input is empty: send the user's text, or the conversation's items", "invalid_value",
@@ -123,12 +138,12 @@ def chat_messages(request: ResponsesRequest) -> list[dict]:
         item = typed(raw, ITEMS, where, "message, function_call, function_call_output and reasoning items",
                      default="message")
         if isinstance(item, MessageItem):
-            messages.append({"role": item.role, "content": text_of(item.content, f"{where}.content")})
+            messages.append({"role": item.role, "content": text_of(item.content, f"{where}.content", images)})
         elif isinstance(item, FunctionCallItem):
             add_call(messages, item, where)
             called.add(item.call_id)
         elif isinstance(item, FunctionCallOutputItem):
-            messages.append(call_output(item, called, where))
+            messages.append(call_output(item, called, where, images))
     return messages
 
 
@@ -147,11 +162,11 @@ def add_call(messages: list[dict], item: FunctionCallItem, where: str) -> None:
     messages[-1].setdefault("tool_calls", []).append(call)
 
 
-def call_output(item: FunctionCallOutputItem, called: set[str], where: str) -> dict:
+def call_output(item: FunctionCallOutputItem, called: set[str], where: str, images: bool = False) -> dict:
     if item.call_id not in called:
         raise APIError(400, f"{where}: this function_call_output answers call_id {item.call_id!r}, which no earlier "
                        "function_call item made", "invalid_value", f"{where}.call_id")
-    return {"role": "tool", "tool_call_id": item.call_id, "content": text_of(item.output, f"{where}.output")}
+    return {"role": "tool", "tool_call_id": item.call_id, "content": text_of(item.output, f"{where}.output", images)}
 
 
 def echoed(request: ResponsesRequest) -> dict:

@@ -1,0 +1,92 @@
+"""What an image costs before its first token: `python -m specmlx.bench.vision`.
+
+An image is read on the host (decoded, resized to the processor's grid, cut into patches:
+`VisionTower.read`), then encoded by the tower on the device once (`VisionTower.features`; the last
+few images' rows are kept, so an agent's screenshot sent again costs nothing there), and its rows are
+prefilled with the prompt. Timed here at a real tower's shape: transformers' `Qwen3_5VisionConfig`
+(27 blocks of width 1152, 16 heads, MLP 4304, patches of 16, 2 × 2 merged), projecting to Qwen3.5-4B's
+width (2560), random float32 weights, for the sizes a chat and an agent send (a photo, a laptop's
+screenshot, an external display's). Its rows' prefill through the target is the prompt's, as the
+text's: `specmlx bench` measures that. Repeated, medians printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+from time import perf_counter
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+import numpy as np
+
+from ..vision.tower import Picture, VisionTower
+
+TOWER = {"model_type": "qwen3_5", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+         "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+         "num_position_embeddings": 2304, "out_hidden_size": 2560, "deepstack_visual_indexes": []}
+# Qwen3.5's processor bounds: at most 16,384 patches of 16 (its `longest_edge` in pixels)
+PROCESSOR = {"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 65536, "max_pixels": 16777216}
+SIZES = ((640, 480, "a photo"), (1280, 800, "a laptop's screenshot"), (1920, 1080, "an external display's"))
+
+
+def tower() -> VisionTower:
+    """A random tower of the real shape, and the processor."""
+    from mlx_vlm.models.qwen3_5.config import VisionConfig
+    from mlx_vlm.models.qwen3_5.vision import VisionModel
+    from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
+
+    mx.random.seed(0)
+    model = VisionModel(VisionConfig.from_dict(TOWER))
+    mx.eval(model.parameters())
+    return VisionTower(model, Qwen3VLImageProcessor(**PROCESSOR), {"image_token_id": 0, "vision_config": TOWER})
+
+
+def screenshot(width: int, height: int) -> bytes:
+    """A PNG of blocks of colour and noise, as a screen has."""
+    from PIL import Image
+
+    rng = np.random.default_rng(width)
+    pixels = np.repeat(np.repeat(rng.integers(0, 256, (height // 16, width // 16, 3), dtype=np.uint8), 16, 0), 16, 1)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def timed(run, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = perf_counter()
+        run()
+        times.append(perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specmlx.bench.vision", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    eyes = tower()
+    weights = sum(v.nbytes for _, v in tree_flatten(eyes.model.parameters()))
+    print(f"tower: {TOWER['depth']} blocks of {TOWER['hidden_size']}, {weights / 1e9:.2f} GB in float32 "
+          f"({mx.default_device()}), median of {args.repeats}")
+    print(f"{'image':>10} {'what':<24} {'patches':>8} {'rows':>6} {'read ms':>8} {'tower s':>8} {'ms/row':>7}")
+    for width, height, what in SIZES:
+        data = screenshot(width, height)
+        picture: Picture = eyes.read(data)
+        read_ms = 1000 * timed(lambda: eyes.read(data), args.repeats)
+
+        def encode() -> None:
+            eyes._kept.clear()  # each repeat encodes anew
+            eyes.features(picture)
+
+        tower_s = timed(encode, args.repeats)
+        patches = picture.grid[0] * picture.grid[1] * picture.grid[2]
+        print(f"{width}x{height:<5} {what:<24} {patches:>8} {picture.rows:>6} {read_ms:>8.1f} {tower_s:>8.2f} "
+              f"{1000 * tower_s / picture.rows:>7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""A checkpoint's vision tower, kept through a conversion mlx-lm does without it.
+
+mlx-lm converts the text model and drops the tower (`model.visual.*`) and its `vision_config`. After it has
+written the target,
+this module writes the tower beside it (`vision.safetensors`, mlx-vlm's names and layout, cast to the
+target's float type but not quantized: it runs once an image, and mlx-vlm's own conversions keep it
+wide), its `vision_config` back in `config.json`, and the image processor's settings, where `specmlx serve`
+reads them (`vision.tower`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+
+from specmlx.convert.options import OutputFormat
+from specmlx.vision.tower import KEPT, PREFIX, PROCESSOR_FILES, has_vision, vision_weights
+
+
+def keep_vision(source: Path, work: Path, fmt: OutputFormat) -> int:
+    """Write the source's vision tower and processor settings into `work`; how many tensors were written
+    (0: the source has no tower read here)."""
+    if not has_vision(source):
+        return 0
+    dtype = getattr(mx, fmt.dtype)
+    weights = {PREFIX + k: v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v
+               for k, v in vision_weights(source).items()}
+    mx.save_safetensors(str(work / KEPT), weights, metadata={"format": "mlx"})
+    config = json.loads((work / "config.json").read_text())
+    config["vision_config"] = json.loads((source / "config.json").read_text())["vision_config"]
+    (work / "config.json").write_text(json.dumps(config, indent=4))
+    for name in PROCESSOR_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, work / name)
+    return len(weights)

@@ -1,0 +1,95 @@
+"""A prompt's images: where each one's rows sit, the prompt's multimodal positions, and what a prefill
+feeds for them. Made by `place` from the chat template's token ids (one image token an image); read by
+the engine's prefill (`embedded`, `rotated`) and its reuse of a cache (`agreement`)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ..errors import SpecmlxError
+from ..hidden import embed
+from .positions import end_anchored, mrope_positions
+from .rope import rotated_at
+from .tower import Picture, VisionTower
+
+
+@dataclass(frozen=True)
+class Span:
+    """One image's rows in a prompt: from `start`, `picture.rows` of them."""
+
+    start: int
+    picture: Picture
+
+    @property
+    def end(self) -> int:
+        return self.start + self.picture.rows
+
+
+@dataclass(frozen=True)
+class Images:
+    """A prompt's images, its positions (3, tokens) end-anchored, and `shift`: what its images took back
+    of the positions, by which every position is raised (`vision/__init__.py`)."""
+
+    spans: tuple[Span, ...]
+    shift: int
+    positions: np.ndarray = field(compare=False, repr=False)
+    tower: VisionTower = field(compare=False, repr=False)
+
+    def embedded(self, target: nn.Module, tokens: mx.array, start: int) -> mx.array:
+        """The input embeddings of `tokens` (1, L), the prompt's from `start`: the target's own rows, and
+        each image's rows where its image tokens are."""
+        rows = embed(target, tokens)
+        end = start + tokens.shape[1]
+        for span in self.spans:
+            low, high = max(span.start, start), min(span.end, end)
+            if low < high:
+                seen = self.tower.features(span.picture)[low - span.start:high - span.start].astype(rows.dtype)
+                rows = mx.concatenate([rows[:, :low - start], seen[None], rows[:, high - start:]], axis=1)
+        return rows
+
+    @contextmanager
+    def rotated(self, target: nn.Module, start: int, end: int) -> Iterator[None]:
+        """Within the block, the target's attention rotates the prompt's tokens start..end-1 at their
+        multimodal positions."""
+        positions = mx.array(self.positions[:, None, start:end])
+        with rotated_at(target, self.tower.rotary, positions):
+            yield
+
+
+def agreement(held: Images | None, asked: Images | None, upto: int) -> int:
+    """Of the first `upto` positions two prompts share as tokens, how many a cache of one serves the
+    other: none where their images shift positions differently, else up to the first image either holds
+    there that the other does not hold at the same place."""
+    if (0 if held is None else held.shift) != (0 if asked is None else asked.shift):
+        return 0
+    mine = {s for s in (held.spans if held else ()) if s.start < upto}
+    theirs = {s for s in (asked.spans if asked else ()) if s.start < upto}
+    return min([upto, *(s.start for s in mine ^ theirs)])
+
+
+def place(tower: VisionTower, tokens: Sequence[int], pictures: Sequence[Picture]) -> tuple[list[int], Images | None]:
+    """The prompt's token ids with each image token widened to its picture's rows (in order), and its
+    images; refused in one line where the template placed a different number of images."""
+    at = [i for i, t in enumerate(tokens) if t == tower.image_token]
+    if len(at) != len(pictures):
+        raise SpecmlxError(f"the chat template placed {len(at)} images, but the messages hold {len(pictures)}")
+    if not pictures:
+        return list(tokens), None
+    out: list[int] = []
+    spans: list[Span] = []
+    last = 0
+    for i, picture in zip(at, pictures):
+        out += tokens[last:i]
+        spans.append(Span(len(out), picture))
+        out += [tower.image_token] * picture.rows
+        last = i + 1
+    out += tokens[last:]
+    positions, shift = end_anchored(mrope_positions(len(out), [(s.start, s.picture.grid) for s in spans],
+                                                    tower.merge))
+    return out, Images(tuple(spans), shift, positions, tower)
