@@ -54,7 +54,7 @@ from ..diskcache.keeper import Keeper
 from ..engine import Engine
 from ..recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
-from ..vision.images import Images
+from ..vision.images import Images, agreement
 from .admission import LOOKAHEAD, Ask, Claim, Footprint, admit, too_long
 from .jobs import Job
 from .mirror import NO_MIRROR, Mirror
@@ -188,6 +188,8 @@ class Slots:
             tell_owner(instance, owner)
         best.engine.use(best.drafters[drafter])
         self._make_room(need - best.held_bytes(), keep=(best, source))
+        if source is not None and best is not source:
+            shared = agreement(source.engine.images, images, shared)  # what its images let it serve
         if source is not None and best is not source and shared > best.engine.reusable(prompt, images):
             copied = best.engine.adopt(source.engine, shared, images)
             if copied:

@@ -75,12 +75,13 @@ def agreement(held: Images | None, asked: Images | None, upto: int) -> int:
 
 def place(tower: VisionTower, tokens: Sequence[int], pictures: Sequence[Picture]) -> tuple[list[int], Images | None]:
     """The prompt's token ids with each image token widened to its picture's rows (in order), and its
-    images; refused in one line where the template placed a different number of images."""
+    images; refused in one line where the template placed a different number of images. Without pictures
+    the tokens are the text's as they are (an image token a text spells is read as the text model reads it)."""
+    if not pictures:
+        return list(tokens), None
     at = [i for i, t in enumerate(tokens) if t == tower.image_token]
     if len(at) != len(pictures):
         raise SpecmlxError(f"the chat template placed {len(at)} images, but the messages hold {len(pictures)}")
-    if not pictures:
-        return list(tokens), None
     out: list[int] = []
     spans: list[Span] = []
     last = 0

@@ -74,9 +74,9 @@ class VisionTower:
             if max(image.size) > MAX_SIDE:
                 raise SpecmlxError(f"the image is {image.size[0]}x{image.size[1]} pixels; at most {MAX_SIDE} a side")
             rgb = image.convert("RGB")
+            out = self.processor([np.asarray(rgb).transpose(2, 0, 1)])  # refuses a side over 200 times the other
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
             raise SpecmlxError(f"the image cannot be read: {err}") from None
-        out = self.processor([np.asarray(rgb).transpose(2, 0, 1)])
         grid = tuple(int(n) for n in out["image_grid_thw"][0])
         return Picture(hashlib.sha256(owner + b"\0" + data).hexdigest(), grid, grid[0] * grid[1] * grid[2] // self.merge ** 2,
                        out["pixel_values"])

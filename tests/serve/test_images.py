@@ -164,6 +164,7 @@ def test_a_responses_input_image_is_read(vlm):
     ({"type": "image_url", "image_url": {"url": "data:image/png;base64,not base64!"}}, "not base64"),
     ({"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"no image").decode()}},
      "cannot be read"),
+    ({"type": "image_url", "image_url": {"url": data_url(tiny_vision.png(0, 300, 1))}}, "cannot be read"),  # 300:1
 ])
 def test_an_image_that_cannot_be_read_is_one_line_and_the_server_keeps_serving(vlm, part, says):
     url = vlm[0]
@@ -175,11 +176,28 @@ def test_an_image_that_cannot_be_read_is_one_line_and_the_server_keeps_serving(v
     assert chat(url, asking(tiny_vision.png(0)), NONE)["choices"][0]["message"]["content"]
 
 
-def test_anthropics_image_by_url_is_one_line(vlm):
-    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
+def test_what_anthropic_and_responses_send_wrong_is_named_by_its_own_place(vlm):
+    url = vlm[0]
+    by_url = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]}]}
-    r = httpx.post(f"{vlm[0]}/v1/messages", json=body, timeout=60)
+    r = httpx.post(f"{url}/v1/messages", json=by_url, timeout=60)
     assert r.status_code == 400 and "downloads nothing" in r.json()["error"]["message"], r.text
+    turn = screenshot_turn(tiny_vision.png(0))
+    turn[2]["content"][0]["content"][1]["source"]["data"] = "not base64!"
+    r = httpx.post(f"{url}/v1/messages", json={"model": MODEL, "max_tokens": 4, "system": "Be brief.",
+                                               "tools": [SCREENSHOT_TOOL], "messages": turn}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("messages.2.content.0.content.1.source.data: ")
+    r = httpx.post(f"{url}/v1/responses", json={"model": MODEL, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "https://example.com/cat.png"}]}]}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("input.0.content.0.image_url: "), r.text
+
+
+def test_a_text_that_spells_the_image_token_is_text(vlm):
+    """Without images, a prompt is the text's as it is: an agent reading a template file that spells the image
+    token is answered, not refused for an image it never sent."""
+    reply = chat(vlm[0], [{"role": "user", "content": "A template writes <|image_pad|> for an image."}], NONE)
+    assert reply["usage"]["prompt_tokens"] > 10
 
 
 def test_requests_with_and_without_images_at_once_each_get_their_own_answer(vlm):

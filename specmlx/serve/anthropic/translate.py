@@ -31,6 +31,7 @@ from typing import Any, Iterator, Union
 from ..chat import as_chat, chat_call, chat_tool_of, named_choice
 from ..errors import APIError, not_served
 from ..fields import Unserved
+from ..images import picture_bytes
 from ..openai.protocol import ChatRequest
 from ..tools import refuse_duplicates
 from .protocol import (MIN_THINKING, AnthropicMessage, AnthropicTool, CountTokensRequest, ImageBlock, MessagesRequest,
@@ -232,7 +233,9 @@ def piece(block: Union[TextBlock, ImageBlock], where: str) -> Union[str, dict]:
         raise APIError(400, f"{where}.source: images are read from base64 sources only (a media_type and its "
                        f"data), not {source.type!r}: this server downloads nothing", "invalid_value",
                        f"{where}.source")
-    return {"type": "image_url", "image_url": {"url": f"data:{source.media_type};base64,{source.data}"}}
+    url = f"data:{source.media_type};base64,{source.data}"
+    picture_bytes(url, f"{where}.source.data")  # its base64 refused here, by its own place
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def joined(pieces: list[Union[str, dict]]) -> Union[str, list[dict]]:

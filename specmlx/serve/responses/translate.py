@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..chat import as_chat, chat_call, chat_tool_of, named_choice
 from ..errors import APIError, not_served, validation_error
+from ..images import picture_bytes
 from ..openai.protocol import ChatRequest
 from ..tools import check_parameters, refuse_duplicates
 from .protocol import (ITEMS, PARTS, SEEN_PARTS, STATEFUL, FunctionCallItem, FunctionCallOutputItem, FunctionChoice,
@@ -121,6 +122,7 @@ def image_part(part: ImagePart, where: str) -> dict:
     if part.image_url is None:
         raise APIError(400, f"{where}: an image is read from its image_url, a data URL; this server keeps no files",
                        "invalid_value", f"{where}.image_url")
+    picture_bytes(part.image_url, f"{where}.image_url")  # a URL or bad base64 refused here, by its own place
     return {"type": "image_url", "image_url": {"url": part.image_url}}
 
 
