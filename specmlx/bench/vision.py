@@ -21,6 +21,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 import numpy as np
 
+from ..blas import describe, ensure_fast_blas
 from ..vision.tower import Picture, VisionTower
 
 TOWER = {"model_type": "qwen3_5", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
@@ -66,13 +67,15 @@ def timed(run, repeats: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specmlx.bench.vision", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", type=int, default=len(SIZES),
+                        help=f"how many of the sizes, smallest first (of {len(SIZES)}; the largest takes minutes here)")
     args = parser.parse_args(argv)
     eyes = tower()
     weights = sum(v.nbytes for _, v in tree_flatten(eyes.model.parameters()))
     print(f"tower: {TOWER['depth']} blocks of {TOWER['hidden_size']}, {weights / 1e9:.2f} GB in float32 "
-          f"({mx.default_device()}), median of {args.repeats}")
+          f"({mx.default_device()}, {describe()}), median of {args.repeats}")
     print(f"{'image':>10} {'what':<24} {'patches':>8} {'rows':>6} {'read ms':>8} {'tower s':>8} {'ms/row':>7}")
-    for width, height, what in SIZES:
+    for width, height, what in SIZES[:args.sizes]:
         data = screenshot(width, height)
         picture: Picture = eyes.read(data)
         read_ms = 1000 * timed(lambda: eyes.read(data), args.repeats)
@@ -90,4 +93,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    ensure_fast_blas()  # Linux CPU: the tower is matrix products; re-executes with OpenBLAS once
     raise SystemExit(main())
