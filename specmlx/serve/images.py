@@ -11,7 +11,7 @@ from ..errors import SpecmlxError
 from ..vision.images import Images, place
 from ..vision.tower import Picture, VisionTower
 from .errors import APIError
-from .openai.protocol import ChatRequest
+from .openai.protocol import ChatRequest, ImagePart
 
 DATA = "data:"
 
@@ -36,7 +36,7 @@ def pictures(request: ChatRequest, tower: VisionTower, owner: Hashable = None) -
     found = []
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.content if isinstance(message.content, list) else ()):
-            if getattr(part, "type", None) == "image_url":
+            if isinstance(part, ImagePart):
                 where = f"messages.{i}.content.{j}.image_url.url"
                 try:
                     found.append(tower.read(picture_bytes(part.image_url.url, where), repr(owner).encode()))

@@ -190,10 +190,10 @@ class Slots:
         self._make_room(need - best.held_bytes(), keep=(best, source))
         if source is not None and best is not source:
             shared = agreement(source.engine.images, images, shared)  # what its images let it serve
-        if source is not None and best is not source and shared > best.engine.reusable(prompt, images):
-            copied = best.engine.adopt(source.engine, shared, images)
-            if copied:
-                self.mirror.copied(self.index(source), self.index(best), copied)
+            if shared > best.engine.reusable(prompt, images):
+                copied = best.engine.adopt(source.engine, shared, images)
+                if copied:
+                    self.mirror.copied(self.index(source), self.index(best), copied)
         best.from_disk = 0 if self.disk is None or images is not None else \
             self.disk.restore(best.engine, owner, prompt, shareable)
         return best

@@ -78,21 +78,25 @@ class VisionTower:
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
             raise SpecmlxError(f"the image cannot be read: {err}") from None
         grid = tuple(int(n) for n in out["image_grid_thw"][0])
-        return Picture(hashlib.sha256(owner + b"\0" + data).hexdigest(), grid, grid[0] * grid[1] * grid[2] // self.merge ** 2,
-                       out["pixel_values"])
+        rows = grid[0] * grid[1] * grid[2] // self.merge ** 2
+        return Picture(hashlib.sha256(owner + b"\0" + data).hexdigest(), grid, rows, out["pixel_values"])
 
     def features(self, picture: Picture) -> mx.array:
         """The picture's rows of input embeddings, (rows, hidden); the last few pictures' are kept."""
         kept = self._kept.get(picture.digest)
         if kept is None:
-            weight = self.model.patch_embed.proj.weight
-            kept, _ = self.model(mx.array(picture.pixels).astype(weight.dtype), mx.array([picture.grid]))
-            mx.eval(kept)
-            self._kept[picture.digest] = kept
+            kept = self._kept[picture.digest] = self.encode(picture)
             while len(self._kept) > FEATURES_KEPT:
                 self._kept.popitem(last=False)
         self._kept.move_to_end(picture.digest)
         return kept
+
+    def encode(self, picture: Picture) -> mx.array:
+        """The picture through the tower, evaluated (`features` keeps what this makes)."""
+        weight = self.model.patch_embed.proj.weight
+        rows, _ = self.model(mx.array(picture.pixels).astype(weight.dtype), mx.array([picture.grid]))
+        mx.eval(rows)
+        return rows
 
 
 def load_vision(path: Path) -> VisionTower:

@@ -207,8 +207,13 @@ def user_turn(blocks: list[tuple[str, Any]], called: set[str], images: bool = Fa
 
 
 def refuse_unserved(where: str, block: Any, images: bool = False) -> None:
-    if isinstance(block, Unserved) or isinstance(block, ImageBlock) and not images:
+    if unserved(block, images):
         raise not_served(where, block.type, "text, tool_use, tool_result and thinking blocks")
+
+
+def unserved(block: Any, images: bool) -> bool:
+    """A block of a kind not served, or an image where the model reads none."""
+    return isinstance(block, Unserved) or isinstance(block, ImageBlock) and not images
 
 
 def result_pieces(content: Union[str, list, None], where: str, images: bool) -> list[Union[str, dict]]:
@@ -218,7 +223,7 @@ def result_pieces(content: Union[str, list, None], where: str, images: bool) -> 
         return [content or ""]
     pieces = []
     for k, block in enumerate(content):
-        if isinstance(block, Unserved) or isinstance(block, ImageBlock) and not images:
+        if unserved(block, images):
             raise not_served(f"{where}.{k}", block.type, "text blocks")
         pieces.append(piece(block, f"{where}.{k}"))
     return pieces
@@ -241,20 +246,19 @@ def piece(block: Union[TextBlock, ImageBlock], where: str) -> Union[str, dict]:
 def joined(pieces: list[Union[str, dict]]) -> Union[str, list[dict]]:
     """A message's content from its pieces: their text as one (blocks joined as paragraphs), or, with
     images, text and image parts in order."""
-    between = BLOCKS_JOINED
     if all(isinstance(p, str) for p in pieces):
-        return between.join(pieces)
+        return BLOCKS_JOINED.join(pieces)
     parts: list[dict] = []
     texts: list[str] = []
-    for p in [*pieces, None]:
+    for p in [*pieces, None]:  # None: the end, where the last texts are joined
         if isinstance(p, str):
             texts.append(p)
             continue
-        if texts and between.join(texts):
-            parts.append({"type": "text", "text": between.join(texts)})
-        texts = []
+        if BLOCKS_JOINED.join(texts):
+            parts.append({"type": "text", "text": BLOCKS_JOINED.join(texts)})
         if p is not None:
             parts.append(p)
+        texts = []
     return parts
 
 

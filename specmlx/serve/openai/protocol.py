@@ -106,15 +106,10 @@ class Message(BaseModel):
             return self.content or ""
         return "".join(part.text for part in self.content if isinstance(part, TextPart))
 
-    def images(self) -> list[ImagePart]:
-        """Its image parts, in order."""
-        return [part for part in self.content or () if isinstance(part, ImagePart)] \
-            if isinstance(self.content, list) else []
-
     def seen(self, where: str = "content") -> Union[str, list[dict]]:
         """Its content as a template that reads images takes it: its text, or, with images, its text and image
         parts in order (`{"type": "image"}` where each image goes); another part is refused as by `text`."""
-        if not self.images():
+        if not isinstance(self.content, list) or not any(isinstance(p, ImagePart) for p in self.content):
             return self.text(where)
         for j, part in enumerate(self.content):
             if not isinstance(part, (TextPart, ImagePart)):
