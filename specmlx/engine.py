@@ -233,9 +233,9 @@ class Engine:
             if images is None:
                 hidden, taps = decoder_taps(self.target, chunk, self.cache, self.fused_layers)
             else:
+                fed, rows = images.fed(self.target, chunk, start)
                 with images.rotated(self.target, start, end):
-                    hidden, taps = decoder_taps(self.target, chunk, self.cache, self.fused_layers,
-                                                images.embedded(self.target, chunk, start))
+                    hidden, taps = decoder_taps(self.target, fed, self.cache, self.fused_layers, rows)
             if self.reads_hidden:
                 self.drafter.observe(start, hidden[0], None if taps is None else taps[0])
             with self.peers.waiting():

@@ -97,7 +97,11 @@ def png(seed: int, width: int = 96, height: int = 64) -> bytes:
 def reference(path: Path, tokens: list[int], pictures: list, n: int) -> list[int]:
     """mlx-vlm's own greedy answer to a prompt (its image tokens already widened) with `pictures`
     (`specmlx.vision.tower.Picture`, in order): its whole model, its positions, its cache."""
-    model, cache, logits = _prefilled(path, tokens, pictures)
+    return greedy_after(*_prefilled(path, tokens, pictures), n)
+
+
+def greedy_after(model, cache, logits: mx.array, n: int) -> list[int]:
+    """`n` greedy tokens of mlx-vlm's `model` from a prefilled `cache` and the prompt's last `logits`."""
     answer = [int(logits.argmax())]
     while len(answer) < n:
         answer.append(int(model.language_model(mx.array([answer[-1:]]), cache=cache).logits[0, -1].argmax()))

@@ -1,7 +1,9 @@
-"""A checkpoint's vision tower: mlx-vlm's Qwen3-VL encoder (which Qwen3.5 and Qwen3.6 keep) and its
-image processor, read from the target's own directory. mlx-lm loads the target without it; this
-loads it beside, from the same files (`model.visual.*`, Hugging Face's layout) or from what
-`specmlx convert` keeps of them (`vision.safetensors`). mlx-vlm is an optional dependency
+"""A checkpoint's vision tower and image processor, mlx-vlm's, read from the target's own directory.
+mlx-lm loads the target without it; this loads it beside, from the same files (Hugging Face's layout
+or mlx-vlm's) or from what `specmlx convert` keeps of them (`vision.safetensors`). What differs between
+checkpoints (their processor, their encoder, how a prompt frames an image's rows, their positions) is
+each family's (`qwen.py`, `gemma.py`); this is what they share: reading an image's bytes, keeping the
+last few images' rows, and finding the tower's weights. mlx-vlm is an optional dependency
 (`pip install 'specmlx[vision]'`): without it a vision checkpoint serves text alone, and says so."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -20,17 +22,18 @@ import numpy as np
 from ..errors import SpecmlxError
 
 KEPT = "vision.safetensors"  # what `specmlx convert` writes of the tower beside the converted target
-PREFIX = "vision_tower."  # the tower's weights' names in mlx-vlm's model, and in KEPT
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
-ARCHITECTURES = ("qwen3_5", "qwen3_5_moe")
 FEATURES_KEPT = 8  # images whose rows stay in memory: an agent sends the same screenshot turn after turn
 MAX_SIDE = 16384  # pixels: a larger image is refused before it is decoded
+# A tower's weights are loaded as mlx-lm lays a checkpoint out (`models.weights.load_into`): quantized
+# where they are (mlx-vlm's conversions may quantize a tower's linear layers)
+TOWER_WEIGHTS = "its vision tower's weights"
 
 
 @dataclass(frozen=True)
 class Picture:
-    """An image as the tower reads it: its content's digest (what caches key on), its patches, its
-    patch grid (t, h, w), and the rows it takes in the prompt."""
+    """An image as the tower reads it: its content's digest (what caches key on), its pixels as its
+    encoder takes them, its patch grid (t, h, w), and the rows it takes in the prompt."""
 
     digest: str
     grid: tuple[int, int, int]
@@ -38,30 +41,21 @@ class Picture:
     pixels: np.ndarray = field(compare=False, repr=False)
 
 
-def has_vision(path: Path) -> bool:
-    """Whether the checkpoint at `path` declares a vision tower of an architecture read here."""
-    config = _config(path)
-    return config.get("model_type") in ARCHITECTURES and isinstance(config.get("vision_config"), dict)
-
-
 class VisionTower:
-    """The encoder and processor of one checkpoint; `read` runs on any thread, `features` on MLX's."""
+    """The encoder and processor of one checkpoint; `read` runs on any thread, `features` on MLX's. A
+    family says how an image is processed and encoded, and how its rows sit in a prompt."""
+
+    # Where an image's rows go: the template writes `image_token` once an image; it is widened to
+    # `before` + the rows + `after` (the tokens a family's processor frames the rows with).
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+    NEEDS: tuple[str, ...] = ("image_token_id",)  # what a family reads of the checkpoint's config.json
 
     def __init__(self, model: Any, processor: Any, config: dict) -> None:
         self.model, self.processor, self.config = model, processor, config
         self.image_token: int = config["image_token_id"]
-        self.merge: int = config["vision_config"].get("spatial_merge_size", 2)
+        self.stand_in: int = self.image_token  # the token id fed at an image's rows, beside its embeddings
         self._kept: OrderedDict[str, mx.array] = OrderedDict()
-        self._rotary: Any = None
-
-    @property
-    def rotary(self) -> Any:
-        """The target's multimodal rotation (`rope.py`), made on first use."""
-        if self._rotary is None:
-            from .rope import multimodal_rotary
-
-            self._rotary = multimodal_rotary(self.config["text_config"])
-        return self._rotary
 
     def read(self, data: bytes, owner: bytes = b"") -> Picture:
         """An image's bytes (PNG, JPEG, WebP, GIF's first frame...) as the tower reads them; an image that
@@ -73,13 +67,30 @@ class VisionTower:
             image = Image.open(io.BytesIO(data))
             if max(image.size) > MAX_SIDE:
                 raise SpecmlxError(f"the image is {image.size[0]}x{image.size[1]} pixels; at most {MAX_SIDE} a side")
-            rgb = image.convert("RGB")
-            out = self.processor([np.asarray(rgb).transpose(2, 0, 1)])  # refuses a side over 200 times the other
+            pixels, grid, rows = self.process(image.convert("RGB"))
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
             raise SpecmlxError(f"the image cannot be read: {err}") from None
-        grid = tuple(int(n) for n in out["image_grid_thw"][0])
-        rows = grid[0] * grid[1] * grid[2] // self.merge ** 2
-        return Picture(hashlib.sha256(owner + b"\0" + data).hexdigest(), grid, rows, out["pixel_values"])
+        return Picture(hashlib.sha256(owner + b"\0" + data).hexdigest(), grid, rows, pixels)
+
+    def process(self, rgb: Any) -> tuple[np.ndarray, tuple[int, int, int], int]:
+        """An RGB image (Pillow's) as the encoder takes it: its pixels, grid and rows (a
+        processor's refusal is a ValueError)."""
+        raise NotImplementedError
+
+    def encode(self, picture: Picture) -> mx.array:
+        """The picture through the tower: its rows as the target's input embeddings, evaluated."""
+        raise NotImplementedError
+
+    def positions(self, length: int, spans: Sequence[tuple[int, Picture]]) -> tuple[np.ndarray | None, int]:
+        """A prompt's positions where its images place them apart from its tokens' indices, and what
+        they are shifted by (`vision/__init__.py`); (None, 0): every token at its index, as the text
+        model rotates it."""
+        return None, 0
+
+    @property
+    def rotary(self) -> Any:
+        """The rotation at a prompt's `positions` (`rope.py`); only a family with positions of its own."""
+        raise NotImplementedError
 
     def features(self, picture: Picture) -> mx.array:
         """The picture's rows of input embeddings, (rows, hidden); the last few pictures' are kept."""
@@ -91,54 +102,59 @@ class VisionTower:
         self._kept.move_to_end(picture.digest)
         return kept
 
-    def encode(self, picture: Picture) -> mx.array:
-        """The picture through the tower, evaluated (`features` keeps what this makes)."""
-        weight = self.model.patch_embed.proj.weight
-        rows, _ = self.model(mx.array(picture.pixels).astype(weight.dtype), mx.array([picture.grid]))
-        mx.eval(rows)
-        return rows
+
+def _families() -> dict[str, Any]:
+    from .gemma import GemmaTower
+    from .qwen import QwenTower
+
+    return {arch: family for family in (QwenTower, GemmaTower) for arch in family.ARCHITECTURES}
+
+
+def has_vision(path: Path) -> bool:
+    """Whether the checkpoint at `path` declares a vision tower of an architecture read here."""
+    config = _config(path)
+    return config.get("model_type") in _families() and isinstance(config.get("vision_config"), dict)
 
 
 def load_vision(path: Path) -> VisionTower:
     """The vision tower of the checkpoint at `path` (`has_vision`); refused in one line where mlx-vlm is
-    missing or the directory lacks its weights."""
+    missing, the directory lacks its weights, or its family's images are not read here."""
     config = _config(path)
     try:
-        from mlx_vlm.models.qwen3_5.config import VisionConfig
-        from mlx_vlm.models.qwen3_5.vision import VisionModel
-        from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import Qwen3VLImageProcessor
+        import mlx_vlm  # noqa: F401
     except ImportError:
         raise SpecmlxError("reading images needs mlx-vlm: pip install 'specmlx[vision]'") from None
-    model = VisionModel(VisionConfig.from_dict(config["vision_config"]))
-    try:
-        model.load_weights(list(model.sanitize(vision_weights(path)).items()), strict=True)
-    except ValueError as err:
-        raise SpecmlxError(f"{path}: its vision tower's weights do not fit its config: {err}") from None
-    mx.eval(model.parameters())
-    return VisionTower(model, Qwen3VLImageProcessor(**processor_settings(path)), config)
+    family = _families()[config["model_type"]]
+    missing = [key for key in family.NEEDS if key not in config]
+    if missing:
+        raise SpecmlxError(f"{path}: its config.json lacks {', '.join(missing)}, which place an image's rows")
+    return family.load(path, config)
 
 
-def vision_weights(path: Path) -> dict[str, mx.array]:
-    """The tower's weights in the checkpoint at `path`, by mlx-vlm's names within the tower: from what `specmlx
-    convert` kept, else from the checkpoint's own files (Hugging Face's names, or mlx-vlm's)."""
-    from mlx_vlm.models.qwen3_5.qwen3_5 import sanitize_key
+def family_of(path: Path) -> Any:
+    """The tower family of the checkpoint at `path` (`has_vision`)."""
+    return _families()[_config(path)["model_type"]]
 
+
+def vision_weights(path: Path, name: Callable[[str], str | None] | None = None) -> dict[str, mx.array]:
+    """The tower's weights in the checkpoint at `path`, by mlx-vlm's names: from what `specmlx convert`
+    kept, else from the checkpoint's own files (Hugging Face's names, or mlx-vlm's). `name`: a
+    checkpoint's name as mlx-vlm's, None for a weight not the tower's (the family's, by default)."""
+    name = name or family_of(path).weight_name
     weights = {}
     for file in ([path / KEPT] if (path / KEPT).exists() else sorted(path.glob("model*.safetensors"))):
         for key, value in mx.load(str(file)).items():
-            key = sanitize_key(key)
-            if key.startswith(PREFIX):
-                weights[key.removeprefix(PREFIX)] = value
+            ours = name(key)
+            if ours is not None:
+                weights[ours] = value
     if not weights:
         raise SpecmlxError(f"{path} declares a vision tower but holds none of its weights")
-    if any(key.endswith(".scales") for key in weights):
-        raise SpecmlxError(f"{path}: a quantized vision tower is not read here")
     return weights
 
 
-def processor_settings(path: Path) -> dict:
-    """The image processor's settings from the checkpoint's `preprocessor_config.json` (and a
-    `processor_config.json`'s `image_processor`, which newer checkpoints write), read from disk only."""
+def processor_file_settings(path: Path) -> dict:
+    """The image processor's settings as the checkpoint writes them: `preprocessor_config.json`, and a
+    `processor_config.json`'s `image_processor` (which newer checkpoints write), read from disk only."""
     raw: dict = {}
     for name in PROCESSOR_FILES:
         try:
@@ -146,14 +162,7 @@ def processor_settings(path: Path) -> dict:
         except (OSError, ValueError):
             continue
         raw.update(found.get("image_processor", found) if name == "processor_config.json" else found)
-    settings = {k: raw[k] for k in ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std",
-                                    "rescale_factor", "do_rescale", "do_normalize") if k in raw}
-    size = raw.get("size") or {}
-    for ours, theirs in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
-        value = raw.get(ours, size.get(theirs))
-        if value is not None:
-            settings[ours] = value
-    return settings
+    return raw
 
 
 def _config(path: Path) -> dict:

@@ -185,3 +185,21 @@ def test_a_prompt_cache_folder_that_cannot_be_used_names_the_ways_out(tmp_path, 
     with pytest.raises(SpecmlxError) as raised:
         open_store(1 << 30)
     assert "$SPECMLX_CACHE_DIR" in str(raised.value) and "--no-disk-cache" in str(raised.value)
+
+
+def test_a_tower_that_cannot_be_read_is_one_line_and_the_server_serves_text(tmp_path, capsys):
+    """Gemma 4's larger checkpoints attend both ways within an image: `serve` says so at start and serves
+    text; an E2B-like one reads images; a text checkpoint has nothing to say."""
+    from specmlx.serve.cli import vision_of
+
+    from .. import tiny_gemma_vision
+
+    said: list[str] = []
+    both_ways = tiny_gemma_vision.save(tiny_gemma_vision.tokenizer(), tmp_path / "both", bidirectional="vision")
+    assert vision_of(both_ways, said.append) is None
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("note: images are not read: ") and "serves text" in lines[0]
+    causal = tiny_gemma_vision.save(tiny_gemma_vision.tokenizer(), tmp_path / "causal")
+    assert vision_of(causal, said.append).image_token == tiny_gemma_vision.config(tiny_gemma_vision.tokenizer())[
+        "image_token_id"]
+    assert said == ["loading the vision tower"] * 2 and not capsys.readouterr().err

@@ -115,6 +115,18 @@ def screenshot_turn(image: bytes) -> list[dict]:
 
 
 SCREENSHOT_TOOL = {"name": "screenshot", "description": "Take a screenshot", "input_schema": {"type": "object"}}
+SCREENSHOT_FUNCTION = [{"type": "function", "function": {"name": "screenshot", "description": "Take a screenshot",
+                                                         "parameters": {"type": "object"}}}]
+
+
+def screenshot_chat(image: bytes) -> list[dict]:
+    """`screenshot_turn` as chat's messages: the call, and its result a tool message with the image."""
+    return [{"role": "user", "content": "Take a screenshot."},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "toolu_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "toolu_1", "content": [
+                {"type": "text", "text": "Here it is."},
+                {"type": "image_url", "image_url": {"url": data_url(image)}}]}]
 
 
 def test_anthropics_image_blocks_in_a_message_and_in_a_tool_result_are_read(vlm):
@@ -132,15 +144,8 @@ def test_anthropics_image_blocks_in_a_message_and_in_a_tool_result_are_read(vlm)
                                       tools=[SCREENSHOT_TOOL], messages=screenshot_turn(image))
     tok = vlm[2][1].tokenizer
     assert said.content[0].text == tok.decode(expected(vlm, asking(image, "What is in it?"))[1])
-    as_chat = [{"role": "user", "content": "Take a screenshot."},
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": "toolu_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
-               {"role": "tool", "tool_call_id": "toolu_1", "content": [
-                   {"type": "text", "text": "Here it is."},
-                   {"type": "image_url", "image_url": {"url": data_url(image)}}]}]
-    body = {"model": MODEL, "messages": as_chat, "max_tokens": TOKENS, "temperature": 0, "tools": [
-        {"type": "function", "function": {"name": "screenshot", "description": "Take a screenshot",
-                                          "parameters": {"type": "object"}}}]}
+    body = {"model": MODEL, "messages": screenshot_chat(image), "max_tokens": TOKENS, "temperature": 0,
+            "tools": SCREENSHOT_FUNCTION}
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     assert r.status_code == 200, r.text
     assert tool.usage.input_tokens == r.json()["usage"]["prompt_tokens"] > 60

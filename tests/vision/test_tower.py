@@ -45,3 +45,29 @@ def test_what_cannot_be_read_is_one_line(tower):
 
 def test_a_text_checkpoint_has_no_tower(model_dirs):
     assert not has_vision(model_dirs["target"])
+
+
+def test_a_tower_stored_quantized_is_read_quantized(tmp_path):
+    """mlx-vlm's conversions may quantize a tower's linear layers (weights with `.scales`, at the checkpoint's
+    `quantization`): such a tower is read as stored, its rows those of the same quantized layers."""
+    import json
+
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    from .. import tiny_gemma_vision
+
+    path = tiny_gemma_vision.save(tiny_gemma_vision.tokenizer(), tmp_path / "target")
+    tower = load_vision(path)
+    nn.quantize(tower.model, group_size=32, bits=4,
+                class_predicate=lambda _, m: isinstance(m, nn.Linear) and m.weight.shape[-1] % 32 == 0)
+    stored = dict(tree_flatten(tower.model.parameters()))
+    assert any(key.endswith(".scales") for key in stored)
+    text = {k: v for k, v in mx.load(str(path / "model.safetensors")).items() if k.startswith("model.language_model.")}
+    mx.save_safetensors(str(path / "model.safetensors"), text | stored)  # mlx-vlm's names, as mlx-community's
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | {"quantization": {"group_size": 32, "bits": 4}}))
+    picture = tower.read(tiny_gemma_vision.png(0))
+    tower._kept.clear()
+    assert mx.array_equal(load_vision(path).features(picture), tower.features(picture))
