@@ -13,7 +13,7 @@ import mlx.core as mx
 
 from .blas import describe
 from .cli import run_cli
-from .distributed import Lockstep, lockstep_of
+from .distributed import Lockstep
 from .distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from .distributed.follower import follow
 from .engine import Engine, GenerationConfig
@@ -128,7 +128,7 @@ def generate(args: argparse.Namespace) -> int:
         progress = (lambda step: print(f"{step}...", file=sys.stderr)) if sys.stderr.isatty() and leads(group) else None
         loaded = load_models(args.target, [args.drafter], progress, placement(args, group))
         target = loaded.target
-        lockstep = lockstep_of(loaded.peers)
+        lockstep = loaded.peers.lockstep()
         prompt = encode(target.tokenizer, text, args.chat, args.system) if leads(group) else None
         if predicted:
             config = replace(config, prediction=tuple(encode_output(target.tokenizer, predicted)))

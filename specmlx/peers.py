@@ -35,6 +35,10 @@ class Peers(Protocol):
     def stop(self) -> None:
         """The generation is over, however it ended."""
 
+    def lockstep(self) -> "Peers | None":
+        """The ranks' lockstep (`distributed.Lockstep`, which the callers that start and stop ranks hand
+        their followers), or None in one process."""
+
 
 class Alone:
     """One process: nothing to keep in step with."""
@@ -57,6 +61,9 @@ class Alone:
 
     def stop(self) -> None:
         pass
+
+    def lockstep(self) -> None:
+        return None
 
 
 ALONE = Alone()

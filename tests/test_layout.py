@@ -96,6 +96,18 @@ def test_where_to_change_what_names_files_that_exist():
     assert not missing, f"README's where-to-change-what table names paths that do not exist: {missing}"
 
 
+def five_steps(page: str) -> list[str]:
+    """A page's numbered steps of the round, links read as the README writes them."""
+    return [line.replace("(hybrid.md)", "(docs/hybrid.md)") for line in page.splitlines()
+            if re.match(r"\d\. \*\*|   \S", line) and line.strip()]
+
+
+def test_the_readme_and_the_architecture_describe_one_round():
+    readme = section((ROOT / "README.md").read_text(), "The round in five steps")
+    architecture = section((ROOT / "docs" / "architecture.md").read_text(), "How a round works")
+    assert len(five_steps(readme)) > 10 and five_steps(readme) == five_steps(architecture)[:len(five_steps(readme))]
+
+
 def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

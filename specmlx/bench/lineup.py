@@ -23,7 +23,7 @@ from typing import Iterable
 
 import mlx.nn as nn
 
-from ..distributed import Lockstep, lockstep_of
+from ..distributed import Lockstep
 from ..drafters import NGRAM, Drafter
 from ..loading import ONE_PROCESS, LoadedModel, Placement, Progress, load_models, resolve_drafter
 from ..policy import AUTO, START_DRAFT, DraftPolicy, read_parts
@@ -136,4 +136,4 @@ def load_lineup(target: str, specs: list[str], progress: Progress | None = None,
                 constrained=has_word(suffix, SCHEMA))
         for name, spec, drafter, (_, suffix, policy) in zip(names, specs, loaded.drafters, split)
     )
-    return Lineup(loaded.target, entrants, lockstep_of(loaded.peers))
+    return Lineup(loaded.target, entrants, loaded.peers.lockstep())

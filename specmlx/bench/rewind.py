@@ -28,7 +28,7 @@ import mlx.nn as nn
 from mlx_lm.models import nemotron_h, qwen3_5
 from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
-from ..batch.bench import measure as batch_measure
+from .ragged import measure as batch_measure
 from ..cache import cache_length, make_cache, prefill, recurrent_bytes, rewind
 from ..replay import recording
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=4, help="drafted tokens a round (the forward scores k + 1)")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--rows", type=int, default=0,
-                        help="also a batch of this many rows, each keeping its own count (specmlx.batch.bench)")
+                        help="also a batch of this many rows, each keeping its own count (specmlx.bench.ragged)")
     args = parser.parse_args(argv)
     print(f"k={args.k}, hidden {args.hidden}, float32, {args.rounds} rounds; medians a round")
     print(f"{'model':<15}{'forward ms':>11}{'recorded':>10}{'rewind ms':>11}{'replay ms':>11}"

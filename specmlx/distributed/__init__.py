@@ -10,6 +10,6 @@ server's slots and jobs mirrored on every rank (`serve.py`).
 
 from .follower import Follower, follow
 from .group import Group, join
-from .lockstep import Control, Lockstep, lockstep_of
+from .lockstep import Control, Lockstep
 
-__all__ = ["Control", "Follower", "Group", "Lockstep", "follow", "join", "lockstep_of"]
+__all__ = ["Control", "Follower", "Group", "Lockstep", "follow", "join"]

@@ -74,6 +74,9 @@ class Lockstep:
         """False: every rank scores in step, so no round runs ahead of its sync."""
         return False
 
+    def lockstep(self) -> "Lockstep":
+        return self
+
     @classmethod
     def of(cls, group: Group, target: nn.Module) -> "Lockstep":
         """The lockstep a sharded target needs, read from how it was split."""
@@ -174,9 +177,3 @@ class Lockstep:
             mine = mx.depends(mx.zeros_like(mine), after)
         both = self._sum(mine)
         return both[0], both[1].astype(mx.uint32)
-
-
-def lockstep_of(peers: Peers) -> Lockstep | None:
-    """What a loaded target keeps in step with (`Loaded.peers`) when it is sharded over ranks;
-    None in one process."""
-    return peers if isinstance(peers, Lockstep) else None

@@ -29,7 +29,7 @@ from ..cli import run_cli
 from ..diskcache.fingerprint import fingerprint
 from ..diskcache.keeper import DEFAULT_GB as DISK_CACHE_GB, Keeper, open_store
 from ..diskcache.store import DiskCache
-from ..distributed import Lockstep, lockstep_of
+from ..distributed import Lockstep
 from ..distributed.cli import add_arguments as add_distributed_arguments, joined, leads, placement
 from ..distributed.output import end
 from ..distributed.serve import RankMirror, follow
@@ -181,7 +181,7 @@ def serve(args: argparse.Namespace) -> int:
             loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
             mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy,
                      loaded.peers.one_process, say)
-            lockstep = lockstep_of(loaded.peers)
+            lockstep = loaded.peers.lockstep()
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
             disk = None if store is None else Keeper(store, fingerprint(loaded.target.path))
             memory = int(args.memory_gb * GB) if args.memory_gb is not None else mlx.call(memory_limit)

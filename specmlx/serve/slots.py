@@ -166,37 +166,56 @@ class Slots:
     def take(self, prompt: Sequence[int], drafter: str, owner: Hashable = None, shareable: int | None = None,
              need: int = 0, images: Images | None = None) -> Slot:
         """The slot for `owner`'s `prompt` (its images `images`), drafting with `drafter`, among the free
-        ones: the one of its own whose conversation it continues, else an empty one, else the one cheapest
-        to lose (see above), holding the start it shares with another conversation of its owner's. It is
-        busy until `release`d. Idle slots are emptied, least recently used first, until `need`
-        more bytes than it holds fit the memory limit (`admit`). The disk keeps no image's prompt."""
+        ones, busy until `release`d. In this order, each step needing the one before:
+        1. chosen: the one of its own whose conversation it continues, else an empty one, else the one
+           cheapest to lose (see above), emptied if another owner's;
+        2. occupied: marked used and busy, its drafters told their owner, `drafter` in use;
+        3. room made: idle slots emptied, least recently used first, until `need` more bytes than it
+           holds fit the memory limit (`admit`), before a copy or a restore takes memory;
+        4. the start it shares with another conversation of its owner's copied into it;
+        5. the rest its owner kept on disk restored, where longer than what it holds by now (the disk
+           keeps no image's prompt)."""
+        slot, source, shared = self._choose(prompt, owner)
+        self._occupy(slot, prompt, drafter, owner, shareable)
+        self._make_room(need - slot.held_bytes(), keep=(slot, source))
+        if source is not None and source is not slot:
+            self._copy_start(slot, source, agreement(source.engine.images, images, shared), prompt, images)
+        slot.from_disk = 0 if self.disk is None or images is not None else \
+            self.disk.restore(slot.engine, owner, prompt, shareable)
+        return slot
+
+    def _choose(self, prompt: Sequence[int], owner: Hashable) -> tuple[Slot, Slot | None, int]:
+        """The slot `take` fills, and the other of its owner's conversations (with how many tokens they
+        share) whose start it may copy."""
         own = [(common_prefix_len(s.engine.context, prompt), s) for s in self._slots
                if s.owner == owner and s.engine.context and not s.busy]
         shared, best = max(own, key=lambda o: (_continues(o[1], o[0]), o[0], o[1].used), default=(0, None))
-        source = None
         if best is not None and _continues(best, shared):
             best.turns += 1
-        else:
-            source = best if shared >= COPY_MIN else None
-            best = self._cheapest(prompt)
-            if best.owner != owner and best.engine.context:  # another owner's: not even a shared start is reused
-                best = self._empty(best)
-            best.turns, best.owner = 1, owner
+            return best, None, shared
+        source = best if shared >= COPY_MIN else None
+        slot = self._cheapest(prompt)
+        if slot.owner != owner and slot.engine.context:  # another owner's: not even a shared start is reused
+            slot = self._empty(slot)
+        slot.turns, slot.owner = 1, owner
+        return slot, source, shared
+
+    def _occupy(self, slot: Slot, prompt: Sequence[int], drafter: str, owner: Hashable,
+                shareable: int | None) -> None:
         self._clock += 1
-        best.used, best.busy, best.asked, best.shareable = self._clock, True, len(prompt), shareable
-        for instance in best.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
+        slot.used, slot.busy, slot.asked, slot.shareable = self._clock, True, len(prompt), shareable
+        for instance in slot.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
             tell_owner(instance, owner)
-        best.engine.use(best.drafters[drafter])
-        self._make_room(need - best.held_bytes(), keep=(best, source))
-        if source is not None and best is not source:
-            shared = agreement(source.engine.images, images, shared)  # what its images let it serve
-            if shared > best.engine.reusable(prompt, images):
-                copied = best.engine.adopt(source.engine, shared, images)
-                if copied:
-                    self.mirror.copied(self.index(source), self.index(best), copied)
-        best.from_disk = 0 if self.disk is None or images is not None else \
-            self.disk.restore(best.engine, owner, prompt, shareable)
-        return best
+        slot.engine.use(slot.drafters[drafter])
+
+    def _copy_start(self, slot: Slot, source: Slot, shared: int, prompt: Sequence[int],
+                    images: Images | None) -> None:
+        """`source`'s first `shared` positions (as far as its images let it serve) copied into `slot`,
+        where that is more than `slot` already holds of `prompt`."""
+        if shared > slot.engine.reusable(prompt, images):
+            copied = slot.engine.adopt(source.engine, shared, images)
+            if copied:
+                self.mirror.copied(self.index(source), self.index(slot), copied)
 
     def _cheapest(self, prompt: Sequence[int]) -> Slot:
         """An empty free slot, else the free one cheapest to lose (issue 25's rules, above)."""

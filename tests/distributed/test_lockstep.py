@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmlx.distributed import Control, Group, Lockstep, lockstep_of
+from specmlx.distributed import Control, Group, Lockstep
 from specmlx.peers import ALONE
 
 from . import ranks
@@ -152,7 +152,7 @@ def test_a_failed_announcement_is_not_followed_by_a_stop(monkeypatch):
 
 def test_the_lockstep_of_a_loaded_target_is_none_in_one_process():
     lockstep = Lockstep(group=None)
-    assert lockstep_of(lockstep) is lockstep and lockstep_of(ALONE) is None
+    assert lockstep.lockstep() is lockstep and ALONE.lockstep() is None
 
 
 def test_a_lockstep_is_not_one_process():

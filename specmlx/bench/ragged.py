@@ -1,4 +1,4 @@
-"""`python -m specmlx.batch.bench`: what the ragged rewind costs against the round it follows.
+"""`python -m specmlx.bench.ragged`: what the ragged rewind costs against the round it follows.
 
 After each batched round every row keeps its own number of tokens. The part
 every row drops is an O(1) trim; the rest is a roll of the whole cache
@@ -27,11 +27,11 @@ from ..hidden import decoder, embeddings
 from ..loading import load_models
 from ..drafters import NONE
 from ..replay import recording
-from .cache import BatchCache
+from ..batch.cache import BatchCache
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specmlx.batch.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m specmlx.bench.ragged", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", help="a preset name, model directory or repo id (default: the default preset)")
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--context", type=int, default=512, help="tokens each row holds (default 512)")
@@ -91,7 +91,7 @@ def bench(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_cli("specmlx batch bench", lambda: bench(args))
+    return run_cli("specmlx bench ragged", lambda: bench(args))
 
 
 if __name__ == "__main__":
