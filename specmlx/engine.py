@@ -16,10 +16,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from .cache import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
-from .diskcache import snapshot
+from .caches.stream import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
+from .caches import snapshot
 from .diskcache.blocks import BLOCK
-from .diskcache.snapshot import TARGET, leading
+from .caches.snapshot import TARGET, leading
 from .drafters import Drafter, drafts_blocks, keeps_on_disk, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
 from .errors import SpecmlxError
@@ -27,7 +27,7 @@ from .generation import Generation
 from .grammar import Constraint, Grammar, grammar_tokenizer
 from .hidden import check_exposes_hidden, decoder_taps
 from .peers import ALONE, Peers
-from .recurrent import reachable
+from .caches.recurrent import reachable
 from .policy import DraftPolicy
 from .schedule import AutoDraft, AutoDrafts
 from .stats import StatsRecorder

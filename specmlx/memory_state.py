@@ -1,6 +1,6 @@
 """What a conversation holds beside the weights, read from a `config.json`'s shapes: the attention
 layers' KV per position, a hybrid's recurrent state (its short convolution's window and its
-recurrent state, per recurrent layer), what a round's rewind keeps (`recurrent.py`, `replay.py`),
+recurrent state, per recurrent layer), what a round's rewind keeps (`caches/recurrent.py`, `caches/replay.py`),
 and the KV of the checkpoint's own MTP layers.
 
 Only the architectures read here get a figure; for any other `state_bytes` is 0 and

@@ -27,7 +27,7 @@ from .hidden import decoder_taps, head
 from .parts import Parts
 from .plan import Plan, Round
 from .policy import LOOKUP_NGRAM, DraftPolicy
-from .replay import recording
+from .caches.replay import recording
 from .sampling import SamplingParams, warp
 from .schedule.widths import cut
 from .verify import acceptance_chance, verify_greedy, verify_sampled

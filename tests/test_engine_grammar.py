@@ -147,7 +147,7 @@ def sampled(monkeypatch, target, drafter, lltok, policy: DraftPolicy = DraftPoli
 def sampled_in_batches(monkeypatch, target, drafter, lltok, rows: int = 8, runs: int = RUNS) -> list[tuple[int, ...]]:
     """The same answers, `rows` at a time in a continuous batch, each with its own seed and drafter."""
     from specmlx.batch import Batch, Member
-    from specmlx.cache import make_cache
+    from specmlx.caches.stream import make_cache
 
     monkeypatch.setattr("specmlx.engine.grammar_tokenizer", lambda tokenizer, width, eos: lltok)
     samples = []
@@ -286,7 +286,7 @@ def plant_cut_drafts(monkeypatch) -> None:
 def test_rows_of_a_batch_keep_their_own_grammars(tokenizer, vocab, target, noisy_drafter):
     """Rows with the grammar and without, drafting together: each as plain constrained (or plain) decoding."""
     from specmlx.batch import Batch, Member
-    from specmlx.cache import make_cache
+    from specmlx.caches.stream import make_cache
 
     from .test_engine import reference_greedy
 
@@ -413,7 +413,7 @@ def test_a_probe_is_drafted_under_the_grammar(monkeypatch, toy):
 def test_a_batch_rows_probe_is_too(monkeypatch, toy):
     """So in a batch: a row under a grammar draws alone (a shared drafter serves none), as a round does."""
     from specmlx.batch import Batch, Member
-    from specmlx.cache import make_cache
+    from specmlx.caches.stream import make_cache
 
     from .schedules import Probing
 

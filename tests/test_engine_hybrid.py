@@ -7,11 +7,11 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
-from specmlx.recurrent import RENDERED_AGAIN
+from specmlx.caches.recurrent import RENDERED_AGAIN
 
 from . import tiny, tiny_hybrid
 

@@ -9,7 +9,7 @@ import pytest
 
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
 from specmlx.engine import Engine
-from specmlx.recurrent import RecurrentCache
+from specmlx.caches.recurrent import RecurrentCache
 from specmlx.sampling import SamplingParams
 
 from . import tiny, tiny_hybrid

@@ -16,7 +16,7 @@ import pytest
 
 import specmlx.round as round_module
 from specmlx.batch import Batch, Member
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy

@@ -89,7 +89,7 @@ def test_the_engine_tells_drafters_that_read_hidden_states_by_their_protocol(dra
 
 
 def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenizer):
-    from specmlx.cache import cache_length
+    from specmlx.caches.stream import cache_length
 
     mtp = drafters["mtp"]
     engine = Engine(g4_target, mtp, eos_token_ids=[])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import NoDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.peers import ALONE, Alone

@@ -11,10 +11,10 @@ import pytest
 from mlx_lm.models import granitemoehybrid, mamba2, nemotron_h, qwen3_5, qwen3_5_moe
 
 from specmlx import memory_state
-from specmlx.cache import bytes_per_position, make_cache
+from specmlx.caches.stream import bytes_per_position, make_cache
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.memory_state import KEPT_FORWARDS, shapes, state_bytes
-from specmlx.replay import recording
+from specmlx.caches.replay import recording
 
 from . import tiny_hybrid
 
@@ -143,7 +143,7 @@ def test_an_architecture_it_does_not_read_adds_nothing():
 def test_what_an_engines_caches_hold_after_rounds_is_within_the_figure(pair):
     """After a generation (marks, records and the prompt's checkpoint held), the caches hold at most
     what `state_bytes` counts for their length, and at least the state and checkpoint."""
-    from specmlx.cache import cache_length, held_bytes
+    from specmlx.caches.stream import cache_length, held_bytes
     from specmlx.drafters import ModelDrafter
     from specmlx.engine import Engine, GenerationConfig
     from specmlx.policy import DraftPolicy

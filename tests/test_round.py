@@ -6,7 +6,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.drafters.mtp import MTPDrafter

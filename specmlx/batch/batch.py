@@ -39,7 +39,7 @@ from ..schedule.auto import TIMED_EVERY
 from ..schedule.costs import CostEstimate
 from ..schedule.load import Lane, choose
 from ..schedule.load_costs import LoadCosts
-from .cache import BatchCache
+from ..caches.batch import BatchCache
 from .drafting import SharedDrafter, shares
 from .member import Member
 from .round import BatchRound, RowFailure, run_batch

@@ -22,12 +22,12 @@ from typing import Sequence
 
 import mlx.core as mx
 
-from ..cache import cache_length
-from ..recurrent import rewindable
+from ..caches.stream import cache_length
+from ..caches.recurrent import rewindable
 from ..drafters import Draft, ModelDrafting
 from ..sampling import sample, warp
 from ..vocab import fit_vocab
-from .cache import BatchCache
+from ..caches.batch import BatchCache
 from .member import Member
 
 

@@ -14,7 +14,7 @@ from typing import Sequence
 from ..config import GenerationConfig
 from ..decoding import Decoding
 from ..parts import GenerationParts
-from .cache import RowRef
+from ..caches.batch import RowRef
 
 
 class Member(Decoding):

@@ -21,10 +21,10 @@ import mlx.nn as nn
 from ..drafters import Draft
 from ..hidden import decoder_taps, head
 from ..plan import Plan, Round
-from ..replay import recording
+from ..caches.replay import recording
 from ..round import Proposal, constrain, copied_draft, draw, probe_chance, verify
 from ..sampling import warp
-from .cache import BatchCache
+from ..caches.batch import BatchCache
 from .drafting import SharedDrafter, as_draft
 from .member import Member
 

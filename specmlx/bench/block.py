@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 from mlx_lm.models import qwen3_5
 
-from ..cache import make_cache, rewind
+from ..caches.stream import make_cache, rewind
 from ..drafters.block import BlockDrafter
 from ..drafters.native_mtp import NativeMTPDrafter
 from ..engine import Engine, GenerationConfig

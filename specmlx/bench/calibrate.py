@@ -27,8 +27,8 @@ from typing import Callable, Iterable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import make_cache, prefill, rewind
-from ..replay import recording
+from ..caches.stream import make_cache, prefill, rewind
+from ..caches.replay import recording
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
 from ..policy import DraftPolicy

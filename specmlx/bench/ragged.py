@@ -8,7 +8,7 @@ and that roll, each evaluated alone, interleaved `--repeats` times, and
 prints the medians and their ratio. A round folds the roll into its own
 graph, so the ratio is an upper bound of what it adds. A hybrid target's
 forward is recorded as a round records it, and its rewind also replays each
-row's accepted positions into its recurrent layers (`recurrent.py`).
+row's accepted positions into its recurrent layers (`caches/batch_recurrent.py`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Sequence
 
 import mlx.core as mx
 
-from ..cache import make_cache
+from ..caches.stream import make_cache
 from ..cli import run_cli
 from ..hidden import decoder, embeddings
 from ..loading import load_models
 from ..drafters import NONE
-from ..replay import recording
-from ..batch.cache import BatchCache
+from ..caches.replay import recording
+from ..caches.batch import BatchCache
 
 
 def build_parser() -> argparse.ArgumentParser:

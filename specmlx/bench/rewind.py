@@ -29,8 +29,8 @@ from mlx_lm.models import nemotron_h, qwen3_5
 from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
 from .ragged import measure as batch_measure
-from ..cache import cache_length, make_cache, prefill, recurrent_bytes, rewind
-from ..replay import recording
+from ..caches.stream import cache_length, make_cache, prefill, recurrent_bytes, rewind
+from ..caches.replay import recording
 
 VOCAB = 4096  # the head's width does not change what the recurrent layers cost
 

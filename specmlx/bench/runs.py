@@ -19,7 +19,7 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
-from ..cache import make_cache, prefill
+from ..caches.stream import make_cache, prefill
 from ..distributed import Lockstep
 from ..distributed.follower import follow
 from ..peers import ALONE

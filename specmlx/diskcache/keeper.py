@@ -30,11 +30,11 @@ import mlx.core as mx
 
 from ..errors import SpecmlxError
 from ..paths import CACHE_DIR_ENV, disk_cache_dir
-from ..recurrent import RENDERED_AGAIN, is_recurrent
+from ..caches.recurrent import RENDERED_AGAIN, is_recurrent
 from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
 from .index import Entry
-from .snapshot import keepable
+from ..caches.snapshot import keepable
 from .store import DiskCache, first_line
 
 if TYPE_CHECKING:  # the engine imports this package's snapshots

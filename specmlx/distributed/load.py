@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from ..cache import refuse_recurrent
+from ..caches.stream import refuse_recurrent
 from ..compat import check_vocab_fits
 from ..drafters import Drafter
 from ..errors import SpecmlxError, first_line

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import bytes_per_position, cache_length, held_bytes, rewind
+from ..caches.stream import bytes_per_position, cache_length, held_bytes, rewind
 from ..errors import SpecmlxError
 from ..hidden import embed, output_head, text_model
 from ..models.dflash import BlockModel

@@ -14,8 +14,8 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import make_cache
-from ..diskcache.snapshot import capture_rows, leading, restore_rows
+from ..caches.stream import make_cache
+from ..caches.snapshot import capture_rows, leading, restore_rows
 from ..errors import SpecmlxError
 from ..hidden import decoder
 

@@ -7,9 +7,9 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..cache import cache_length, clear, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill_prompt, rewind
-from ..diskcache.snapshot import capture, leading, restorable, restore
-from ..replay import recording
+from ..caches.stream import cache_length, clear, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill_prompt, rewind
+from ..caches.snapshot import capture, leading, restorable, restore
+from ..caches.replay import recording
 from ..vocab import fit_vocab
 from ..sampling import SamplingParams
 from .base import AlwaysMayPropose, Draft

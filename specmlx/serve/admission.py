@@ -27,7 +27,7 @@ from typing import Sequence
 
 from mlx_lm.models.cache import KVCache
 
-from ..batch.cache import COMPACT_AT
+from ..caches.batch import COMPACT_AT
 from ..memory import size_text
 from ..schedule.widths import BLOCKED
 from .errors import APIError

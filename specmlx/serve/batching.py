@@ -24,7 +24,7 @@ from time import perf_counter
 
 from ..batch import Batch, Member
 from ..batch.round import RowFailure
-from ..cache import make_cache
+from ..caches.stream import make_cache
 from ..mlx_thread import MLXThread
 from .admission import Ask, Claim
 from .ledger import Ledger, Ticket

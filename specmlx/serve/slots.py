@@ -48,11 +48,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
-from ..cache import held_bytes, kv_bytes_per_token, recurrent_bytes
+from ..caches.stream import held_bytes, kv_bytes_per_token, recurrent_bytes
 from ..drafters import Drafter, tell_finished, tell_owner
 from ..diskcache.keeper import Keeper
 from ..engine import Engine
-from ..recurrent import RENDERED_AGAIN
+from ..caches.recurrent import RENDERED_AGAIN
 from ..schedule import AutoDrafts
 from ..vision.images import Images, agreement
 from .admission import LOOKAHEAD, Ask, Claim, Footprint, admit, too_long

@@ -8,7 +8,7 @@ from mlx_lm.utils import common_prefix_len
 from app.session import ChatMessage, Finished, Session, Started, Streamed, in_turn, plain_transcript
 from app.settings import ChatSettings
 from specmlx.policy import DraftPolicy
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.diskcache.blocks import BLOCK
 from specmlx.diskcache.fingerprint import Fingerprint
 from specmlx.diskcache.keeper import Keeper
@@ -257,7 +257,7 @@ def test_a_hybrid_targets_turns_reuse_at_least_the_last_prompt_but_its_end_and_e
     """A Qwen3.5-layout target (Gated DeltaNet and attention): each next turn starts no further back
     than the checkpoint before the last prompt's end, and answers as the target alone does."""
     from specmlx.drafters import ModelDrafter
-    from specmlx.recurrent import RENDERED_AGAIN
+    from specmlx.caches.recurrent import RENDERED_AGAIN
 
     from tests import tiny, tiny_hybrid
 

@@ -32,8 +32,8 @@ import mlx.core as mx
 import pytest
 
 from specmlx.batch import Batch, Member
-from specmlx.batch.cache import BatchCache
-from specmlx.cache import make_cache
+from specmlx.caches.batch import BatchCache
+from specmlx.caches.stream import make_cache
 from specmlx.engine import GenerationConfig
 from specmlx.sampling import SamplingParams
 from specmlx.schedule.load import choose
@@ -212,7 +212,7 @@ def test_rows_of_different_lengths_commit_what_they_commit_alone(kind):
 
 def test_dropping_the_padding_every_row_has_mid_batch_changes_no_row(monkeypatch):
     """Compaction at every round that leaves every row padded (`COMPACT_AT` is 256 positions)."""
-    monkeypatch.setattr("specmlx.batch.cache.COMPACT_AT", 1)
+    monkeypatch.setattr("specmlx.caches.batch.COMPACT_AT", 1)
     members, alone = prefix_members("qwen2")
     served = serve(target_of("qwen2"), members, join_every=1)
     assert all(served.tokens[i] == want for i, want in enumerate(alone))

@@ -9,7 +9,7 @@ from collections import deque
 import pytest
 
 from specmlx.batch import Batch, Member
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.drafters.block import BlockDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy

@@ -5,7 +5,7 @@ does not wait for that prefill. When it does draft, its drafter catches up on it
 from __future__ import annotations
 
 from specmlx.batch import Batch, Member
-from specmlx.cache import cache_length, make_cache
+from specmlx.caches.stream import cache_length, make_cache
 from tests.test_golden_generations import POLICIES, PROMPT, collect, engine_for, models
 
 from .test_batch import config

@@ -19,7 +19,7 @@ import pytest
 
 import specmlx.batch.round
 from specmlx.batch import Batch, Member
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -27,7 +27,7 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams, warp
 from specmlx.schedule import AutoDrafts
 
-from specmlx.batch.recurrent import BatchRecurrentCache
+from specmlx.caches.batch_recurrent import BatchRecurrentCache
 
 from .. import tiny
 from ..costs import FixedCosts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specmlx.batch import Batch, Member
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy

@@ -10,7 +10,7 @@ import pytest
 
 from specmlx.batch import Batch, Member
 from specmlx.batch.drafting import shares
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.engine import Engine, GenerationConfig

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 from specmlx.batch import Batch, Member
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.schedule.load_costs import LoadCosts
 from tests.test_golden_generations import POLICIES, PROMPT, engine_for, models
 

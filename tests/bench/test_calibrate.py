@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from specmlx.bench.calibrate import Calibration, calibrate, pooled, rows_used, time_forwards, with_rows
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 
 

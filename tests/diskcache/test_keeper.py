@@ -10,7 +10,7 @@ from functools import partial
 
 import pytest
 
-from specmlx.cache import cache_length, make_cache
+from specmlx.caches.stream import cache_length, make_cache
 from specmlx.diskcache.blocks import BLOCK
 from specmlx.diskcache.fingerprint import Fingerprint
 from specmlx.diskcache.keeper import MIN_GAIN, Keeper
@@ -19,7 +19,7 @@ from specmlx.drafters import ModelDrafter, NoDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
-from specmlx.recurrent import RENDERED_AGAIN, is_recurrent
+from specmlx.caches.recurrent import RENDERED_AGAIN, is_recurrent
 
 from .. import tiny, tiny_hybrid
 from ..test_engine_hybrid import greedy_alone

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.cache import cache_length, prefill
+from specmlx.caches.stream import cache_length, prefill
 from specmlx.distributed import Follower
 from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter, drafts_blocks, missing_members
 from specmlx.drafters.block import BlockDrafter

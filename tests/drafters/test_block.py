@@ -13,7 +13,7 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import Draft
 from specmlx.drafters.block import BlockDrafter
 from specmlx.engine import Engine, GenerationConfig

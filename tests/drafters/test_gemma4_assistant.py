@@ -12,7 +12,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import gemma4_text
 from scipy.stats import chisquare
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters.gemma4_assistant import HF_WINDOW_EXTRA, Gemma4AssistantDrafter
 from specmlx.models.gemma4_assistant import (
     AssistantConfig, AssistantLayer, Gemma4AssistantModel, load_gemma4_assistant,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters.mtp import MTPDrafter, head_rows
 from specmlx.models.mtp import is_mtp_dir, load_mtp, save_mtp
 from specmlx.engine import Engine, GenerationConfig

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.cache import cache_length
+from specmlx.caches.stream import cache_length
 from specmlx.drafters import Draft
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.engine import Engine, GenerationConfig

@@ -17,7 +17,7 @@ from specmlx.diskcache.keeper import Keeper
 from specmlx.diskcache.store import DiskCache
 from specmlx.drafters import NGRAM, NONE
 from specmlx.prompting import encode_chat
-from specmlx.recurrent import RENDERED_AGAIN
+from specmlx.caches.recurrent import RENDERED_AGAIN
 
 from .. import tiny_hybrid
 from ..damage import damage_in_place

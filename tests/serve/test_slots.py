@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.cache import kv_bytes_per_token
+from specmlx.caches.stream import kv_bytes_per_token
 from specmlx.drafters import NGRAM, NONE, SUFFIX, SuffixDrafter, tell_owner
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import GenerationConfig

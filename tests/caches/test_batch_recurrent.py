@@ -11,16 +11,16 @@ import pytest
 from mlx_lm.models.cache import ArraysCache
 
 from specmlx.batch import Batch, Member
-from specmlx.batch.cache import BatchCache
-from specmlx.batch.recurrent import BY_LENGTH, BatchRecurrentCache
-from specmlx.cache import cache_length, make_cache, prefill, rewind
+from specmlx.caches.batch import BatchCache
+from specmlx.caches.batch_recurrent import BY_LENGTH, BatchRecurrentCache
+from specmlx.caches.stream import cache_length, make_cache, prefill, rewind
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.hidden import inner_model
 from specmlx.policy import DraftPolicy
 
 from .. import tiny
-from ..test_recurrent import BUILDS, PROMPT, VOCAB, layer_states
+from .test_recurrent import BUILDS, PROMPT, VOCAB, layer_states
 
 
 def mixer_of(model):

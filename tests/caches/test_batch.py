@@ -21,10 +21,10 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from specmlx.batch import cache as batch_cache
-from specmlx.batch.cache import BatchCache, RowRef
+from specmlx.caches import batch as batch_cache
+from specmlx.caches.batch import BatchCache, RowRef
 from specmlx.blas import describe
-from specmlx.cache import make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.errors import SpecmlxError
 from specmlx.hidden import decoder, head
 from tests import tiny

@@ -10,7 +10,7 @@ plain O(1) trim, and only the difference between rows is rolled (a copy of
 the cache; none for a batch of one, or when every row drops the same).
 Lengths and padding are mirrored on the host so that nothing here syncs.
 A hybrid target's recurrent layers hold each row's state instead, rewound at
-each row's own length by a replay of the forward (`recurrent.py`).
+each row's own length by a replay of the forward (`batch_recurrent.py`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from ..cache import clear, take_rows
+from .stream import clear, take_rows
 from ..errors import SpecmlxError
-from ..recurrent import RecurrentCache, is_recurrent
-from .recurrent import BatchRecurrentCache
+from .recurrent import RecurrentCache, is_recurrent
+from .batch_recurrent import BatchRecurrentCache
 
 COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.cache import cache_length, held_bytes, make_cache, prefill, prefill_prompt, rewind
+from specmlx.caches.stream import cache_length, held_bytes, make_cache, prefill, prefill_prompt, rewind
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
-from specmlx.recurrent import RENDERED_AGAIN, RecurrentCache
-from specmlx.replay import recording
+from specmlx.caches.recurrent import RENDERED_AGAIN, RecurrentCache
+from specmlx.caches.replay import recording
 
-from . import tiny, tiny_hybrid
+from .. import tiny, tiny_hybrid
 
 VOCAB = 64
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3

@@ -22,10 +22,10 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
 from ..errors import SpecmlxError
-from ..replay import Recorded
+from .replay import Recorded
 
 # Mixers whose state update honours a batch's per-row `lengths` (mlx-lm 0.32.2, read and checked by
-# tests/batch/test_recurrent.py). Nemotron-H's is not one: its SSM update is not told the lengths.
+# tests/caches/test_batch_recurrent.py). Nemotron-H's is not one: its SSM update is not told the lengths.
 BY_LENGTH = frozenset({
     "mlx_lm.models.qwen3_5.GatedDeltaNet", "mlx_lm.models.qwen3_next.Qwen3NextGatedDeltaNet",
     "mlx_lm.models.mamba2.Mamba2Block", "mlx_lm.models.granitemoehybrid.GraniteMoeHybridMamba2Mixer",

@@ -6,10 +6,10 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from specmlx.cache import rewind
+from specmlx.caches.stream import rewind
 from specmlx.errors import SpecmlxError
-from specmlx.recurrent import RecurrentCache
-from specmlx.replay import recording
+from specmlx.caches.recurrent import RecurrentCache
+from specmlx.caches.replay import recording
 
 
 class Mixer(nn.Module):
@@ -94,7 +94,7 @@ def test_the_model_is_left_as_it_was_after_a_failed_record():
 
 
 def test_a_row_by_row_replay_of_a_mixer_that_takes_no_mask_is_refused_not_run_unmasked():
-    from specmlx.replay import _replay
+    from specmlx.caches.replay import _replay
 
     class NoMask(nn.Module):
         def __call__(self, x, cache=None):

@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from ..cache import cache_length, clear, rewind
+from .stream import cache_length, clear, rewind
 from ..errors import SpecmlxError
-from ..recurrent import is_recurrent
+from .recurrent import is_recurrent
 
 Arrays = dict[str, mx.array]
 TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name}`

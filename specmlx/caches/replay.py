@@ -8,7 +8,7 @@ recorded rows instead of computing: what runs again is the convolution window an
 recurrence, with no weight read. The sub-modules are position-wise or causal, so their first n
 rows are what a forward of those n positions gives; the mixer's own code does the rest, so every
 architecture keeps its own recurrence, gates and state layout. A batch's replay (`Recorded`) may
-take some rows only, or every row under a mask of its own length (`batch/recurrent.py`).
+take some rows only, or every row under a mask of its own length (`batch_recurrent.py`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, Iterator, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from .errors import SpecmlxError
-from .hidden import inner_model
+from ..errors import SpecmlxError
+from ..hidden import inner_model
 
 
 def _submodules(module: nn.Module) -> list[str]:

@@ -13,7 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
 
-from .errors import SpecmlxError
+from ..errors import SpecmlxError
 from .recurrent import RENDERED_AGAIN, RecurrentCache, is_recurrent, reachable, rewindable
 
 PREFILL_STEP = 512

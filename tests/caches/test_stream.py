@@ -5,10 +5,10 @@ import mlx.nn as nn
 import pytest
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache
 
-from specmlx.cache import cache_length, clear, make_cache, prefill, rewind, take_rows
+from specmlx.caches.stream import cache_length, clear, make_cache, prefill, rewind, take_rows
 from specmlx.errors import SpecmlxError
 
-from . import tiny
+from .. import tiny
 
 
 def test_rewind_is_an_offset_move(target):
@@ -26,7 +26,7 @@ def test_prefill_in_chunks_equals_one_pass(target, monkeypatch):
     tokens = list(range(1, 50))
     one = make_cache(target)
     prefill(target, one, tokens)
-    monkeypatch.setattr("specmlx.cache.PREFILL_STEP", 7)
+    monkeypatch.setattr("specmlx.caches.stream.PREFILL_STEP", 7)
     chunked = make_cache(target)
     prefill(target, chunked, tokens)
     probe = mx.array([[3]])
@@ -82,10 +82,10 @@ def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):
 
 def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefill():
     """Read from shapes alone, and equal to what a real prefill allocates; a transformer holds none."""
-    from specmlx.cache import recurrent_bytes
-    from specmlx.recurrent import RecurrentCache
+    from specmlx.caches.stream import recurrent_bytes
+    from specmlx.caches.recurrent import RecurrentCache
 
-    from . import tiny_hybrid
+    from .. import tiny_hybrid
 
     model = tiny_hybrid.tiny_qwen3_5(64, seed=1)
     cache = make_cache(model)
@@ -98,9 +98,9 @@ def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefil
 def test_the_default_slot_count_counts_a_hybrids_state_and_checkpoint_per_slot():
     from specmlx.serve.slots import TOKENS_PER_SLOT, default_count
 
-    from . import tiny_hybrid
+    from .. import tiny_hybrid
 
-    from specmlx.recurrent import RecurrentCache
+    from specmlx.caches.recurrent import RecurrentCache
 
     model = tiny_hybrid.tiny_qwen3_5(64, seed=1)
     cache = make_cache(model)

@@ -10,17 +10,17 @@ import mlx.core as mx
 import pytest
 
 from specmlx.diskcache.blocks import BLOCK, chain
-from specmlx.diskcache.snapshot import capture, capture_rows, restorable, restore, restore_rows
+from specmlx.caches.snapshot import capture, capture_rows, restorable, restore, restore_rows
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.drafters.history import HiddenHistory
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
 from specmlx.policy import DraftPolicy
-from specmlx.recurrent import RENDERED_AGAIN
+from specmlx.caches.recurrent import RENDERED_AGAIN
 
 from .. import tiny, tiny_hybrid
 from ..test_engine_hybrid import greedy_alone
-from .conftest import FP
+from ..diskcache.conftest import FP, store  # noqa: F401  (store: the fixture its tests share with the disk's)
 
 VOCAB = 64
 PROMPT = random.Random(0).choices(range(VOCAB), k=2 * BLOCK + 30)
