@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from jinja2 import TemplateError
 
 from specmlx.drafters import NONE
+from specmlx import keeping
 from specmlx.diskcache.keeper import Keeper
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.errors import SpecmlxError
@@ -178,7 +179,7 @@ class Session:
             prompt, dropped, max_tokens = self.fit(settings.system, config.max_tokens)
             config = replace(config, max_tokens=max_tokens)
             if self.disk is not None:
-                self.disk.restore(self.engine, APP, prompt)
+                keeping.restore(self.disk, self.engine, APP, prompt)
             generation = self.engine.generate(prompt, config)
         except Exception:
             # Not sent: a question with no answer would break the turn order
@@ -202,7 +203,7 @@ class Session:
             # Even after a failure: the history keeps what was shown, as the stored chat does.
             self.history.append(ChatMessage("assistant", "".join(emitted) + generation.tail))
             if self.disk is not None:  # written by its own thread: the answer is shown first
-                self.disk.keep(self.engine, APP, len(prompt))
+                keeping.keep(self.disk, self.engine, APP, len(prompt))
         answer = self.history[-1].content
         self._last = (prompt, config, generation.stats.generation_tokens)
         yield Finished(answer, generation.tail, generation.stats)

@@ -18,7 +18,6 @@ from mlx_lm.utils import common_prefix_len
 
 from .caches.stream import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
 from .caches import snapshot
-from .diskcache.blocks import BLOCK
 from .caches.snapshot import TARGET, leading
 from .drafters import Drafter, drafts_blocks, keeps_on_disk, missing_members, reads_hidden
 from .config import MAX_SEED, RANDOM_SEED, GenerationConfig
@@ -69,9 +68,11 @@ class Engine:
         self.images: Images | None = None  # the context's images: the caches' positions are shifted by them
         self.context_window = context_window(target)  # None: the config does not say
         self.autos = AutoDrafts() if autos is None else autos
-        # Called after each block of a prefill with the engine, the prompt and how many positions the caches
-        # now hold: the prompt cache on disk keeps a block as it passes, a recurrent layer's state there too.
-        self.on_prefilled: Callable[[Engine, Sequence[int], int], None] | None = None
+        # Called at each multiple of `prefill_block` positions a prefill reaches (and at its end) with the
+        # prompt and how many positions the caches now hold: the prompt cache on disk keeps a block as it
+        # passes, a recurrent layer's state there too (set from above: `specmlx/keeping.py`).
+        self.on_prefilled: Callable[[Sequence[int], int], None] | None = None
+        self.prefill_block: int | None = None
         check_exposes_hidden(target)
         # For each drafter swapped out, the context its state is a prefix of.
         self._covered: weakref.WeakKeyDictionary[Drafter, list[int]] = weakref.WeakKeyDictionary()
@@ -148,7 +149,7 @@ class Engine:
 
     def capture(self, start: int, end: int) -> dict[str, mx.array]:
         """What the caches hold for positions start..end-1 as named arrays, for the prompt cache on disk
-        (`diskcache.snapshot`): the target's, and the drafter's in use where it keeps its own."""
+        (`caches.snapshot`): the target's, and the drafter's in use where it keeps its own."""
         arrays = snapshot.capture(self.cache, start, end, TARGET)
         if keeps_on_disk(self.drafter):
             arrays.update(self.drafter.capture(start, end, self._kept_as()))
@@ -228,7 +229,7 @@ class Engine:
         self.images = images  # the context becomes the prompt's, and its positions its images'
         kept = None if images is not None else self.on_prefilled
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
-        for start, end in chunks(self.cache, len(prompt), None if kept is None else BLOCK):
+        for start, end in chunks(self.cache, len(prompt), None if kept is None else self.prefill_block):
             chunk = mx.array(prompt[start:end], dtype=mx.uint32)[None]
             if images is None:
                 hidden, taps = decoder_taps(self.target, chunk, self.cache, self.fused_layers)
@@ -241,7 +242,7 @@ class Engine:
             with self.peers.waiting():
                 mx.eval(hidden, [c.state for c in self.cache])
             if kept is not None:
-                kept(self, prompt, end)
+                kept(prompt, end)
         if drafter:
             self.drafter.prefill(prompt)
         self.context = prompt

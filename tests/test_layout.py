@@ -118,3 +118,33 @@ def test_every_relative_link_leads_to_a_file(page):
     local = [link.split("#")[0] for link in links if not re.match(r"[a-z]+:|#", link)]
     broken = sorted({link for link in local if not (page.parent / link).exists()})
     assert not broken, f"{page.relative_to(ROOT)} links to files that do not exist: {broken}"
+
+
+# A test of which kind a cache layer is: read in specmlx/caches/ alone, where each kind's verbs live.
+KIND_TEST = re.compile(
+    r"isinstance\([^)]*\b(KVCache|QuantizedKVCache|RotatingKVCache|ArraysCache|CacheList|BatchKVCache|"
+    r"RecurrentCache|BatchRecurrentCache)\b"
+    r"|\btype\([^)]*\) is (not )?\w*Cache\b"
+    r"|hasattr\([^,]+, \"(reachable|pending|checkpoint|keys|values|state_at|cache)\"\)"
+    r"|\bis_recurrent\(")
+ROOM = ROOT / "specmlx" / "caches"
+
+
+def test_every_kind_test_of_a_cache_layer_lives_in_the_caches_room():
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in [*(ROOT / "specmlx").rglob("*.py"), *(ROOT / "app").rglob("*.py")] if ROOM not in path.parents
+             for n, line in enumerate(path.read_text().splitlines(), 1) if KIND_TEST.search(line)]
+    assert not found, "kind tests of cache layers outside specmlx/caches/:\n" + "\n".join(found)
+
+
+def test_the_engine_and_the_disk_know_nothing_of_each_other():
+    """The engine and the drafters import nothing of the prompt cache on disk, and the disk never names
+    the engine: what stands above both (`specmlx/keeping.py`: a slot, the app) ties them."""
+    edges = graph()
+    below = ["specmlx.engine", *(m for m in edges if m.startswith("specmlx.drafters"))]
+    reached = sorted({f"{m} -> {d}" for m in below for d in reach(edges, m) if d.startswith("specmlx.diskcache")})
+    assert not reached, reached
+    disk = [m for m in edges if m.startswith("specmlx.diskcache")]
+    assert not [m for m in disk if "specmlx.engine" in reach(edges, m)]
+    named = [p.name for p in (ROOT / "specmlx" / "diskcache").glob("*.py") if re.search(r"\bEngine\b", p.read_text())]
+    assert not named, f"the disk names the engine: {named}"

@@ -26,10 +26,11 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import nemotron_h, qwen3_5
-from mlx_lm.models.cache import ArraysCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from .ragged import measure as batch_measure
 from ..caches.stream import cache_length, make_cache, prefill, recurrent_bytes, rewind
+from ..caches.recurrent import mlx_lm_state
 from ..caches.replay import recording
 
 VOCAB = 4096  # the head's width does not change what the recurrent layers cost
@@ -85,7 +86,7 @@ def _timed(work: Callable[[], Any]) -> float:
 
 def _restorer(cache: list[Any], width: int) -> Callable[[], None]:
     """Puts mlx-lm's own cache back where it is now after each forward of `width` positions."""
-    states = [list(c.cache) if isinstance(c, ArraysCache) else None for c in cache]
+    states = [mlx_lm_state(c) for c in cache]
 
     def restore() -> None:
         for layer, state in zip(cache, states):

@@ -134,6 +134,12 @@ class RecurrentCache(ArraysCache):
         return n
 
 
+def mlx_lm_state(layer: Any) -> list | None:
+    """The state an mlx-lm cache layer holds if it is a recurrent one (its `ArraysCache` slots), else None
+    (a KV layer: rewound by an offset). For mlx-lm's own caches, which `stream.make_cache` replaces."""
+    return list(layer.cache) if isinstance(layer, ArraysCache) else None
+
+
 def is_recurrent(layer: Any) -> bool:
     """Whether a single stream's layer is recurrent (a `RecurrentCache`: rewound by its marks)."""
     return hasattr(layer, "reachable")

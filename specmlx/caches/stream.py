@@ -144,6 +144,14 @@ def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     return length
 
 
+def resumes_at(prompt_length: int) -> int:
+    """Where a chat's next turn after a prompt of this length may start to differ from it: its last
+    `RENDERED_AGAIN` tokens (at most half of it) may be rendered anew. The one place that rule is
+    written: a prefill keeps a recurrent checkpoint there, the disk keeps a block ending there, and a
+    slot's conversation is continued by a prompt sharing it up to there."""
+    return prompt_length - min(RENDERED_AGAIN, prompt_length // 2)
+
+
 def chunks(cache: list[Any], prompt_length: int, every: int | None = None) -> Iterator[tuple[int, int]]:
     """The spans a prefill feeds to bring `cache` from what it holds to `prompt_length - 1` positions
     (the last token is the first round's), `PREFILL_STEP` at most, and ending at each multiple of
@@ -151,7 +159,7 @@ def chunks(cache: list[Any], prompt_length: int, every: int | None = None) -> It
     `RENDERED_AGAIN` before the prompt's end and keeps a checkpoint there once the caller has fed
     that span: a chat's next turn, which may render those tokens anew, is rewound to it."""
     start, end = cache_length(cache), prompt_length - 1
-    at = prompt_length - min(RENDERED_AGAIN, prompt_length // 2) if rewindable(cache) else None
+    at = resumes_at(prompt_length) if rewindable(cache) else None
     if at is not None and 0 < start >= at:  # already past it (a turn that continued): the nearest is here
         checkpoint(cache)
     blocks = range((start // every + 1) * every, end, every) if every else ()

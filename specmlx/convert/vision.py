@@ -17,7 +17,8 @@ from pathlib import Path
 import mlx.core as mx
 
 from specmlx.convert.options import OutputFormat
-from specmlx.vision.tower import KEPT, PROCESSOR_FILES, has_vision, vision_weights
+from specmlx.vision.checkpoint import family_of, has_vision
+from specmlx.vision.tower import KEPT, PROCESSOR_FILES, vision_weights
 
 # what a config says of images: the tower's settings and the tokens that place an image's rows
 IMAGE_KEYS = ("vision_config", "image_token_id", "boi_token_id", "eoi_token_id")
@@ -30,7 +31,7 @@ def keep_vision(source: Path, work: Path, fmt: OutputFormat) -> int:
         return 0
     dtype = getattr(mx, fmt.dtype)
     weights = {k: v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v
-               for k, v in vision_weights(source).items()}
+               for k, v in vision_weights(source, family_of(source).weight_name).items()}
     mx.save_safetensors(str(work / KEPT), weights, metadata={"format": "mlx"})
     config = json.loads((work / "config.json").read_text())
     given = json.loads((source / "config.json").read_text())

@@ -42,7 +42,8 @@ from ..mlx_thread import MLXThread, closed_on_error
 from ..paths import CACHE_DIR_ENV
 from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
                        sampling_params)
-from ..vision.tower import VisionTower, has_vision, load_vision
+from ..vision.checkpoint import has_vision, load_vision
+from ..vision.tower import VisionTower
 from ..warmup import warm_up_at_load
 from .limits import Access
 from .run import Server, bind

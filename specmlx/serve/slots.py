@@ -50,9 +50,10 @@ from mlx_lm.utils import common_prefix_len
 
 from ..caches.stream import held_bytes, kv_bytes_per_token, recurrent_bytes
 from ..drafters import Drafter, tell_finished, tell_owner
+from .. import keeping
 from ..diskcache.keeper import Keeper
 from ..engine import Engine
-from ..caches.recurrent import RENDERED_AGAIN
+from ..caches.stream import resumes_at
 from ..schedule import AutoDrafts
 from ..vision.images import Images, agreement
 from .admission import LOOKAHEAD, Ask, Claim, Footprint, admit, too_long
@@ -181,7 +182,7 @@ class Slots:
         if source is not None and source is not slot:
             self._copy_start(slot, source, agreement(source.engine.images, images, shared), prompt, images)
         slot.from_disk = 0 if self.disk is None or images is not None else \
-            self.disk.restore(slot.engine, owner, prompt, shareable)
+            keeping.restore(self.disk, slot.engine, owner, prompt, shareable)
         return slot
 
     def _choose(self, prompt: Sequence[int], owner: Hashable) -> tuple[Slot, Slot | None, int]:
@@ -243,7 +244,7 @@ class Slots:
         for slot in self._slots:
             if slot.unkept and not slot.busy:
                 slot.unkept = False
-                self.disk.keep(slot.engine, slot.owner, slot.asked, slot.shareable)
+                keeping.keep(self.disk, slot.engine, slot.owner, slot.asked, slot.shareable)
 
     def _make_room(self, need: int, keep: Sequence[Slot | None]) -> None:
         """Empty idle slots but `keep` until `need` more bytes than MLX holds fit the memory limit."""
@@ -291,7 +292,7 @@ def _continues(slot: Slot, shared: int) -> bool:
     """Whether a prompt sharing `shared` tokens with `slot`'s context is its next turn (or the same again):
     it shares all of its last prompt but at most its last `RENDERED_AGAIN` tokens."""
     asked = min(slot.asked, len(slot.engine.context))
-    return shared > 0 and shared >= asked - min(RENDERED_AGAIN, asked // 2)
+    return shared > 0 and shared >= resumes_at(asked)
 
 
 def default_count(models: Sequence[nn.Module], max_bytes: int, drafters: Sequence[Drafter] = ()) -> int:

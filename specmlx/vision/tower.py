@@ -103,44 +103,10 @@ class VisionTower:
         return kept
 
 
-def _families() -> dict[str, Any]:
-    from .gemma import GemmaTower
-    from .qwen import QwenTower
-
-    return {arch: family for family in (QwenTower, GemmaTower) for arch in family.ARCHITECTURES}
-
-
-def has_vision(path: Path) -> bool:
-    """Whether the checkpoint at `path` declares a vision tower of an architecture read here."""
-    config = _config(path)
-    return config.get("model_type") in _families() and isinstance(config.get("vision_config"), dict)
-
-
-def load_vision(path: Path) -> VisionTower:
-    """The vision tower of the checkpoint at `path` (`has_vision`); refused in one line where mlx-vlm is
-    missing, the directory lacks its weights, or its family's images are not read here."""
-    config = _config(path)
-    try:
-        import mlx_vlm  # noqa: F401
-    except ImportError:
-        raise SpecmlxError("reading images needs mlx-vlm: pip install 'specmlx[vision]'") from None
-    family = _families()[config["model_type"]]
-    missing = [key for key in family.NEEDS if key not in config]
-    if missing:
-        raise SpecmlxError(f"{path}: its config.json lacks {', '.join(missing)}, which place an image's rows")
-    return family.load(path, config)
-
-
-def family_of(path: Path) -> Any:
-    """The tower family of the checkpoint at `path` (`has_vision`)."""
-    return _families()[_config(path)["model_type"]]
-
-
-def vision_weights(path: Path, name: Callable[[str], str | None] | None = None) -> dict[str, mx.array]:
+def vision_weights(path: Path, name: Callable[[str], str | None]) -> dict[str, mx.array]:
     """The tower's weights in the checkpoint at `path`, by mlx-vlm's names: from what `specmlx convert`
     kept, else from the checkpoint's own files (Hugging Face's names, or mlx-vlm's). `name`: a
-    checkpoint's name as mlx-vlm's, None for a weight not the tower's (the family's, by default)."""
-    name = name or family_of(path).weight_name
+    checkpoint's name as mlx-vlm's, None for a weight not the tower's (its family's `weight_name`)."""
     weights = {}
     for file in ([path / KEPT] if (path / KEPT).exists() else sorted(path.glob("model*.safetensors"))):
         for key, value in mx.load(str(file)).items():
@@ -163,10 +129,3 @@ def processor_file_settings(path: Path) -> dict:
             continue
         raw.update(found.get("image_processor", found) if name == "processor_config.json" else found)
     return raw
-
-
-def _config(path: Path) -> dict:
-    try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return {}

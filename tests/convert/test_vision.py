@@ -7,7 +7,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 from specmlx.convert import convert
-from specmlx.vision.tower import KEPT, load_vision
+from specmlx.vision.checkpoint import load_vision
+from specmlx.vision.tower import KEPT
 
 from .. import tiny_gemma_vision, tiny_vision
 

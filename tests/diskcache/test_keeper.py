@@ -11,6 +11,7 @@ from functools import partial
 import pytest
 
 from specmlx.caches.stream import cache_length, make_cache
+from specmlx import keeping
 from specmlx.diskcache.blocks import BLOCK
 from specmlx.diskcache.fingerprint import Fingerprint
 from specmlx.diskcache.keeper import MIN_GAIN, Keeper
@@ -70,7 +71,7 @@ def answered(target, keeper, drafter, owner="alice"):
     """An engine that answered PROMPT, its caches kept on disk; the prompt of the next turn."""
     engine = Engine(target, drafter(), eos_token_ids=[])
     out = answer(engine, PROMPT)
-    keeper.keep(engine, owner, len(PROMPT))
+    keeping.keep(keeper, engine, owner, len(PROMPT))
     keeper.flush()
     return engine, PROMPT + out + [3, 1, 4, 1, 5]
 
@@ -82,7 +83,7 @@ def test_a_restarted_engine_continues_from_what_the_disk_kept(build, keeper, kin
     make = drafters(target)[kind]
     first, turn = answered(target, keeper, make)
     second = Engine(target, make(), eos_token_ids=[])
-    gained = keeper.restore(second, "alice", turn)
+    gained = keeping.restore(keeper, second, "alice", turn)
     assert gained == first.cache_length() == second.reusable(turn) > 2 * BLOCK
     if kind == "model":  # its own cache came back for the blocks it held in full (it lags the target's);
         # a hybrid drafter held no state at their end, so it prefills itself
@@ -95,18 +96,18 @@ def test_a_restarted_engine_continues_from_what_the_disk_kept(build, keeper, kin
 def test_another_owner_finds_nothing(target, keeper):
     _, turn = answered(target, keeper, NoDrafter)
     stranger = Engine(target, NoDrafter(), eos_token_ids=[])
-    assert keeper.restore(stranger, "mallory", turn) == 0 == stranger.cache_length()
+    assert keeping.restore(keeper, stranger, "mallory", turn) == 0 == stranger.cache_length()
 
 
 def test_what_memory_holds_is_not_read_again(target, keeper):
     """A slot holding the prompt but fewer than MIN_GAIN of what the disk has keeps its own caches."""
     first, turn = answered(target, keeper, NoDrafter)
-    assert keeper.restore(first, "alice", turn) == 0  # it holds it all
+    assert keeping.restore(keeper, first, "alice", turn) == 0  # it holds it all
     short = Engine(target, NoDrafter(), eos_token_ids=[])
     answer(short, turn[: first.cache_length() - MIN_GAIN // 2])
     if not hybrid(target):  # (a hybrid's memory reaches back only to its checkpoint, further)
-        assert keeper.restore(short, "alice", turn) == 0
-    assert keeper.restore(Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == first.cache_length()
+        assert keeping.restore(keeper, short, "alice", turn) == 0
+    assert keeping.restore(keeper, Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == first.cache_length()
 
 
 def test_a_next_turn_that_renders_the_prompts_end_anew_restores_up_to_it(target, keeper):
@@ -115,7 +116,7 @@ def test_a_next_turn_that_renders_the_prompts_end_anew_restores_up_to_it(target,
     at = len(PROMPT) - RENDERED_AGAIN
     anew = PROMPT[:at] + [9, 9, 2] + turn[len(PROMPT):]
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
-    assert keeper.restore(engine, "alice", anew) == at
+    assert keeping.restore(keeper, engine, "alice", anew) == at
     assert answer(engine, anew) == greedy_alone(target, anew, CONFIG.max_tokens)
 
 
@@ -125,22 +126,22 @@ def test_a_branch_restores_the_whole_blocks_it_shares_where_every_layer_can(targ
     answered(target, keeper, NoDrafter)
     branch = PROMPT[:BLOCK] + [7] * 40
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
-    assert keeper.restore(engine, "alice", branch) == (0 if hybrid(target) else BLOCK)
+    assert keeping.restore(keeper, engine, "alice", branch) == (0 if hybrid(target) else BLOCK)
     assert answer(engine, branch) == greedy_alone(target, branch, CONFIG.max_tokens)
 
 
 def test_a_prefill_keeps_each_block_as_it_passes_so_a_hybrids_branch_restores_it(target, keeper):
-    """...unless its prefill kept each block as it completed it (`Keeper.watch`), the state then held."""
+    """...unless its prefill kept each block as it completed it (`keeping.watch`), the state then held."""
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
-    keeper.watch(engine, "alice")
+    keeping.watch(keeper, engine, "alice")
     if not hybrid(target):  # a transformer's prefill keeps nothing: its blocks wait for the answer
         assert engine.on_prefilled is None
-        engine.on_prefilled = partial(keeper.keep_prefilled, "alice")
+        engine.on_prefilled, engine.prefill_block = partial(keeper.keep_prefilled, "alice", engine.capture), BLOCK
     answer(engine, PROMPT)
     keeper.flush()
     for branch in (PROMPT[:BLOCK] + [7] * 40, PROMPT[: 2 * BLOCK] + [7] * 40):
         fresh = Engine(target, NoDrafter(), eos_token_ids=[])
-        assert keeper.restore(fresh, "alice", branch) == len(branch) - 40
+        assert keeping.restore(keeper, fresh, "alice", branch) == len(branch) - 40
         assert answer(fresh, branch) == greedy_alone(target, branch, CONFIG.max_tokens)
 
 
@@ -148,19 +149,26 @@ def test_a_prefill_keeps_each_block_as_it_passes_so_a_hybrids_branch_restores_it
                          ids=["another version", "another model"])
 def test_what_other_weights_kept_is_never_restored(target, keeper, other):
     _, turn = answered(target, keeper, NoDrafter)
-    assert Keeper(keeper.store, other).restore(Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == 0
+    assert keeping.restore(Keeper(keeper.store, other), Engine(target, NoDrafter(), eos_token_ids=[]), "alice", turn) == 0
 
 
 def test_a_restore_that_fails_is_a_line_in_the_log_and_a_prefill(target, keeper, monkeypatch, log_lines):
-    """Nothing of the disk fails a request: a read that raises leaves the caches empty and consistent,
-    and the prompt is prefilled."""
+    """Nothing of the disk fails a request: a read that raises leaves the caches as they were; a restore
+    that raises midway leaves them empty and consistent; either way the prompt is prefilled."""
     _, turn = answered(target, keeper, NoDrafter)
     engine = Engine(target, NoDrafter(), eos_token_ids=[])
-    answer(engine, PROMPT[:40])  # it held something, which the failed restore may have dropped
-    monkeypatch.setattr(keeper.store, "load", lambda *args: (_ for _ in ()).throw(OSError("I/O error")))
-    assert keeper.restore(engine, "alice", turn) == 0
+    answer(engine, PROMPT[:40])
+    held = engine.cache_length()
+    with monkeypatch.context() as patched:
+        patched.setattr(keeper.store, "load", lambda *args: (_ for _ in ()).throw(OSError("I/O error")))
+        assert keeping.restore(keeper, engine, "alice", turn) == 0
+    assert engine.cache_length() == held > 0  # nothing read, nothing lost
+    assert any("could not be read" in line and "I/O error" in line for line in log_lines)
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "restore", lambda *args: (_ for _ in ()).throw(ValueError("torn block")))
+        assert keeping.restore(keeper, engine, "alice", turn) == 0
     assert engine.cache_length() == len(engine.context) == 0
-    assert any("could not be restored" in line and "I/O error" in line for line in log_lines)
+    assert any("could not be restored" in line and "torn block" in line for line in log_lines)
     assert answer(engine, turn) == greedy_alone(target, turn, CONFIG.max_tokens)
 
 
@@ -176,7 +184,7 @@ def test_blocks_of_a_model_of_other_layers_restore_nothing(target, keeper):
 def test_keep_marks_blocks_on_disk_used(target, keeper):
     first, _ = answered(target, keeper, NoDrafter)
     before = {e.hash: e.last_used for e in keeper.store.index.oldest()}
-    keeper.keep(first, "alice", len(PROMPT))  # the same turn again: nothing new to write
+    keeping.keep(keeper, first, "alice", len(PROMPT))  # the same turn again: nothing new to write
     keeper.flush()
     after = {e.hash: e.last_used for e in keeper.store.index.oldest()}
     assert after.keys() == before.keys() and all(after[h] > before[h] for h in before)

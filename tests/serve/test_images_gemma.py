@@ -14,7 +14,7 @@ from specmlx.drafters import NGRAM, NONE
 from specmlx.serve.images import placed
 from specmlx.serve.openai.protocol import ChatRequest
 from specmlx.serve.prompts import chat_prompt
-from specmlx.vision.tower import load_vision
+from specmlx.vision.checkpoint import load_vision
 
 from .. import tiny_gemma_vision
 from .conftest import MODEL, on_thread, start

@@ -15,7 +15,7 @@ from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
 from specmlx.vision.images import agreement, place
-from specmlx.vision.tower import load_vision
+from specmlx.vision.checkpoint import load_vision
 
 from .. import tiny_vision
 

@@ -17,7 +17,7 @@ from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.engine import Engine
 from specmlx.errors import SpecmlxError
 from specmlx.vision.images import place
-from specmlx.vision.tower import has_vision, load_vision
+from specmlx.vision.checkpoint import has_vision, load_vision
 
 from .. import tiny, tiny_gemma_vision
 from .test_engine import TOKENS, answer, last_logits

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specmlx.errors import SpecmlxError
-from specmlx.vision.tower import MAX_SIDE, has_vision, load_vision
+from specmlx.vision.checkpoint import has_vision, load_vision
+from specmlx.vision.tower import MAX_SIDE
 
 from .. import tiny_vision
 
