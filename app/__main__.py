@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "'none', or a drafter of the preset (e.g. mtp); "
                                           "default: the preset's drafter, or ngram with --target DIR")
     parser.add_argument("--system", default="", help="system prompt for new chats")
+    parser.add_argument("--kv-bits", type=int, choices=(4, 8), default=None,
+                        help="keep the target's keys and values at 8 or 4 bits, for long chats (mlx-lm's flag)")
+    parser.add_argument("--kv-group-size", type=int, choices=(32, 64, 128), default=64,
+                        help="values sharing a scale and a bias in --kv-bits (default 64)")
     parser.add_argument("--no-disk-cache", action="store_true", help="keep chats' caches in memory only (default: "
                         "kept on disk too, so a reopened chat continues without prefilling it again)")
     return parser
@@ -33,8 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_fast_blas()  # before MLX is imported (Linux CPU): may re-execute this process
     from .app import SpecApp
 
+    from specmlx.options import kv_bits
+
     app = SpecApp(target=args.target or args.preset, drafter=args.drafter, system=args.system,
-                  disk_cache=not args.no_disk_cache)
+                  disk_cache=not args.no_disk_cache, kv=kv_bits(args))
     try:
         app.run()
     finally:

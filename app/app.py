@@ -9,6 +9,7 @@ from typing import Callable, Iterable
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
+from specmlx.caches.kinds import KVBits
 from specmlx.engine import Engine
 from specmlx.mlx_thread import MLXThread
 from specmlx.paths import data_dir
@@ -43,9 +44,10 @@ class SpecApp(App[int]):
         self, *, target: str | None = None, drafter: str | None = None,
         engine_factory: EngineFactory | None = None, settings: ChatSettings | None = None,
         system: str = "", data_dir: Path | None = None, cursor_blink: bool = True, disk_cache: bool = True,
+        kv: KVBits | None = None,
     ) -> None:
         super().__init__()
-        self.choice = ModelChoice(target, drafter, disk_cache)
+        self.choice = ModelChoice(target, drafter, disk_cache, kv)
         self.engine_factory = engine_factory
         self.initial_settings = settings
         self.system = system

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
+from specmlx.caches.kinds import KVBits
 from specmlx import presets
 from specmlx.diskcache.keeper import DEFAULT_GB, open_keeper
 from specmlx.drafters import MTP, Drafter
@@ -33,6 +34,7 @@ class ModelChoice:
     target: str | None = None
     drafter: str | None = None
     disk_cache: bool = True  # keep the chat's caches on disk too (`specmlx.diskcache`)
+    kv: KVBits | None = None  # the target's keys and values kept quantized (`--kv-bits`)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda s
         except SpecmlxError as err:  # the chat works without it: say so and go on
             progress(f"{err}; chats are kept in memory only")
     progress("ready")
-    return Session(Engine(target.model, drafter, target.tokenizer), target_name=target.name,
+    return Session(Engine(target.model, drafter, target.tokenizer, kv=choice.kv), target_name=target.name,
                    later=preset_drafters(choice.target or presets.default_preset_name(), target), disk=disk)
 
 

@@ -16,6 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
+from .caches.kinds import KVBits
 from .caches.stream import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
 from .caches import snapshot
 from .caches.snapshot import TARGET, leading
@@ -51,19 +52,24 @@ class Engine:
         eos_token_ids: Iterable[int] | None = None,
         peers: Peers = ALONE,
         autos: AutoDrafts | None = None,
+        kv: KVBits | None = None,
     ) -> None:
         """`peers`: the other ranks a sharded target keeps in step with
         (`specmlx.distributed.Lockstep`), none by default. `autos`: the
         automatic draft lengths, per drafter; engines that serve one machine
         (a server's slots) share theirs, since what they measure is the
-        machine's and the drafter's, not the conversation's."""
+        machine's and the drafter's, not the conversation's. `kv`: the target's
+        keys and values kept quantized (`--kv-bits`); drafters keep their own
+        caches wide (they are small, and their precision changes only how often
+        they are right, never the answer)."""
         self.target = target
         self.peers = peers
         self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos_token_ids = tokenizer.eos_token_ids if tokenizer is not None else ()
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.cache = make_cache(target, name="target")
+        self.kv = kv
+        self.cache = make_cache(target, name="target", kv=kv)
         self.context: list[int] = []  # committed tokens; the caches hold a prefix
         self.images: Images | None = None  # the context's images: the caches' positions are shifted by them
         self.context_window = context_window(target)  # None: the config does not say
@@ -112,6 +118,9 @@ class Engine:
         if missing:  # else a hidden one would go unattached, or a batch would fail on what it lacks
             raise SpecmlxError(f"drafter {type(drafter).__name__} lacks {', '.join(missing)}: see the protocols "
                                "in specmlx/drafters/base.py")
+        if self.kv is not None and drafter.reads_target_cache:
+            raise SpecmlxError(f"drafter {drafter.name} reads the target's keys and values, which --kv-bits "
+                               "keeps quantized; drop --kv-bits to draft with it")
         hidden = reads_hidden(drafter)  # once per swap, not every round
         if hidden:
             drafter.attach(self.target, self.cache)

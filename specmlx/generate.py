@@ -20,8 +20,8 @@ from .engine import Engine, GenerationConfig
 from .errors import SpecmlxError
 from .events import Source
 from .loading import load_models
-from .options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
-                      sampling_params)
+from .options import (Parser, add_draft_arguments, add_kv_arguments, add_model_arguments, add_sampling_arguments,
+                      draft_policy, kv_bits, sampling_params)
 from .prompting import encode_chat, encode_output, encode_text, has_chat_template
 from .schedule import AutoEstimate
 from .stats import GenerationStats
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-tokens", type=int, default=256)
     add_sampling_arguments(gen)
     add_draft_arguments(gen)
+    add_kv_arguments(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--prediction-file", type=Path, default=None,
                      help="the text you expect the answer to be (a file to edit): drafts copy it where the answer agrees")
@@ -134,7 +135,7 @@ def generate(args: argparse.Namespace) -> int:
             config = replace(config, prediction=tuple(encode_output(target.tokenizer, predicted)))
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
-        engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers)
+        engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers, kv=kv_bits(args))
         warm_up_at_load(target.model, loaded.drafters, config.policy, loaded.peers.one_process, progress)
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
             follow(engine, prompt, config, lockstep)

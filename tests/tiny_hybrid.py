@@ -14,11 +14,12 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import granitemoehybrid, lfm2, mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_next
 
 
-def qwen3_5_config(vocab_size: int, layers: int = 4) -> dict:
-    """Qwen3.5's `config.json` in miniature: its settings under `text_config`, as the checkpoints ship."""
+def qwen3_5_config(vocab_size: int, layers: int = 4, head_dim: int = 16) -> dict:
+    """Qwen3.5's `config.json` in miniature: its settings under `text_config`, as the checkpoints ship
+    (`head_dim` of its attention layers: 32 for keys quantized by groups of 32)."""
     return {"model_type": "qwen3_5", "text_config": {
         "model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-6,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": head_dim, "rms_norm_eps": 1e-6,
         "vocab_size": vocab_size, "max_position_embeddings": 4096, "linear_num_value_heads": 4,
         "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
         "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "tie_word_embeddings": False,
@@ -86,9 +87,9 @@ def sharpened(model: nn.Module, sharpness: float = 4.0) -> nn.Module:
     return model
 
 
-def tiny_qwen3_5(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:
+def tiny_qwen3_5(vocab_size: int, seed: int, layers: int = 4, head_dim: int = 16) -> nn.Module:
     mx.random.seed(seed)
-    return sharpened(qwen3_5.Model(qwen3_5.ModelArgs.from_dict(qwen3_5_config(vocab_size, layers))))
+    return sharpened(qwen3_5.Model(qwen3_5.ModelArgs.from_dict(qwen3_5_config(vocab_size, layers, head_dim))))
 
 
 def tiny_qwen3_5_moe(vocab_size: int, seed: int, layers: int = 4) -> nn.Module:

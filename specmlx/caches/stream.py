@@ -13,14 +13,16 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache, make_prompt_cache
 
-from ..errors import SpecmlxError
+from ..errors import SpecmlxError, first_line
+from .kinds import KVBits, kind_of, known
 from .recurrent import RENDERED_AGAIN, RecurrentCache, is_recurrent, reachable, rewindable
 
 PREFILL_STEP = 512
 
 
-def make_cache(model: nn.Module, name: str = "model") -> list[Any]:
-    """The model's mlx-lm cache, made rewindable.
+def make_cache(model: nn.Module, name: str = "model", kv: KVBits | None = None) -> list[Any]:
+    """The model's mlx-lm cache, made rewindable; with `kv`, its attention layers' keys and values
+    quantized (`kinds.KVBits`), refused in one line where the model's attention cannot read them so.
 
     A sliding-window layer's RotatingKVCache overwrites its oldest entries and
     so cannot be trimmed once full. A full KVCache keeps the whole window and
@@ -29,7 +31,9 @@ def make_cache(model: nn.Module, name: str = "model") -> list[Any]:
     A recurrent layer's ArraysCache becomes a `RecurrentCache`, rewound by restoring a kept state
     and replaying accepted positions (`recurrent.py`).
     """
-    cache = [_rewindable(layer) for layer in make_prompt_cache(model)]
+    cache = [_rewindable(layer, kv) for layer in make_prompt_cache(model)]
+    if kv is not None:
+        _reads_quantized(model, name, kv)
     # A layer keeping several caches (a CacheList: Falcon-H1's attention beside Mamba, DeepSeek-V3.2's and
     # GLM-5's indexer keys beside the latent KV) has no single length to read, rewind or copy by.
     stuck = sorted({type(c).__name__ for c in cache if isinstance(c, CacheList) or not c.is_trimmable()})
@@ -50,12 +54,25 @@ def refuse_recurrent(model: nn.Module, what: str) -> None:
                            "one process runs them (`specmlx generate`, `serve`, the chat app)")
 
 
-def _rewindable(layer: Any) -> Any:
-    if isinstance(layer, RotatingKVCache):
-        return KVCache()
+def _rewindable(layer: Any, kv: KVBits | None = None) -> Any:
+    if isinstance(layer, RotatingKVCache) or type(layer) is KVCache:
+        return KVCache() if kv is None else kv.layer()
     if type(layer) is ArraysCache:  # subclasses may keep more than slots a forward replaces
         return RecurrentCache(len(layer.cache))
     return layer
+
+
+def _reads_quantized(model: nn.Module, name: str, kv: KVBits) -> None:
+    """Refuse, in one line, a model whose attention cannot read quantized keys and values: one token
+    is run lazily into such a cache (nothing is computed). Gemma 4's layers that share an earlier
+    layer's keys read them without their cache, so not quantized; a head whose width the group size
+    does not divide cannot be quantized by groups."""
+    try:
+        model(mx.array([[0]], dtype=mx.uint32), cache=[_rewindable(layer, kv) for layer in make_prompt_cache(model)])
+    except (TypeError, ValueError, AttributeError) as err:
+        kind = getattr(model, "model_type", type(model).__name__)
+        raise SpecmlxError(f"{name} ({kind}) cannot keep its keys and values at {kv.bits} bits in groups of "
+                           f"{kv.group_size}: {first_line(err)}") from None
 
 
 def cache_length(cache: list[Any]) -> int:
@@ -65,19 +82,18 @@ def cache_length(cache: list[Any]) -> int:
 
 def held_bytes(cache: list[Any]) -> int:
     """What the cache's layers hold in memory now (a recurrent layer: its state and checkpoint)."""
-    return sum(layer.nbytes for layer in cache if getattr(layer, "keys", None) is not None or is_recurrent(layer))
+    return sum(kind_of(layer).nbytes(layer) for layer in cache)
 
 
 def bytes_per_position(cache: list[Any]) -> int:
     """What the cache holds per position, from its layers' shapes (evaluated or not)."""
-    layers = [c for c in cache if getattr(c, "keys", None) is not None]
-    return sum((c.keys.nbytes + c.values.nbytes) // c.keys.shape[2] for c in layers)
+    return sum(kind_of(layer).per_position(layer) for layer in cache)
 
 
-def kv_bytes_per_token(model: nn.Module) -> int:
-    """What a model's KV cache holds per token, read from shapes alone: one token is run
-    lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
-    return bytes_per_position(_one_token(model))
+def kv_bytes_per_token(model: nn.Module, kv: KVBits | None = None) -> int:
+    """What a model's KV cache holds per token (kept as `kv` says), read from shapes alone: one token
+    is run lazily and never evaluated, so this costs no forward (and no collective when sharded)."""
+    return bytes_per_position(_one_token(model, kv))
 
 
 def recurrent_bytes(model: nn.Module) -> int:
@@ -86,9 +102,9 @@ def recurrent_bytes(model: nn.Module) -> int:
                for slot in layer.cache if slot is not None)
 
 
-def _one_token(model: nn.Module) -> list[Any]:
+def _one_token(model: nn.Module, kv: KVBits | None = None) -> list[Any]:
     """A cache that one token was run into, lazily: its shapes are known, nothing is computed."""
-    cache = make_cache(model)
+    cache = make_cache(model, kv=kv)
     model(mx.array([[0]], dtype=mx.uint32), cache=cache)
     return cache
 
@@ -108,40 +124,37 @@ def clear(cache: list[Any]) -> None:
     """Hold nothing: each layer lets go of its arrays (whoever else holds them keeps them); a
     recurrent layer keeps its checkpoint, for the positions it will hold again (a server slot)."""
     for layer in cache:
-        if is_recurrent(layer):
-            layer.hold([None] * len(layer.cache), 0)
-        else:
-            layer.keys = layer.values = None
-            layer.offset = 0
+        kind_of(layer).clear(layer)
 
 
 def take_rows(cache: list[Any], rows: Sequence[Any]) -> None:
     """Each layer holds its row's arrays (a recurrent layer: its state) and length in place of its
     own: O(1), nothing is copied."""
     for layer, row in zip(cache, rows):
-        if is_recurrent(layer):
-            layer.hold(row.cache, row.offset)
-        else:
-            layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+        kind_of(layer).take(layer, row)
 
 
 def copyable(cache: list[Any]) -> bool:
-    """Whether `copy_prefix` can copy into or from `cache`: every layer a plain `KVCache` (a rotating
-    window's or a recurrent layer's state is not a prefix of positions)."""
-    return all(type(c) is KVCache for c in cache)
+    """Whether `copy_prefix` can copy into or from `cache`: every layer's rows are positions (a
+    recurrent layer's state is not a prefix of positions)."""
+    return all(known(c) and kind_of(c).positions for c in cache)
 
 
 def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     """Make `cache` hold `source`'s first `length` positions in buffers of its own (a memory copy,
-    not a forward); how many it holds: 0 where either is not `copyable`."""
+    not a forward); how many it holds: 0 where either is not `copyable`, or their kinds differ."""
     length = min(length, cache_length(source))
-    if length <= 0 or not (copyable(cache) and copyable(source)):
+    if length <= 0 or not (copyable(cache) and copyable(source)) or kinds(cache) != kinds(source):
         return 0
-    clear(cache)
     for mine, theirs in zip(cache, source):
-        mine.update_and_fetch(theirs.keys[..., :length, :], theirs.values[..., :length, :])
+        kind_of(mine).copy(mine, theirs, length)
     mx.eval([c.state for c in cache])
     return length
+
+
+def kinds(cache: list[Any]) -> list[str]:
+    """Each layer's kind, by name and setting (a quantized layer's bits and group)."""
+    return [kind_of(layer).label for layer in cache]
 
 
 def resumes_at(prompt_length: int) -> int:

@@ -22,6 +22,7 @@ from ..mlx_thread import MLXThread
 from ..policy import DraftPolicy
 from ..prompting import plain_encoder
 from ..sampling import SamplingParams
+from ..caches.kinds import KVBits
 from ..vision.tower import VisionTower
 from ..vocab import vocab_size
 from . import routes
@@ -50,7 +51,7 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
           policy: DraftPolicy = DraftPolicy(), sampling: SamplingParams = SamplingParams(), max_tokens: int = 512,
           access: Access = Access(), slots: int | None = None, cache_bytes: int = 4 << 30, max_queue: int = 32,
           mirror: Mirror = NO_MIRROR, max_batch: int = MAX_BATCH, disk: Keeper | None = None,
-          memory_bytes: int | None = None, vision: VisionTower | None = None) -> Built:
+          memory_bytes: int | None = None, vision: VisionTower | None = None, kv: KVBits | None = None) -> Built:
     """A server of models `mlx` loaded: `slots` kept conversations (None: as many as `cache_bytes`
     holds), caches within `cache_bytes`, a worker on `mlx`, and the app. The first drafter is the
     default; `policy`, `sampling` and `max_tokens` are what a request leaves unset. `mirror`: who
@@ -59,12 +60,16 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     the default slot count is at least that. `disk`: the prompt cache on disk (None: off); the
     worker closes it. `memory_bytes`: the most MLX may hold, weights included; a request is
     admitted only when its whole context fits (`admission.py`; None: unchecked). `vision`: the target's
-    vision tower (`vision.tower`), with which requests' images are read (None: images are refused)."""
+    vision tower (`vision.tower`), with which requests' images are read (None: images are refused). `kv`: the
+    target's keys and values kept quantized (`--kv-bits`); requests are then answered one at a time, since
+    the batch does not take quantized rows yet."""
+    if kv is not None:
+        max_batch = 1
     named = {d.name: d for d in drafters}
     if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
         slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes), max_batch)
     pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror, disk=disk,
-                    memory_limit=memory_bytes)
+                    memory_limit=memory_bytes, kv=kv)
     worker = Worker(pool, max_queue, mlx, max_batch=max_batch)
     defaults = Defaults(target.name, drafters[0].name, policy, sampling, max_tokens)
     app = FastAPI(title="specmlx", docs_url=None, redoc_url=None, openapi_url=None)

@@ -40,8 +40,8 @@ from ..loading import load_models, ships_mtp
 from ..memory import FREE_SHARE, GB, memory_limit, size_text
 from ..mlx_thread import MLXThread, closed_on_error
 from ..paths import CACHE_DIR_ENV
-from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments, draft_policy,
-                       sampling_params)
+from ..options import (Parser, add_draft_arguments, add_kv_arguments, add_model_arguments, add_sampling_arguments,
+                       draft_policy, kv_bits, sampling_params)
 from ..vision.checkpoint import has_vision, load_vision
 from ..vision.tower import VisionTower
 from ..warmup import warm_up_at_load
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "larger one gets 413 (default 4)")
     add_sampling_arguments(p, per_request=True)
     add_draft_arguments(p, per_request=True)
+    add_kv_arguments(p)
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level; info and debug also log every request (default warning)")
     add_distributed_arguments(p)
@@ -152,6 +153,8 @@ def serve(args: argparse.Namespace) -> int:
     for name in ("max_queue", "max_batch", "slots", "max_tokens", "port"):
         if getattr(args, name) is not None and getattr(args, name) < (0 if name == "port" else 1):
             raise SpecmlxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.kv_bits is not None and args.distributed:
+        raise SpecmlxError("--kv-bits is not offered with --distributed yet: the ranks keep the target's cache wide")
     keys, key_note = api_keys(args.api_key, dict(os.environ))
     allowed = access(args, keys)
     defaults_policy, sampling = draft_policy(args), sampling_params(args)
@@ -190,7 +193,8 @@ def serve(args: argparse.Namespace) -> int:
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
-                          mirror=mirror, max_batch=args.max_batch, disk=disk, memory_bytes=memory, vision=vision)
+                          mirror=mirror, max_batch=args.max_batch, disk=disk, memory_bytes=memory, vision=vision,
+                          kv=kv_bits(args))
         return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
 
 
@@ -239,6 +243,9 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
         print("note: the prompt cache on disk is off with --distributed", file=sys.stderr)
     if built.vision is not None:
         print("images: read by the target's vision tower (data URLs)", file=sys.stderr)
+    if args.kv_bits is not None:
+        print(f"keys and values: {args.kv_bits} bits in groups of {args.kv_group_size} (--kv-bits); requests are "
+              "answered one at a time, as the batch does not take quantized rows yet", file=sys.stderr)
     limit = worker.slots.memory_limit
     if limit is not None:
         print(f"memory: {size_text(limit)} for the model and the requests' contexts (--memory-gb)", file=sys.stderr)

@@ -48,6 +48,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
+from ..caches.kinds import KVBits
 from ..caches.stream import held_bytes, kv_bytes_per_token, recurrent_bytes
 from ..drafters import Drafter, tell_finished, tell_owner
 from .. import keeping
@@ -101,6 +102,7 @@ class Slots:
     autos: AutoDrafts = field(default_factory=AutoDrafts)  # the automatic draft lengths, shared by every slot
     disk: Keeper | None = None  # the prompt cache on disk (None: off)
     memory_limit: int | None = None  # the most MLX may hold in all, weights included (None: unchecked)
+    kv: KVBits | None = None  # the target's keys and values kept quantized (`--kv-bits`; None: as the weights)
     _slots: list[Slot] = field(default_factory=list)
     _footprints: dict[str, Footprint] = field(default_factory=dict)
     baseline: int = field(default=0, init=False)  # what MLX held when the slots were made: the weights
@@ -109,7 +111,7 @@ class Slots:
     def __post_init__(self) -> None:
         self._slots = [self._new() for _ in range(self.count)]
         # From shapes, once, on the MLX thread: read on the request threads too (`refuse_past_memory`).
-        kv, recurrent = kv_bytes_per_token(self.target), 2 * recurrent_bytes(self.target)
+        kv, recurrent = kv_bytes_per_token(self.target, self.kv), 2 * recurrent_bytes(self.target)
         self._footprints = {name: Footprint(kv + d.bytes_per_token(self.target), recurrent)
                             for name, d in self.drafters.items()}
         self.baseline = mx.get_active_memory()
@@ -125,7 +127,7 @@ class Slots:
         # Every slot gets fresh instances: the loaded ones stay empty templates, so emptying a slot frees its caches.
         own = {name: d.fresh() for name, d in self.drafters.items()}
         return Slot(Engine(self.target, next(iter(own.values())), self.tokenizer, peers=self.mirror.peers,
-                           autos=self.autos), own)
+                           autos=self.autos, kv=self.kv), own)
 
     def free(self) -> bool:
         """Whether a slot is free for another request (requests run at once in a batch)."""

@@ -100,3 +100,20 @@ def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokeni
     offered = preset_drafters(str(path), loaded)
     assert list(offered) == ["mtp"]
     assert isinstance(offered["mtp"](), NativeMTPDrafter)
+
+
+def test_kv_bits_reach_the_sessions_engine(tmp_path):
+    """`specmlx-chat --kv-bits 8`: the session's target keeps its keys and values at 8 bits."""
+    from app.__main__ import build_parser
+    from specmlx.caches.kinds import KVBits, kind_of
+    from specmlx.options import kv_bits
+
+    from .. import tiny
+
+    tok = tiny.train_tokenizer()
+    args = tiny.qwen2_args(len(tok), hidden=128)
+    path = tiny.save_model(tiny.build(args, seed=0), args, tok, tmp_path / "wide")
+    asked = kv_bits(build_parser().parse_args(["--kv-bits", "8", "--kv-group-size", "32"]))
+    assert asked == KVBits(8, 32)
+    session = load_session(ModelChoice(str(path), disk_cache=False, kv=asked))
+    assert {kind_of(layer).label for layer in session.engine.cache} == {"kv8g32"}

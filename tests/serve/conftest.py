@@ -66,14 +66,14 @@ def loaded(served_dirs):
 def start(loaded, *, slots: int = 2, max_queue: int = 32, api_key: str | tuple[str, ...] = (),
           max_body_bytes: int = 1 << 20, max_tokens: int = 64, cache_bytes: int = 1 << 30,
           cors_origins: tuple[str, ...] = (), mirror: Mirror = NO_MIRROR, max_batch: int = 8,
-          disk: Keeper | None = None, vision=None):
+          disk: Keeper | None = None, vision=None, kv=None):
     """A Background server over the loaded models, as `specmlx serve` builds it (its own slots and
     worker, the shared MLX thread)."""
     mlx, target, drafters = loaded
     keys = (api_key,) if isinstance(api_key, str) else api_key
     built = build(mlx, target, list(drafters.values()), max_tokens=max_tokens, slots=slots, cache_bytes=cache_bytes,
                   max_queue=max_queue, access=Access(keys, max_body_bytes, cors_origins=cors_origins), mirror=mirror,
-                  max_batch=max_batch, disk=disk, vision=vision)
+                  max_batch=max_batch, disk=disk, vision=vision, kv=kv)
     return Background(built.app, built.worker), built.worker
 
 

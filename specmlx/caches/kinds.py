@@ -1,0 +1,156 @@
+"""The kinds of a single stream's cache layer, one class each, and `kind_of`: the one place a layer's
+kind is read (the batch's forms are `batch.py`'s and `batch_recurrent.py`'s).
+
+- `KV`: mlx-lm's `KVCache`; rows are positions, rewound by lowering an offset.
+- `QuantizedKV`: mlx-lm's `QuantizedKVCache` (`--kv-bits`); rows are positions as for `KV`, each kept
+  as its packed values and a scale and bias per group (mlx's affine quantization), rewound alike.
+- `Recurrent`: a `RecurrentCache` (`recurrent.py`); a state, not positions, rewound by a replay.
+
+Each says what the stream's verbs (`stream.py`, `snapshot.py`) need of a layer: its bytes, its bytes a
+position, letting go of its arrays, holding a row's, copying a prefix, a span as named arrays and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+from ..errors import SpecmlxError
+from .recurrent import is_recurrent
+
+Arrays = dict[str, mx.array]
+KV_BITS = (4, 8)  # what `--kv-bits` takes (mlx-lm's name); its group size by default mlx-lm's, 64
+KV_GROUP = 64
+
+
+@dataclass(frozen=True)
+class KVBits:
+    """A target's attention layers' keys and values kept quantized (`--kv-bits`, `--kv-group-size`):
+    `bits` a value, a scale and a bias per `group_size` values of a head (mlx's affine quantization)."""
+
+    bits: int
+    group_size: int = KV_GROUP
+
+    def layer(self) -> QuantizedKVCache:
+        return QuantizedKVCache(group_size=self.group_size, bits=self.bits)
+
+
+class KV:
+    """A plain KV layer: keys and values (B, heads, positions, dim)."""
+
+    positions = True  # its rows are positions: a prefix can be copied, a span kept by position
+    label = "kv"
+
+    @staticmethod
+    def parts(layer: Any) -> list[mx.array]:
+        return [] if layer.keys is None else [layer.keys, layer.values]
+
+    def nbytes(self, layer: Any) -> int:
+        return sum(a.nbytes for a in self.parts(layer))
+
+    def per_position(self, layer: Any) -> int:
+        return sum(a.nbytes // a.shape[2] for a in self.parts(layer))
+
+    def clear(self, layer: Any) -> None:
+        layer.keys = layer.values = None
+        layer.offset = 0
+
+    def take(self, layer: Any, row: Any) -> None:
+        """Hold `row`'s arrays and length (a layer of the same kind), by reference."""
+        layer.keys, layer.values, layer.offset = row.keys, row.values, row.offset
+
+    def copy(self, layer: Any, source: Any, length: int) -> None:
+        """Hold `source`'s first `length` positions in buffers of its own."""
+        self.clear(layer)
+        layer.update_and_fetch(source.keys[..., :length, :], source.values[..., :length, :])
+
+    def names(self, prefix: str, i: int) -> tuple[str, ...]:
+        """The names a span of layer `i` is kept under."""
+        return f"{prefix}.{i}.keys", f"{prefix}.{i}.values"
+
+    def capture(self, layer: Any, start: int, end: int, prefix: str, i: int) -> Arrays:
+        return {name: mx.contiguous(part[..., start:end, :]) for name, part in zip(self.names(prefix, i), self.parts(layer))}
+
+    def restore(self, layer: Any, blocks: Sequence[Mapping[str, mx.array]], prefix: str, i: int) -> None:
+        layer.update_and_fetch(*(mx.concatenate([b[name] for b in blocks], axis=2) for name in self.names(prefix, i)))
+
+
+class QuantizedKV(KV):
+    """A quantized KV layer: keys and values each (packed, scales, biases), every part by position."""
+
+    def __init__(self, bits: int = 8, group_size: int = 64) -> None:
+        self.bits, self.group_size = bits, group_size
+        self.label = f"kv{bits}g{group_size}"
+
+    @staticmethod
+    def parts(layer: Any) -> list[mx.array]:
+        return [] if layer.keys is None else [*layer.keys, *layer.values]
+
+    def copy(self, layer: Any, source: Any, length: int) -> None:
+        """The packed rows themselves: quantizing dequantized rows again need not give them back."""
+        layer.keys, layer.values = ([mx.contiguous(p[..., :length, :]) for p in parts] for parts in (source.keys, source.values))
+        layer.offset = length
+
+    def names(self, prefix: str, i: int) -> tuple[str, ...]:
+        """Named by its bits and group size too: a span kept at one setting never restores at another."""
+        return tuple(f"{prefix}.{i}.{what}.q{self.bits}g{self.group_size}.{j}" for what in ("keys", "values")
+                     for j in range(3))
+
+    def restore(self, layer: Any, blocks: Sequence[Mapping[str, mx.array]], prefix: str, i: int) -> None:
+        parts = [mx.concatenate([b[name] for b in blocks], axis=2) for name in self.names(prefix, i)]
+        layer.keys, layer.values, layer.offset = parts[:3], parts[3:], parts[0].shape[2]
+
+
+class Recurrent:
+    """A recurrent layer's state (`RecurrentCache`): not positions; kept whole where it is held."""
+
+    positions = False
+    label = "recurrent"
+
+    def nbytes(self, layer: Any) -> int:
+        return layer.nbytes  # its state, its marks' and its checkpoint's, its records
+
+    def per_position(self, layer: Any) -> int:
+        return 0
+
+    def clear(self, layer: Any) -> None:
+        layer.hold([None] * len(layer.cache), 0)  # its checkpoint stays, for the positions it will hold again
+
+    def take(self, layer: Any, row: Any) -> None:
+        layer.hold(row.cache, row.offset)
+
+    def names(self, prefix: str, i: int) -> tuple[str, ...]:
+        return ()
+
+    def capture(self, layer: Any, start: int, end: int, prefix: str, i: int) -> Arrays:
+        """The state after `end` positions, where the layer holds one there (else nothing: the span then
+        ends no restored prefix, `snapshot.restorable`)."""
+        return {f"{prefix}.{i}.state.{j}": slot for j, slot in enumerate(layer.state_at(end) or ()) if slot is not None}
+
+    def restore(self, layer: Any, blocks: Sequence[Mapping[str, mx.array]], prefix: str, i: int) -> None:
+        last, length = blocks[-1], int(blocks[-1][f"{prefix}.span"][1].item())
+        layer.hold([last.get(f"{prefix}.{i}.state.{j}") for j in range(len(layer.cache))], length)
+
+
+KV_KIND = KV()
+RECURRENT = Recurrent()
+
+
+def kind_of(layer: Any) -> KV | Recurrent:
+    """A single stream's layer's kind; one that none of them is (a rotating window's buffer, a layer
+    of several caches) is refused in one line."""
+    if is_recurrent(layer):
+        return RECURRENT
+    if type(layer) is QuantizedKVCache:
+        return QuantizedKV(layer.bits, layer.group_size)
+    if type(layer) is KVCache:
+        return KV_KIND
+    raise SpecmlxError(f"a {type(layer).__name__} is not a cache layer the engine keeps")
+
+
+def known(layer: Any) -> bool:
+    """Whether `kind_of` reads this layer."""
+    return is_recurrent(layer) or type(layer) in (KVCache, QuantizedKVCache)
