@@ -48,11 +48,11 @@ class LoadFailure:
 def load_session(choice: ModelChoice, progress: Callable[[str], None] = lambda step: None) -> Session:
     """Load the target and drafter and build the engine, reporting each step."""
     target, drafter = load_pair(choice.target, choice.drafter, progress)
-    warm_up_at_load(target.model, [drafter], progress=progress)
+    warm_up_at_load(target.model, [drafter], progress=progress, kv=choice.kv)
     disk = None
     if choice.disk_cache:
         try:
-            disk = open_keeper(target.path, int(DEFAULT_GB * GB))
+            disk = open_keeper(target.path, int(DEFAULT_GB * GB), choice.kv)
         except SpecmlxError as err:  # the chat works without it: say so and go on
             progress(f"{err}; chats are kept in memory only")
     progress("ready")

@@ -136,7 +136,7 @@ def generate(args: argparse.Namespace) -> int:
         if lockstep is not None:
             prompt = lockstep.shared(prompt)
         engine = Engine(target.model, loaded.drafters[0], target.tokenizer, peers=loaded.peers, kv=kv_bits(args))
-        warm_up_at_load(target.model, loaded.drafters, config.policy, loaded.peers.one_process, progress)
+        warm_up_at_load(target.model, loaded.drafters, config.policy, loaded.peers.one_process, progress, kv_bits(args))
         if not leads(group):  # rank 0 alone prints; this rank follows its rounds to the end
             follow(engine, prompt, config, lockstep)
             return 0

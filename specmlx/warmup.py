@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
+from .caches.kinds import KVBits
 from .drafters import Draft, Drafter, drafts_blocks
 from .engine import Engine
 from .policy import DraftPolicy
@@ -43,12 +44,13 @@ def wanted() -> bool:
 
 
 def warm_up(target: nn.Module, drafter: Drafter, policy: DraftPolicy = DraftPolicy(),
-            progress: Callable[[str], None] | None = None) -> tuple[tuple[int, int, int], ...]:
+            progress: Callable[[str], None] | None = None, kv: KVBits | None = None) -> tuple[tuple[int, int, int], ...]:
     """Run every draft length of the set up to `policy`'s longest on a throwaway engine of `target`
     and a fresh copy of `drafter`: for each round, its draft length, how many of those the drafter
     drew (0 for zeros) and the rows of the target's forward. One process only: a sharded target's
-    ranks would have to run it in lockstep."""
-    engine = Engine(target, drafter.fresh(), eos_token_ids=())
+    ranks would have to run it in lockstep. `kv`: the target's cache as the answers will keep it, whose
+    attention's kernels are the ones that run (`--kv-bits`)."""
+    engine = Engine(target, drafter.fresh(), eos_token_ids=(), kv=kv)
     tokens = [0] * PROMPT
     engine.prefill(tokens)
     longest = max(policy.max_draft, policy.num_draft or 0)
@@ -103,7 +105,8 @@ def propose(engine: Engine, tokens: list[int], k: int, sampling: SamplingParams,
 
 
 def warm_up_at_load(target: nn.Module, drafters: Sequence[Drafter], policy: DraftPolicy = DraftPolicy(),
-                    one_process: bool = True, progress: Callable[[str], None] | None = None) -> None:
+                    one_process: bool = True, progress: Callable[[str], None] | None = None,
+                    kv: KVBits | None = None) -> None:
     """What a command line, server or bench calls once its models are loaded: when `wanted`, the
     warm-up of each drafter that drafts (any one runs every verify width), on one process only (a
     sharded target's ranks would wait for each other), once a process for a target and drafter."""
@@ -111,7 +114,7 @@ def warm_up_at_load(target: nn.Module, drafters: Sequence[Drafter], policy: Draf
         return
     drafting = [d for d in drafters if d.drafts] or list(drafters[:1])
     for drafter in drafting:
-        done = (id(target), drafter.name, policy.max_draft, policy.num_draft, policy.prediction_draft)
+        done = (id(target), drafter.name, policy.max_draft, policy.num_draft, policy.prediction_draft, kv)
         if done not in WARMED:  # kernels are the process's: a bench's next engine of the pair needs none
-            warm_up(target, drafter, policy, progress)
+            warm_up(target, drafter, policy, progress, kv)
             WARMED.add(done)

@@ -10,7 +10,6 @@ import random
 
 import mlx.core as mx
 import pytest
-from mlx_lm.models.cache import make_prompt_cache
 
 from specmlx.caches.kinds import KVBits
 from specmlx.caches.stream import held_bytes
@@ -22,6 +21,7 @@ from specmlx.policy import DraftPolicy
 from specmlx.sampling import SamplingParams
 
 from . import tiny, tiny_hybrid
+from .quantized import alone, quantized
 from .test_engine_distribution import (LENGTH, PROMPT as SHORT, MisreportingDrafter, chi_square_pvalue,
                                        sample_sequences)
 
@@ -29,23 +29,6 @@ VOCAB = 64
 PROMPT = random.Random(0).choices(range(VOCAB), k=40) * 2  # repeats: prompt lookup finds drafts
 TOKENS = 24
 GROUP = 32  # the tiny models' heads are 32 wide
-
-
-def quantized(model, kv: KVBits | None) -> list:
-    """mlx-lm's own cache for `model`, its attention layers quantized as `kv` says."""
-    return [kv.layer() if kv is not None and type(c).__name__ in ("KVCache", "RotatingKVCache") else c
-            for c in make_prompt_cache(model)]
-
-
-def alone(model, prompt: list[int], n: int, kv: KVBits | None) -> list[int]:
-    """The target alone, greedy, one token a step into its own (quantized) cache."""
-    cache = quantized(model, kv)
-    logits = model(mx.array([prompt]), cache=cache)[0, -1]
-    out = []
-    for _ in range(n):
-        out.append(mx.argmax(logits).item())
-        logits = model(mx.array([[out[-1]]]), cache=cache)[0, -1]
-    return out
 
 
 def answer(engine: Engine, prompt: list[int], num_draft: int = 3) -> list[int]:

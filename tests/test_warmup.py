@@ -87,3 +87,21 @@ def test_at_load_warms_each_drafting_drafter_once_on_one_process(monkeypatch, ta
         warm_up_at_load(target, drafters, policy, progress=said.append)
     warm_up_at_load(target, [NoDrafter()], policy, progress=said.append)  # none drafts: the first still runs
     assert said == ["warming up draft lengths 0, 1 with noisy", "warming up draft lengths 0, 1 with none"]
+
+
+def test_the_warm_up_runs_the_cache_the_answers_will_keep(monkeypatch):
+    """With --kv-bits its throwaway engine keeps quantized keys too: the attention kernels it compiles are
+    the ones the answers run."""
+    from specmlx.caches.kinds import KVBits, kind_of
+
+    made = []
+
+    class Seen(Engine):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append({kind_of(layer).label for layer in self.cache})
+
+    monkeypatch.setattr(warmup, "Engine", Seen)
+    wide = tiny.tiny_qwen(64, seed=1, hidden=128)
+    warm_up(wide, NoDrafter(), DraftPolicy(max_draft=2), kv=KVBits(8, 32))
+    assert made == [{"kv8g32"}]

@@ -37,6 +37,11 @@ class KVBits:
     def layer(self) -> QuantizedKVCache:
         return QuantizedKVCache(group_size=self.group_size, bits=self.bits)
 
+    @property
+    def label(self) -> str:
+        """Its name where caches are told apart (a kind's `label`, the disk's fingerprint)."""
+        return f"kv{self.bits}g{self.group_size}"
+
 
 class KV:
     """A plain KV layer: keys and values (B, heads, positions, dim)."""
@@ -83,7 +88,7 @@ class QuantizedKV(KV):
 
     def __init__(self, bits: int = 8, group_size: int = 64) -> None:
         self.bits, self.group_size = bits, group_size
-        self.label = f"kv{bits}g{group_size}"
+        self.label = KVBits(bits, group_size).label
 
     @staticmethod
     def parts(layer: Any) -> list[mx.array]:
@@ -135,22 +140,33 @@ class Recurrent:
         layer.hold([last.get(f"{prefix}.{i}.state.{j}") for j in range(len(layer.cache))], length)
 
 
-KV_KIND = KV()
-RECURRENT = Recurrent()
+class Window(KV):
+    """Another trimmable layer of keys and values (mlx-lm's `ChunkedKVCache`, Llama 4's): its bytes are
+    counted, it is emptied and handed rows as a KV layer is, but its rows need not be the positions from
+    the first (a chunked window drops the oldest), so no prefix of it is copied or kept on disk."""
+
+    positions = False
+    label = "window"
+
+
+KV_KIND, RECURRENT, WINDOW = KV(), Recurrent(), Window()
 
 
 def kind_of(layer: Any) -> KV | Recurrent:
-    """A single stream's layer's kind; one that none of them is (a rotating window's buffer, a layer
-    of several caches) is refused in one line."""
+    """A single stream's layer's kind; a layer of keys and values of another kind is a `Window`, and one
+    without them is refused in one line."""
     if is_recurrent(layer):
         return RECURRENT
     if type(layer) is QuantizedKVCache:
         return QuantizedKV(layer.bits, layer.group_size)
     if type(layer) is KVCache:
         return KV_KIND
+    if hasattr(layer, "keys"):
+        return WINDOW
     raise SpecmlxError(f"a {type(layer).__name__} is not a cache layer the engine keeps")
 
 
 def known(layer: Any) -> bool:
-    """Whether `kind_of` reads this layer."""
+    """Whether `kind_of` reads this layer as one whose rows are all its positions (or a recurrent state):
+    what a prefix is copied and a span kept on disk from."""
     return is_recurrent(layer) or type(layer) in (KVCache, QuantizedKVCache)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
+from ..caches.kinds import KVBits
 
 # What decides the numbers a cache holds: the weights, and how token ids were cut (the tokenizer).
 WEIGHTS = ("*.safetensors", "*.safetensors.index.json", "*.gguf", "tokenizer.json", "tokenizer_config.json")
@@ -27,9 +28,11 @@ class Fingerprint:
     digest: str
 
 
-def fingerprint(model_dir: Path, *drafters: Path) -> Fingerprint:
-    """The fingerprint of a target's folder, and of its drafters' where their caches are kept too."""
-    digest = hashlib.sha256(__version__.encode())
+def fingerprint(model_dir: Path, *drafters: Path, kv: KVBits | None = None) -> Fingerprint:
+    """The fingerprint of a target's folder, and of its drafters' where their caches are kept too; `kv`:
+    its keys and values kept quantized (`--kv-bits`), so that blocks of one setting are another version
+    to the others', written anew in their place."""
+    digest = hashlib.sha256(__version__.encode() + (b"" if kv is None else kv.label.encode()))
     for folder in (model_dir, *drafters):
         digest.update(json.dumps(_describe(Path(folder)), sort_keys=True).encode())
     return Fingerprint(str(Path(model_dir).resolve()), digest.hexdigest())

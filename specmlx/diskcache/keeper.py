@@ -31,6 +31,7 @@ import mlx.core as mx
 
 from ..errors import SpecmlxError
 from ..paths import CACHE_DIR_ENV, disk_cache_dir
+from ..caches.kinds import KVBits
 from ..caches.stream import resumes_at
 from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
@@ -166,6 +167,7 @@ def open_store(cap_bytes: int) -> DiskCache:
                            f"set ${CACHE_DIR_ENV} to another folder, or turn it off with --no-disk-cache") from None
 
 
-def open_keeper(target: Path, cap_bytes: int) -> Keeper:
-    """`open_store`'s store, for the weights in `target`."""
-    return Keeper(open_store(cap_bytes), fingerprint(target))
+def open_keeper(target: Path, cap_bytes: int, kv: KVBits | None = None) -> Keeper:
+    """`open_store`'s store, for the weights in `target` (its keys and values quantized as `kv` says:
+    `fingerprint`)."""
+    return Keeper(open_store(cap_bytes), fingerprint(target, kv=kv))

@@ -23,6 +23,7 @@ from ..policy import DraftPolicy
 from ..prompting import plain_encoder
 from ..sampling import SamplingParams
 from ..caches.kinds import KVBits
+from ..errors import SpecmlxError
 from ..vision.tower import VisionTower
 from ..vocab import vocab_size
 from . import routes
@@ -65,9 +66,13 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     the batch does not take quantized rows yet."""
     if kv is not None:
         max_batch = 1
+        reading = [d.name for d in drafters if d.reads_target_cache]
+        if reading:  # every request naming it would be refused: say so once, at start
+            raise SpecmlxError(f"drafter {', '.join(reading)} reads the target's keys and values, which --kv-bits "
+                               "keeps quantized; drop --kv-bits or that drafter")
     named = {d.name: d for d in drafters}
     if slots is None:  # every slot keeps its drafters' caches and hidden states as well as the target's cache
-        slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes), max_batch)
+        slots = max(mlx.call(slots_for, target.model, drafters, cache_bytes, kv), max_batch)
     pool = mlx.call(Slots, target.model, target.tokenizer, named, slots, cache_bytes, mirror, disk=disk,
                     memory_limit=memory_bytes, kv=kv)
     worker = Worker(pool, max_queue, mlx, max_batch=max_batch)

@@ -184,17 +184,18 @@ def serve(args: argparse.Namespace) -> int:
             mlx.call(maybe_set_recommended_wired_limit)  # on Metal, as mlx_lm.server does: the weights stay wired
             loaded = mlx.call(load_models, args.preset or args.target, specs, say, where)
             mlx.call(warm_up_at_load, loaded.target.model, loaded.drafters, defaults_policy,
-                     loaded.peers.one_process, say)
+                     loaded.peers.one_process, say, kv_bits(args))
             lockstep = loaded.peers.lockstep()
             mirror = NO_MIRROR if lockstep is None else RankMirror(lockstep)  # the other ranks keep rank 0's slots
-            disk = None if store is None else Keeper(store, fingerprint(loaded.target.path))
+            kv = kv_bits(args)
+            disk = None if store is None else Keeper(store, fingerprint(loaded.target.path, kv=kv))
             memory = int(args.memory_gb * GB) if args.memory_gb is not None else mlx.call(memory_limit)
             vision = None if args.distributed else mlx.call(vision_of, loaded.target.path, say)
             built = build(mlx, loaded.target, loaded.drafters, policy=defaults_policy, sampling=sampling,
                           max_tokens=args.max_tokens, access=allowed, slots=args.slots,
                           cache_bytes=int(args.cache_gb * GB), max_queue=args.max_queue,
                           mirror=mirror, max_batch=args.max_batch, disk=disk, memory_bytes=memory, vision=vision,
-                          kv=kv_bits(args))
+                          kv=kv)
         return listen(args, allowed, sock, built, mirror, loaded.target, loaded.drafters, lockstep)
 
 

@@ -205,11 +205,11 @@ class Slots:
 
     def _occupy(self, slot: Slot, prompt: Sequence[int], drafter: str, owner: Hashable,
                 shareable: int | None) -> None:
+        slot.engine.use(slot.drafters[drafter])  # first: a drafter it refuses leaves the slot free
         self._clock += 1
         slot.used, slot.busy, slot.asked, slot.shareable = self._clock, True, len(prompt), shareable
         for instance in slot.drafters.values():  # one that remembers requests (`suffix`) learns from its owner's alone
             tell_owner(instance, owner)
-        slot.engine.use(slot.drafters[drafter])
 
     def _copy_start(self, slot: Slot, source: Slot, shared: int, prompt: Sequence[int],
                     images: Images | None) -> None:
@@ -297,19 +297,21 @@ def _continues(slot: Slot, shared: int) -> bool:
     return shared > 0 and shared >= resumes_at(asked)
 
 
-def default_count(models: Sequence[nn.Module], max_bytes: int, drafters: Sequence[Drafter] = ()) -> int:
+def default_count(models: Sequence[nn.Module], max_bytes: int, drafters: Sequence[Drafter] = (),
+                  kv: KVBits | None = None) -> int:
     """How many slots fit `max_bytes` at `TOKENS_PER_SLOT` tokens each: every slot holds a KV cache
     for each of `models` (the target, first) and its own instance of each of `drafters`, whose
     state grows by `Drafter.bytes_per_token` beside the target. A model's recurrent layers hold a
-    state of fixed size, twice over: the state and the checkpoint a next turn rewinds to."""
-    per_token = sum(kv_bytes_per_token(m) for m in models)
+    state of fixed size, twice over: the state and the checkpoint a next turn rewinds to. `kv`: the
+    target's keys and values quantized (`--kv-bits`)."""
+    per_token = sum(kv_bytes_per_token(m, kv if i == 0 else None) for i, m in enumerate(models))
     per_token += sum(d.bytes_per_token(models[0]) for d in drafters)
     per_slot = per_token * TOKENS_PER_SLOT + 2 * sum(recurrent_bytes(m) for m in models)
     return max(MIN_SLOTS, min(MAX_SLOTS, max_bytes // max(1, per_slot)))
 
 
-def slots_for(target: nn.Module, drafters: Iterable[Drafter], max_bytes: int) -> int:
+def slots_for(target: nn.Module, drafters: Iterable[Drafter], max_bytes: int, kv: KVBits | None = None) -> int:
     """`default_count` for a target and the drafters every slot gets its own instance of:
     a KV cache for each model drafter, the hidden states (and an MTP head's KV cache) for
     each drafter that reads them; prompt lookup and none keep nothing."""
-    return default_count([target], max_bytes, list(drafters))
+    return default_count([target], max_bytes, list(drafters), kv)

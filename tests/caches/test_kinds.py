@@ -61,3 +61,22 @@ def test_a_span_kept_at_one_setting_restores_into_no_other(target):
         with pytest.raises(SpecmlxError, match="do not hold this cache's layers"):
             restore(cache, kept["4 bits" if name != "4 bits" else "float"])
     assert copy_prefix(make_cache(target, kv=SETTINGS["8 bits"]), filled(target, None), 20) == 0
+
+
+def test_a_chunked_window_is_counted_and_emptied_but_never_copied_nor_kept():
+    """Llama 4's `ChunkedKVCache` keeps keys and values whose rows need not start at position 0: its bytes
+    count (the memory check reads them), it empties as a KV layer does, and no prefix of it is copied
+    or kept on disk."""
+    from mlx_lm.models.cache import ChunkedKVCache
+
+    from specmlx.caches.snapshot import keepable
+    from specmlx.caches.stream import bytes_per_position, clear, copyable, held_bytes
+
+    layer = ChunkedKVCache(chunk_size=8)
+    layer.update_and_fetch(mx.zeros((1, 2, 5, 32)), mx.zeros((1, 2, 5, 32)))
+    cache = [layer]
+    assert held_bytes(cache) == layer.keys.nbytes + layer.values.nbytes > 0
+    assert bytes_per_position(cache) == 2 * 2 * 32 * 4
+    assert not copyable(cache) and not keepable(cache)
+    clear(cache)
+    assert layer.keys is None and held_bytes(cache) == 0

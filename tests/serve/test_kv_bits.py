@@ -17,7 +17,7 @@ from specmlx.serve.openai.protocol import ChatRequest
 from specmlx.serve.prompts import chat_prompt
 
 from .. import tiny
-from ..test_engine_kv_bits import alone
+from ..quantized import alone
 from .conftest import MODEL, on_thread, start
 from .test_disk import FIRST
 
@@ -69,7 +69,7 @@ def test_a_restarted_server_restores_quantized_blocks_and_another_setting_reads_
     answer = expected(held, kv)
 
     def served(at: KVBits) -> dict:
-        disk = Keeper(DiskCache(tmp_path / "kept", 1 << 30), fingerprint(path))
+        disk = Keeper(DiskCache(tmp_path / "kept", 1 << 30), fingerprint(path, kv=at))  # as `serve` makes it
         background, worker = start(held, kv=at, disk=disk)
         with background as url:
             reply = ask(url, DRAFTER)
@@ -85,3 +85,23 @@ def test_a_restarted_server_restores_quantized_blocks_and_another_setting_reads_
     other = served(KVBits(4, 32))
     assert other["usage"]["prompt_tokens_details"]["disk_tokens"] == 0
     assert other["speculative"]["tokens"] == expected(held, KVBits(4, 32))
+    # Its blocks are another version of the same prompt's: written in place of the 8-bit ones, and read
+    # by the next 4-bit server.
+    assert served(KVBits(4, 32))["usage"]["prompt_tokens_details"]["disk_tokens"] >= 256
+
+
+def test_a_drafter_reading_the_targets_keys_is_refused_at_start(wide):
+    """A Gemma 4 assistant reads the target's keys themselves: with --kv-bits every request naming it would
+    fail, so the server refuses it once, at start, in one line."""
+    from specmlx.drafters import ModelDrafter
+    from specmlx.errors import SpecmlxError
+    from specmlx.serve.builder import build
+
+    (mlx, target, drafters), _ = wide
+
+    class Reading(ModelDrafter):
+        reads_target_cache = True
+
+    reading = Reading(drafters[DRAFTER].model, drafters[DRAFTER].vocab_size, name="reader")
+    with pytest.raises(SpecmlxError, match="drafter reader reads the target's keys and values"):
+        build(mlx, target, [drafters[NGRAM], reading], kv=KVBits(8, 32))
