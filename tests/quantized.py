@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from specmlx.caches.kinds import KVBits
+
+from .test_engine_hybrid import greedy_alone
 
 
 def quantized(model, kv: KVBits | None) -> list:
@@ -16,10 +17,4 @@ def quantized(model, kv: KVBits | None) -> list:
 
 def alone(model, prompt: list[int], n: int, kv: KVBits | None) -> list[int]:
     """The target alone, greedy, one token a step into its own (quantized) cache."""
-    cache = quantized(model, kv)
-    logits = model(mx.array([prompt]), cache=cache)[0, -1]
-    out = []
-    for _ in range(n):
-        out.append(mx.argmax(logits).item())
-        logits = model(mx.array([[out[-1]]]), cache=cache)[0, -1]
-    return out
+    return greedy_alone(model, prompt, n, quantized(model, kv))

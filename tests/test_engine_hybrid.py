@@ -23,9 +23,9 @@ BUILDS = {"qwen3_5": tiny_hybrid.tiny_qwen3_5, "qwen3_5_moe": tiny_hybrid.tiny_q
           "lfm2": tiny_hybrid.tiny_lfm2, "mamba2": tiny_hybrid.tiny_mamba2}
 
 
-def greedy_alone(model, prompt: list[int], n: int) -> list[int]:
-    """The target alone, as mlx-lm runs it: its own caches, one token a step."""
-    cache = make_prompt_cache(model)
+def greedy_alone(model, prompt: list[int], n: int, cache: list | None = None) -> list[int]:
+    """The target alone, as mlx-lm runs it: its own caches (or `cache`), one token a step."""
+    cache = make_prompt_cache(model) if cache is None else cache
     logits = model(mx.array([prompt]), cache=cache)[0, -1]
     out = []
     for _ in range(n):
