@@ -13,6 +13,7 @@ position, letting go of its arrays, holding a row's, copying a prefix, a span as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import mlx.core as mx
@@ -158,12 +159,18 @@ def kind_of(layer: Any) -> KV | Recurrent:
     if is_recurrent(layer):
         return RECURRENT
     if type(layer) is QuantizedKVCache:
-        return QuantizedKV(layer.bits, layer.group_size)
+        return _quantized(layer.bits, layer.group_size)
     if type(layer) is KVCache:
         return KV_KIND
     if hasattr(layer, "keys"):
         return WINDOW
     raise SpecmlxError(f"a {type(layer).__name__} is not a cache layer the engine keeps")
+
+
+@lru_cache(maxsize=None)
+def _quantized(bits: int, group_size: int) -> QuantizedKV:
+    """One `QuantizedKV` a setting: a layer's kind is read without making one each time."""
+    return QuantizedKV(bits, group_size)
 
 
 def known(layer: Any) -> bool:

@@ -19,10 +19,9 @@ from typing import Any, Mapping, Sequence
 import mlx.core as mx
 
 from ..errors import SpecmlxError
-from .kinds import kind_of, known
+from .kinds import Arrays, kind_of, known
 from .stream import cache_length, clear, rewind
 
-Arrays = dict[str, mx.array]
 TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name}`
 
 

@@ -144,7 +144,7 @@ def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     """Make `cache` hold `source`'s first `length` positions in buffers of its own (a memory copy,
     not a forward); how many it holds: 0 where either is not `copyable`, or their kinds differ."""
     length = min(length, cache_length(source))
-    if length <= 0 or not (copyable(cache) and copyable(source)) or kinds(cache) != kinds(source):
+    if length <= 0 or not (copyable(cache) and copyable(source)) or labels(cache) != labels(source):
         return 0
     for mine, theirs in zip(cache, source):
         kind_of(mine).copy(mine, theirs, length)
@@ -152,7 +152,7 @@ def copy_prefix(cache: list[Any], source: list[Any], length: int) -> int:
     return length
 
 
-def kinds(cache: list[Any]) -> list[str]:
+def labels(cache: list[Any]) -> list[str]:
     """Each layer's kind, by name and setting (a quantized layer's bits and group)."""
     return [kind_of(layer).label for layer in cache]
 

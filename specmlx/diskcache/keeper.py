@@ -31,7 +31,7 @@ import mlx.core as mx
 
 from ..errors import SpecmlxError
 from ..paths import CACHE_DIR_ENV, disk_cache_dir
-from ..caches.kinds import KVBits
+from ..caches.kinds import Arrays, KVBits
 from ..caches.stream import resumes_at
 from .blocks import BLOCK, Block, chain
 from .fingerprint import Fingerprint, fingerprint
@@ -46,7 +46,6 @@ MIN_GAIN = 16
 DEFAULT_GB = 20.0
 MAX_PENDING = 1 << 30  # bytes of blocks copied and waiting for the writer before a keep waits for it
 
-Arrays = dict[str, mx.array]
 Capture = Callable[[int, int], Arrays]  # a stream's positions start..end-1 as named arrays (`caches.snapshot`)
 
 

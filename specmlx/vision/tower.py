@@ -9,6 +9,7 @@ last few images' rows, and finding the tower's weights. mlx-vlm is an optional d
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 import io
 import json
 from collections import OrderedDict
@@ -41,9 +42,10 @@ class Picture:
     pixels: np.ndarray = field(compare=False, repr=False)
 
 
-class VisionTower:
+class VisionTower(ABC):
     """The encoder and processor of one checkpoint; `read` runs on any thread, `features` on MLX's. A
-    family says how an image is processed and encoded, and how its rows sit in a prompt."""
+    family says how an image is processed and encoded, and how its rows sit in a prompt; one whose
+    `positions` are its own also has the `rotary` that turns the attention at them (`qwen.py`)."""
 
     # Where an image's rows go: the template writes `image_token` once an image; it is widened to
     # `before` + the rows + `after` (the tokens a family's processor frames the rows with).
@@ -72,25 +74,20 @@ class VisionTower:
             raise SpecmlxError(f"the image cannot be read: {err}") from None
         return Picture(hashlib.sha256(owner + b"\0" + data).hexdigest(), grid, rows, pixels)
 
+    @abstractmethod
     def process(self, rgb: Any) -> tuple[np.ndarray, tuple[int, int, int], int]:
         """An RGB image (Pillow's) as the encoder takes it: its pixels, grid and rows (a
         processor's refusal is a ValueError)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode(self, picture: Picture) -> mx.array:
         """The picture through the tower: its rows as the target's input embeddings, evaluated."""
-        raise NotImplementedError
 
     def positions(self, length: int, spans: Sequence[tuple[int, Picture]]) -> tuple[np.ndarray | None, int]:
         """A prompt's positions where its images place them apart from its tokens' indices, and what
         they are shifted by (`vision/__init__.py`); (None, 0): every token at its index, as the text
         model rotates it."""
         return None, 0
-
-    @property
-    def rotary(self) -> Any:
-        """The rotation at a prompt's `positions` (`rope.py`); only a family with positions of its own."""
-        raise NotImplementedError
 
     def features(self, picture: Picture) -> mx.array:
         """The picture's rows of input embeddings, (rows, hidden); the last few pictures' are kept."""
