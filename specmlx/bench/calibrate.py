@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..caches.kinds import KVBits
 from ..caches.stream import make_cache, prefill, rewind
 from ..caches.replay import recording
 from ..drafters import Drafter
@@ -66,10 +67,12 @@ class Calibration:
         return self.drafter_forward_s.get(drafter, self.drafter_step_s.get(drafter))
 
 
-def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int, rows: int = 1) -> float:
+def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int, rows: int = 1,
+                     kv: KVBits | None = None) -> float:
     """Median seconds of one target forward of `rows` tokens after `prompt[:-1]`,
-    with the vocabulary projection of every row, as a verify pass computes."""
-    cache = make_cache(model, name="target")
+    with the vocabulary projection of every row, as a verify pass computes (into keys and values kept as
+    `kv` says)."""
+    cache = make_cache(model, name="target", kv=kv)
     prefill(model, cache, prompt[:-1])
     last = mx.array([prompt[-1:] * rows], dtype=mx.uint32)
     times = []
@@ -83,7 +86,8 @@ def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int, rows: 
     return median(times)
 
 
-def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int], steps: int) -> float:
+def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int], steps: int,
+                      kv: KVBits | None = None) -> float:
     """Median seconds for `drafter` to propose one token, measured by the engine.
 
     Each step is one short generation continuing the last, so the caches (and
@@ -92,7 +96,7 @@ def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int]
     A drafter that proposed nothing (prompt lookup without a match) costs
     what its empty attempt took.
     """
-    engine = Engine(target, drafter, eos_token_ids=())
+    engine = Engine(target, drafter, eos_token_ids=(), kv=kv)
     config = GenerationConfig(max_tokens=2, seed=0, profile=True, policy=DraftPolicy(num_draft=1))
     context = list(prompt)
     times = []
@@ -109,20 +113,20 @@ def time_drafter_step(target: nn.Module, drafter: Drafter, prompt: Sequence[int]
 
 
 def calibrate(target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[int], steps: int,
-              verify_rows: Sequence[int] = ()) -> Calibration:
+              verify_rows: Sequence[int] = (), kv: KVBits | None = None) -> Calibration:
     if steps < 1:
         raise ValueError("calibration needs at least one step")
     timed: dict[int, float] = {}  # variants share a drafter: time each drafter once
     for drafter in drafters.values():
         if id(drafter) not in timed:
-            timed[id(drafter)] = time_drafter_step(target, drafter, prompt, steps)
-    target_step = time_target_step(target, prompt, steps)
+            timed[id(drafter)] = time_drafter_step(target, drafter, prompt, steps, kv)
+    target_step = time_target_step(target, prompt, steps, kv=kv)
     return Calibration(
         steps=steps,
         context=len(prompt) - 1,
         target_step_s=target_step,
         drafter_step_s={name: timed[id(d)] for name, d in drafters.items()},
-        verify_step_s={rows: time_target_step(target, prompt, steps, rows) for rows in sorted(set(verify_rows))},
+        verify_step_s={rows: time_target_step(target, prompt, steps, rows, kv) for rows in sorted(set(verify_rows))},
         drafter_forward_s=drafter_forwards(target, target_step, drafters, prompt, steps),
     )
 
@@ -139,13 +143,13 @@ def drafter_forwards(target: nn.Module, target_step: float, drafters: dict[str, 
 
 
 def time_forwards(calibration: Calibration, target: nn.Module, drafters: dict[str, Drafter], prompt: Sequence[int],
-                  rows: Iterable[int]) -> Calibration:
+                  rows: Iterable[int], kv: KVBits | None = None) -> Calibration:
     """`calibration` with its forwards timed again now: the target's at one row and at each of `rows`,
     each drafter model's; the engine-timed drafter steps are kept."""
     steps = calibration.steps
-    target_step = time_target_step(target, prompt, steps)
+    target_step = time_target_step(target, prompt, steps, kv=kv)
     return replace(calibration, target_step_s=target_step,
-                   verify_step_s={r: time_target_step(target, prompt, steps, r) for r in sorted(set(rows) - {1})},
+                   verify_step_s={r: time_target_step(target, prompt, steps, r, kv) for r in sorted(set(rows) - {1})},
                    drafter_forward_s=drafter_forwards(target, target_step, drafters, prompt, steps))
 
 
@@ -167,11 +171,11 @@ def rows_used(drafted_histograms: Iterable[Sequence[int]]) -> set[int]:
 
 
 def with_rows(calibration: Calibration, target: nn.Module, prompt: Sequence[int], rows: Iterable[int],
-              say: Callable[[str], None] = lambda line: None) -> Calibration:
+              say: Callable[[str], None] = lambda line: None, kv: KVBits | None = None) -> Calibration:
     """`calibration` with the target's forward timed at each of `rows` it lacks (the widths runs used)."""
     missing = sorted(set(rows) - set(calibration.verify_step_s) - {1})
     if not missing:
         return calibration
     say(f"timing the target's forward of {', '.join(map(str, missing))} tokens (widths the rounds used)")
-    timed = {r: time_target_step(target, prompt, calibration.steps, r) for r in missing}
+    timed = {r: time_target_step(target, prompt, calibration.steps, r, kv) for r in missing}
     return replace(calibration, verify_step_s=dict(sorted((calibration.verify_step_s | timed).items())))

@@ -20,7 +20,8 @@ from ..distributed.cli import add_arguments as add_distributed_arguments, joined
 from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
 from ..errors import SpecmlxError
-from ..options import Parser, add_model_arguments
+from ..caches.kinds import KVBits
+from ..options import Parser, add_kv_arguments, add_model_arguments, kv_bits
 from ..presets import default_preset_name, get_preset
 from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packaged_prompts_path,
                          read_prompts)
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     parser.add_argument("--plot", type=Path, metavar="OUT.png",
                         help="plot speed-up against draft length (needs matplotlib)")
+    add_kv_arguments(parser)  # every mode's target then keeps them so, the baseline included
     add_distributed_arguments(parser)
     return parser
 
@@ -99,6 +101,7 @@ class Options:
     distributed: bool = False
     sharding: str = AUTO
     peer_timeout: float = PEER_TIMEOUT
+    kv: KVBits | None = None  # the target's keys and values quantized in every mode (`--kv-bits`)
 
 
 def _split(value: str, flag: str) -> list[str]:
@@ -149,6 +152,8 @@ def parse_options(args: argparse.Namespace) -> Options:
             raise SpecmlxError(f"{flag} must be >= {low}, got {value}")
     if args.skeleton is not None:
         check_skeleton(args.skeleton, args.distributed)
+    if args.kv_bits is not None and args.distributed:
+        raise SpecmlxError("--kv-bits is not offered with --distributed yet: the ranks keep the target's cache wide")
     if args.preset is not None:
         get_preset(args.preset)  # an unknown name fails here, listing the known ones
     return Options(
@@ -158,7 +163,7 @@ def parse_options(args: argparse.Namespace) -> Options:
         num_drafts=parse_num_drafts(args.num_draft), modes=parse_modes(args.modes), seed=args.seed, profile=args.profile,
         calibration_steps=args.calibration_steps, warmup_tokens=args.warmup_tokens,
         json=args.json, plot=args.plot, skeleton=args.skeleton, distributed=args.distributed,
-        sharding=args.sharding, peer_timeout=args.peer_timeout,
+        sharding=args.sharding, peer_timeout=args.peer_timeout, kv=kv_bits(args),
     )
 
 
@@ -247,7 +252,7 @@ def prepare(options: Options, group: Group | None, say: Callable[[str], None]) -
     if not plan:
         raise SpecmlxError(f"--modes {','.join(options.modes)}: nothing to run with these drafters")
     settings = RunSettings(options.max_tokens, options.seed, options.profile,
-                           min(options.warmup_tokens, options.max_tokens))
+                           min(options.warmup_tokens, options.max_tokens), options.kv)
     return Prepared(options, lineup, prompts, plan, settings, calibration, machine,
                     describe_config(options, lineup, prompts, chat), {p.id: p.kind for p in prompts})
 
@@ -268,13 +273,15 @@ def measure_costs(options: Options, lineup: Lineup, prompts: list[EncodedPrompt]
     say(f"calibrating: {options.calibration_steps} single-token steps of each model")
     drafters = {e.name: e.drafter for e in lineup.entrants}
     verify_rows = [k + 1 for e in lineup.entrants for k in e.draft_lengths(options.num_drafts) if k]
-    return calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps, verify_rows)
+    return calibrate(lineup.target.model, drafters, prompts[0].tokens, options.calibration_steps, verify_rows,
+                     options.kv)
 
 
 def time_widths(prepared: Prepared, measurements: list[Measurement]) -> Calibration:
     """The calibration with the target's forward at every verify width the rounds used, for their host work."""
     rows = rows_used(m.drafted_histogram for m in measurements)
-    return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows, log)
+    return with_rows(prepared.calibration, prepared.lineup.target.model, prepared.prompts[0].tokens, rows, log,
+                     prepared.options.kv)
 
 
 def measure(prepared: Prepared, group: Group | None) -> tuple[list[Measurement], Calibration | None]:
@@ -289,7 +296,7 @@ def measure(prepared: Prepared, group: Group | None) -> tuple[list[Measurement],
         if retime:
             rows = rows_used(m.drafted_histogram for m in measurements)
             calibrations.append(time_forwards(prepared.calibration, prepared.lineup.target.model, drafters,
-                                              prepared.prompts[0].tokens, rows))
+                                              prepared.prompts[0].tokens, rows, prepared.options.kv))
         if prepared.options.json is not None and leads(group):
             write_results(replace(prepared, calibration=pooled(calibrations) if calibrations else None), measurements)
 
@@ -335,6 +342,7 @@ def describe_config(options: Options, lineup: Lineup, prompts: list[EncodedPromp
         "chat_template": chat, "max_tokens": options.max_tokens, "temps": list(options.temps),
         "num_draft": list(options.num_drafts), "modes": list(options.modes), "seed": options.seed, "profile": options.profile,
         "calibration_steps": options.calibration_steps, "warmup_tokens": options.warmup_tokens,
+        "kv_bits": None if options.kv is None else asdict(options.kv),
         "skeleton": None if options.skeleton is None else describe_skeleton(
             lineup.target, [e.drafter for e in lineup.entrants], options.skeleton),
     }

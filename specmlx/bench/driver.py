@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from tqdm import tqdm
 
+from ..caches.kinds import KVBits
 from ..grammar import Grammar
 from ..prompting import EncodedPrompt
 from .lineup import Lineup
@@ -22,12 +23,13 @@ class RunSettings:
     seed: int  # prompt i samples with seed + i in every mode
     profile: bool  # a second, profiled specmlx pass for the draft/verify split
     warmup_tokens: int = 0  # untimed runs of the whole plan first; 0 skips them
+    kv: KVBits | None = None  # the target's keys and values quantized in every mode (`--kv-bits`)
 
 
 def run_one(lineup: Lineup, prompt: EncodedPrompt, spec: RunSpec, settings: RunSettings, seed: int) -> Measurement:
     target = lineup.target
     common = dict(prompt_id=prompt.id, prompt=prompt.tokens, temp=spec.temp,
-                  max_tokens=settings.max_tokens, seed=seed)
+                  max_tokens=settings.max_tokens, seed=seed, kv=settings.kv)
     if spec.mode == TARGET:
         return run_target(target.model, target.tokenizer, **common)
     entrant = next(e for e in lineup.entrants if e.name == spec.drafter)

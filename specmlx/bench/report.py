@@ -102,6 +102,12 @@ def skeleton_lines(skeleton: dict | None) -> list[str]:
             f"real tokenizers): {shapes}"]
 
 
+def kv_text(kv: dict | None) -> str:
+    """The target's keys and values as every mode kept them (`--kv-bits`), the baseline included."""
+    return "" if kv is None else (f" · keys and values at {kv['bits']} bits in groups of {kv['group_size']} "
+                                  "in every mode (--kv-bits)")
+
+
 def render(rows: Sequence[Row], machine: dict, config: dict, calibration: Calibration | None) -> str:
     """The whole stdout report: context lines, the table, and how to read it."""
     header = [
@@ -109,7 +115,8 @@ def render(rows: Sequence[Row], machine: dict, config: dict, calibration: Calibr
         "",
         f"target: {config['target']} · drafters: {', '.join(config['drafters']) or '–'} · "
         f"{config['prompts']} prompts from {config['prompts_file']} · max tokens {config['max_tokens']}"
-        + ("" if config["chat_template"] else " · no chat template: plain-text prompts"),
+        + ("" if config["chat_template"] else " · no chat template: plain-text prompts")
+        + kv_text(config.get("kv_bits")),
         f"backend: {machine['backend']} · BLAS: {machine['blas']} · CPU: {machine['cpu']} "
         f"({machine['cpu_count']} cores) · mlx {machine['mlx']}, mlx-lm {machine['mlx_lm']}",
         calibration_line(calibration),

@@ -19,6 +19,7 @@ from mlx_lm.generate import generation_stream, stream_generate
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
+from ..caches.kinds import KVBits
 from ..caches.stream import make_cache, prefill
 from ..distributed import Lockstep
 from ..distributed.follower import follow
@@ -118,20 +119,22 @@ def count_rounds(from_draft: Sequence[bool], num_draft: int, max_tokens: int) ->
     return RoundCount(rounds, sum(widths), accepted, emitted, histogram(widths))
 
 
-def _mlx_lm_cache(model: nn.Module, prompt: Sequence[int], rewindable: bool) -> list[Any]:
+def _mlx_lm_cache(model: nn.Module, prompt: Sequence[int], rewindable: bool, kv: KVBits | None = None) -> list[Any]:
     """A cache for `model` holding the prompt minus its last token: mlx-lm's own,
     or for speculative runs, which trim it after rejections, specmlx's version
-    of it (a sliding-window layer's RotatingKVCache cannot be trimmed once full)."""
-    cache = make_cache(model) if rewindable else make_prompt_cache(model)
+    of it (a sliding-window layer's RotatingKVCache cannot be trimmed once full).
+    With `kv`, the target's keys and values quantized as specmlx keeps them (`--kv-bits`): the
+    baseline then runs the cache the speculative runs do."""
+    cache = make_cache(model, kv=kv) if rewindable or kv is not None else make_prompt_cache(model)
     prefill(model, cache, prompt[:-1])
     return cache
 
 
 def _stream(model: nn.Module, tokenizer: Any, prompt: Sequence[int], temp: float, max_tokens: int,
-            seed: int, draft_model: nn.Module | None = None, num_draft: int = 0):
+            seed: int, draft_model: nn.Module | None = None, num_draft: int = 0, kv: KVBits | None = None):
     """Run mlx-lm's stream_generate from prefilled caches: (tokens, from_draft flags, seconds, eos)."""
     speculative = draft_model is not None
-    cache = _mlx_lm_cache(model, prompt, rewindable=speculative)
+    cache = _mlx_lm_cache(model, prompt, rewindable=speculative, kv=kv)
     kwargs: dict[str, Any] = {}
     if speculative:
         # mlx-lm splits one list: the target's layers first, then the drafter's.
@@ -155,9 +158,10 @@ def _stream(model: nn.Module, tokenizer: Any, prompt: Sequence[int], temp: float
 
 
 def run_target(model: nn.Module, tokenizer: Any, prompt_id: str, prompt: Sequence[int],
-               temp: float, max_tokens: int, seed: int) -> Measurement:
-    """The target alone, through mlx-lm's own generator: the baseline."""
-    tokens, flags, decode_s, eos = _stream(model, tokenizer, prompt, temp, max_tokens, seed)
+               temp: float, max_tokens: int, seed: int, kv: KVBits | None = None) -> Measurement:
+    """The target alone, through mlx-lm's own generator: the baseline (with `kv`, into the same quantized
+    cache the speculative runs keep)."""
+    tokens, flags, decode_s, eos = _stream(model, tokenizer, prompt, temp, max_tokens, seed, kv=kv)
     return Measurement(
         mode=TARGET, drafter="", temp=temp, num_draft=0, prompt_id=prompt_id, tokens=tuple(tokens),
         decode_s=decode_s, rounds=len(flags), round_tokens=len(flags), drafted=0, accepted=0,
@@ -167,10 +171,10 @@ def run_target(model: nn.Module, tokenizer: Any, prompt_id: str, prompt: Sequenc
 
 def run_mlx_lm_spec(model: nn.Module, tokenizer: Any, draft_model: nn.Module, drafter: str,
                     prompt_id: str, prompt: Sequence[int], temp: float, num_draft: int,
-                    max_tokens: int, seed: int) -> Measurement:
+                    max_tokens: int, seed: int, kv: KVBits | None = None) -> Measurement:
     """mlx-lm's speculative decoding with the same drafter model."""
     tokens, flags, decode_s, eos = _stream(model, tokenizer, prompt, temp, max_tokens, seed,
-                                           draft_model, num_draft)
+                                           draft_model, num_draft, kv)
     count = count_rounds(flags, num_draft, max_tokens)
     return Measurement(
         mode=MLX_LM_SPEC, drafter=drafter, temp=temp, num_draft=num_draft, prompt_id=prompt_id,
@@ -184,14 +188,15 @@ def run_specmlx(model: nn.Module, tokenizer: Any, drafter: Drafter, name: str, p
                 prompt: Sequence[int], temp: float, num_draft: int | None, max_tokens: int, seed: int,
                 profile: bool = False, policy: DraftPolicy = DraftPolicy(),
                 lockstep: Lockstep | None = None, prediction: Sequence[int] = (),
-                grammar: Grammar | None = None) -> Measurement:
+                grammar: Grammar | None = None, kv: KVBits | None = None) -> Measurement:
     """specmlx's engine. A fresh Engine each time: an engine reuses its caches
     when a prompt extends its context, which would skip work the others do,
     and an automatic draft length starts from nothing measured, as in a new
     `specmlx generate`. With a `prediction`, the request's (`drafters.prediction`); with a
-    `grammar`, the answer is constrained to it (`grammar.py`)."""
-    engine = Engine(model, drafter, tokenizer, peers=ALONE if lockstep is None else lockstep)
-    warm_up_at_load(model, [drafter], replace(policy, num_draft=num_draft), lockstep is None)  # before the clock
+    `grammar`, the answer is constrained to it (`grammar.py`). With `kv`, the target's keys and values are
+    quantized (`--kv-bits`)."""
+    engine = Engine(model, drafter, tokenizer, peers=ALONE if lockstep is None else lockstep, kv=kv)
+    warm_up_at_load(model, [drafter], replace(policy, num_draft=num_draft), lockstep is None, kv=kv)  # before the clock
     policy = replace(policy, num_draft=num_draft)
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temp=temp), seed=seed,
                               profile=profile, policy=policy, prediction=tuple(prediction), grammar=grammar)

@@ -18,12 +18,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from .stream import clear, take_rows
 from ..errors import SpecmlxError
-from .recurrent import RecurrentCache, is_recurrent
-from .batch_recurrent import BatchRecurrentCache
+from .kinds import kind_of
 
 COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
 
@@ -32,8 +30,9 @@ class BatchCache:
     """Rows of one target's cache; row i holds `lengths[i]` tokens."""
 
     def __init__(self, layers: int) -> None:
-        # Each layer's kind follows the first row's cache (`join`): KV, or a recurrent state.
-        self.layers: list[BatchKVCache | BatchRecurrentCache] = [BatchKVCache([]) for _ in range(layers)]
+        # Each layer's kind is its first row's (`join`): KV, quantized KV or a recurrent state, read once.
+        self.layers: list[Any] = [None] * layers
+        self.kinds: list[Any] = []
         self.lengths: list[int] = []
         self.padding: list[int] = []  # each row's left padding, as in every layer
         self.size = 0  # positions every layer holds (mlx-lm's `_idx`)
@@ -44,29 +43,22 @@ class BatchCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(layer.nbytes for layer in self.layers)
+        return sum(layer.nbytes for layer in self.layers if layer is not None)
 
     def join(self, cache: Sequence[Any], length: int) -> None:
         """Add a row holding the first `length` tokens of a single-row cache (copied)."""
-        if len(cache) != len(self.layers) or not all(type(c) is KVCache or is_recurrent(c) for c in cache):
-            raise SpecmlxError("only a target whose every layer keeps a plain KV cache or a recurrent state "
-                               "can be batched")
-        if not self.rows:
-            self.layers = [BatchRecurrentCache(len(c.cache)) if is_recurrent(c) else BatchKVCache([]) for c in cache]
-        if any(is_recurrent(c) != isinstance(layer, BatchRecurrentCache) for c, layer in zip(cache, self.layers)):
+        kinds = [kind_of(c) for c in cache]
+        if len(cache) != len(self.layers) or not all(kind.batched for kind in kinds):
+            raise SpecmlxError("only a target whose every layer keeps a plain or quantized KV cache or a "
+                               "recurrent state can be batched")
+        first = not self.rows
+        if first:
+            self.kinds, self.layers = kinds, [kind.batch_layer(c) for kind, c in zip(kinds, cache)]
+        elif kinds != self.kinds:
             raise SpecmlxError("a row's layers are not of the batch's kinds")
-        for layer, one in zip(self.layers, cache):
+        for i, (kind, one) in enumerate(zip(kinds, cache)):
             one.trim(max(one.offset - length, 0))
-            if isinstance(layer, BatchRecurrentCache):
-                if one.offset != length:
-                    raise SpecmlxError(f"a recurrent layer holds {one.offset} positions, not {length}")
-                layer.join(one.cache)
-                continue
-            row = BatchKVCache.merge([one]) if one.keys is not None else BatchKVCache([0])
-            if self.rows:
-                layer.extend(row)
-            else:
-                layer.state = row.state
+            self.layers[i] = kind.join(self.layers[i], one, length, first)
         padding = max(self.size - length, 0)
         self.padding = [p + max(length - self.size, 0) for p in self.padding] + [padding]
         self.lengths.append(length)
@@ -83,20 +75,8 @@ class BatchCache:
 
     def leave(self, row: int) -> list[Any]:
         """Remove row `row`; its tokens come back as a single-row cache."""
-        out = []
-        for layer in self.layers:
-            if isinstance(layer, BatchRecurrentCache):
-                one = RecurrentCache(len(layer.cache))
-                one.hold(layer.row(row), self.lengths[row])
-                out.append(one)
-                continue
-            one = KVCache()
-            if layer.keys is not None and self.lengths[row]:
-                start = self.padding[row]
-                one.keys = mx.contiguous(layer.keys[row : row + 1, :, start : self.size])
-                one.values = mx.contiguous(layer.values[row : row + 1, :, start : self.size])
-                one.offset = self.lengths[row]
-            out.append(one)
+        out = [kind.leave(layer, row, self.padding[row], self.size, self.lengths[row])
+               for kind, layer in zip(self.kinds, self.layers)]
         rest = [i for i in range(self.rows) if i != row]
         del self.lengths[row], self.padding[row]
         if rest:
@@ -120,14 +100,8 @@ class BatchCache:
             raise SpecmlxError("a row cannot keep more than it holds")
         common = min(excess)
         roll = [e - common for e in excess]
-        for layer in self.layers:
-            if isinstance(layer, BatchRecurrentCache):
-                layer.keep(excess)  # each row's own, by a replay of the forward
-                continue
-            layer.trim(common)  # O(1): every row drops this much
-            if max(roll):
-                layer.prepare(right_padding=roll)
-                layer.finalize()  # each row's own tail becomes left padding (a copy)
+        for kind, layer in zip(self.kinds, self.layers):
+            kind.keep(layer, excess, common, roll)
         self.size -= common
         self.padding = [p + r for p, r in zip(self.padding, roll)]
         self.lengths = list(lengths)

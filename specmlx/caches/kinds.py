@@ -7,7 +7,9 @@ kind is read (the batch's forms are `batch.py`'s and `batch_recurrent.py`'s).
 - `Recurrent`: a `RecurrentCache` (`recurrent.py`); a state, not positions, rewound by a replay.
 
 Each says what the stream's verbs (`stream.py`, `snapshot.py`) need of a layer: its bytes, its bytes a
-position, letting go of its arrays, holding a row's, copying a prefix, a span as named arrays and back.
+position, letting go of its arrays, holding a row's, copying a prefix, a span as named arrays and back; and
+what the batch's (`batch.py`) need: its batch form, a row joining it, leaving it, and every row keeping its
+own length after a forward.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache, QuantizedKVCache
+from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
 
 from ..errors import SpecmlxError
-from .recurrent import is_recurrent
+from .batch_quantized import BatchQuantizedKVCache
+from .batch_recurrent import BatchRecurrentCache
+from .recurrent import RecurrentCache, is_recurrent
 
 Arrays = dict[str, mx.array]
 KV_BITS = (4, 8)  # what `--kv-bits` takes (mlx-lm's name); its group size by default mlx-lm's, 64
@@ -48,6 +52,7 @@ class KV:
     """A plain KV layer: keys and values (B, heads, positions, dim)."""
 
     positions = True  # its rows are positions: a prefix can be copied, a span kept by position
+    batched = True  # a batch takes rows of it (`batch.BatchCache`)
     label = "kv"
 
     @staticmethod
@@ -83,6 +88,36 @@ class KV:
     def restore(self, layer: Any, blocks: Sequence[Mapping[str, mx.array]], prefix: str, i: int) -> None:
         layer.update_and_fetch(*(mx.concatenate([b[name] for b in blocks], axis=2) for name in self.names(prefix, i)))
 
+    def batch_layer(self, one: Any) -> Any:
+        """An empty batch layer for rows like `one`."""
+        return BatchKVCache([])
+
+    def join(self, layer: Any, one: Any, length: int, first: bool) -> Any:
+        """The batch layer with `one` (holding its row's `length` positions) as its last row, copied:
+        `layer` extended, or the row alone where it is the first."""
+        row = BatchKVCache.merge([one]) if one.keys is not None else BatchKVCache([0])
+        if first:
+            return row
+        layer.extend(row)
+        return layer
+
+    def leave(self, layer: Any, row: int, start: int, end: int, length: int) -> Any:
+        """Row `row`'s positions `start:end` (past its left padding) as a single row's layer holding `length`."""
+        one = KVCache()
+        if layer.keys is not None and length:
+            one.keys = mx.contiguous(layer.keys[row : row + 1, :, start:end])
+            one.values = mx.contiguous(layer.values[row : row + 1, :, start:end])
+            one.offset = length
+        return one
+
+    def keep(self, layer: Any, excess: Sequence[int], common: int, roll: Sequence[int]) -> None:
+        """Row i drops its last `excess[i]` positions: `common` of them by an O(1) trim every row shares,
+        the rest by rolling each row's own tail into its left padding (a copy)."""
+        layer.trim(common)
+        if max(roll):
+            layer.prepare(right_padding=list(roll))
+            layer.finalize()
+
 
 class QuantizedKV(KV):
     """A quantized KV layer: keys and values each (packed, scales, biases), every part by position."""
@@ -109,11 +144,26 @@ class QuantizedKV(KV):
         parts = [mx.concatenate([b[name] for b in blocks], axis=2) for name in self.names(prefix, i)]
         layer.keys, layer.values, layer.offset = parts[:3], parts[3:], parts[0].shape[2]
 
+    def batch_layer(self, one: Any) -> Any:
+        return BatchQuantizedKVCache(self.bits, self.group_size)
+
+    def join(self, layer: Any, one: Any, length: int, first: bool) -> Any:
+        """As `KV.join`, the packed rows themselves (quantized again, they need not come back the same)."""
+        row = BatchQuantizedKVCache.merge(one)
+        if first:
+            return row
+        layer.extend(row)
+        return layer
+
+    def leave(self, layer: Any, row: int, start: int, end: int, length: int) -> Any:
+        return layer.extract(row, start, end, length)
+
 
 class Recurrent:
     """A recurrent layer's state (`RecurrentCache`): not positions; kept whole where it is held."""
 
     positions = False
+    batched = True
     label = "recurrent"
 
     def nbytes(self, layer: Any) -> int:
@@ -140,6 +190,24 @@ class Recurrent:
         last, length = blocks[-1], int(blocks[-1][f"{prefix}.span"][1].item())
         layer.hold([last.get(f"{prefix}.{i}.state.{j}") for j in range(len(layer.cache))], length)
 
+    def batch_layer(self, one: Any) -> Any:
+        return BatchRecurrentCache(len(one.cache))
+
+    def join(self, layer: Any, one: Any, length: int, first: bool) -> Any:
+        """Its row's state, which must be the state after `length` positions (a state cannot be cut)."""
+        if one.offset != length:
+            raise SpecmlxError(f"a recurrent layer holds {one.offset} positions, not {length}")
+        layer.join(one.cache)
+        return layer
+
+    def leave(self, layer: Any, row: int, start: int, end: int, length: int) -> Any:
+        one = RecurrentCache(len(layer.cache))
+        one.hold(layer.row(row), length)
+        return one
+
+    def keep(self, layer: Any, excess: Sequence[int], common: int, roll: Sequence[int]) -> None:
+        layer.keep(excess)  # each row's own, by a replay of the forward
+
 
 class Window(KV):
     """Another trimmable layer of keys and values (mlx-lm's `ChunkedKVCache`, Llama 4's): its bytes are
@@ -147,6 +215,7 @@ class Window(KV):
     the first (a chunked window drops the oldest), so no prefix of it is copied or kept on disk."""
 
     positions = False
+    batched = False  # mlx-lm's batch forms do not drop a window's oldest rows
     label = "window"
 
 

@@ -62,10 +62,8 @@ def build(mlx: MLXThread, target: LoadedModel, drafters: Sequence[Drafter], *,
     worker closes it. `memory_bytes`: the most MLX may hold, weights included; a request is
     admitted only when its whole context fits (`admission.py`; None: unchecked). `vision`: the target's
     vision tower (`vision.tower`), with which requests' images are read (None: images are refused). `kv`: the
-    target's keys and values kept quantized (`--kv-bits`); requests are then answered one at a time, since
-    the batch does not take quantized rows yet."""
+    target's keys and values kept quantized (`--kv-bits`), in its slots and in the batch alike."""
     if kv is not None:
-        max_batch = 1
         reading = [d.name for d in drafters if d.reads_target_cache]
         if reading:  # every request naming it would be refused: say so once, at start
             raise SpecmlxError(f"drafter {', '.join(reading)} reads the target's keys and values, which --kv-bits "

@@ -245,8 +245,7 @@ def listen(args: argparse.Namespace, allowed: Access, sock, built: Built, mirror
     if built.vision is not None:
         print("images: read by the target's vision tower (data URLs)", file=sys.stderr)
     if args.kv_bits is not None:
-        print(f"keys and values: {args.kv_bits} bits in groups of {args.kv_group_size} (--kv-bits); requests are "
-              "answered one at a time, as the batch does not take quantized rows yet", file=sys.stderr)
+        print(f"keys and values: {args.kv_bits} bits in groups of {args.kv_group_size} (--kv-bits)", file=sys.stderr)
     limit = worker.slots.memory_limit
     if limit is not None:
         print(f"memory: {size_text(limit)} for the model and the requests' contexts (--memory-gb)", file=sys.stderr)

@@ -44,6 +44,8 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     (["--preset", "gemma-3-270m", "--target", "x"], "not allowed with argument"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--modes", "target,fast"], "--modes: unknown mode 'fast'"),
+    (["--kv-bits", "6"], "argument --kv-bits: invalid choice"),
+    (["--kv-bits", "8", "--distributed"], "--kv-bits is not offered with --distributed yet"),
 ])
 def test_bad_arguments_are_one_line(capsys, argv, message):
     code, out, err = run(capsys, *argv)
@@ -184,6 +186,29 @@ def test_a_schema_variant_constrains_each_answer_and_checks_it_against_plain_con
     assert rows["drafter"]["same_as_target"] == 2 and rows["drafter+schema"]["same_as_target"] == 2
     assert compiled == [schema] * 4  # each prompt, in each +schema run
     assert {r["drafter"] for r in doc["runs"] if r["constrained"]} == {"none+schema", "drafter+schema"}
+
+
+def test_kv_bits_quantize_every_modes_cache_the_baseline_included(capsys, tmp_path, tokenizer, vocab,
+                                                                  prompts_file):
+    """The tokens of every mode at T=0 are the baseline's, which runs the same quantized cache (its figures
+    compare like with like); the report and the JSON say so."""
+    from tests import tiny
+
+    args = tiny.qwen2_args(vocab, hidden=128)  # heads of 32: a group of 32 quantizes them
+    target = tiny.build(args, seed=1, sharpness=1.0)
+    path = tiny.save_model(target, args, tokenizer, tmp_path / "wide")
+    drafter = tiny.save_model(tiny.perturbed(target, args, 0.05, seed=3), args, tokenizer, tmp_path / "near")
+    out_json = tmp_path / "bench.json"
+    code, out, err = run(capsys, "--target", path, "--drafter", drafter, "--drafter", "ngram", "--prompts",
+                         prompts_file, "--limit", 2, "--max-tokens", 32, "--num-draft", 2, "--temps", 0,
+                         "--calibration-steps", 1, "--warmup-tokens", 0, "--kv-bits", 4, "--kv-group-size", 32,
+                         "--json", out_json)
+    assert code == 0, err
+    doc = json.loads(out_json.read_text())
+    assert doc["config"]["kv_bits"] == {"bits": 4, "group_size": 32}
+    assert "keys and values at 4 bits in groups of 32 in every mode" in out
+    rows = [r for r in doc["results"] if r["mode"] != "target"]
+    assert len(rows) == 3 and all(r["same_as_target"] == 2 for r in rows)
 
 
 def test_modes_and_a_p_min_variant_end_to_end(capsys, tmp_path, model_dirs, prompts_file):

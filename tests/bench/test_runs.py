@@ -8,8 +8,12 @@ from mlx_lm.generate import generate_step
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from specmlx.bench.runs import count_rounds, run_mlx_lm_spec, run_specmlx, run_target
+from specmlx.caches.kinds import KVBits
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
 from specmlx.policy import DraftPolicy
+
+from .. import tiny
+from ..quantized import alone
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
 T, F = True, False
@@ -146,3 +150,31 @@ def test_profiled_specmlx_splits_its_decode_time(wrapped, target, noisy_drafter,
     unprofiled = run_specmlx(target, wrapped, PromptLookupDrafter(), "ngram", prompt_id="p",
                              prompt=prompt, temp=0.0, num_draft=2, max_tokens=10, seed=0)
     assert unprofiled.split is None
+
+
+# -- --kv-bits: every mode keeps the target's keys and values quantized, the baseline included -----------------
+
+
+@pytest.fixture(scope="module")
+def wide(vocab):
+    """A target flat enough (sharpness 1) that quantized keys change its greedy answer, with heads of 32
+    (a group of 32 quantizes them), and a noisy copy drafting."""
+    args = tiny.qwen2_args(vocab, hidden=128)
+    target = tiny.build(args, seed=1, sharpness=1.0)
+    return target, tiny.perturbed(target, args, 0.05, seed=3)
+
+
+def test_with_kv_bits_every_mode_answers_as_the_target_alone_with_that_cache(wrapped, wide, vocab):
+    target, near = wide
+    prompt, kv = wrapped.encode(PROMPT * 3), KVBits(4, 32)
+    args = dict(prompt_id="p", prompt=prompt, temp=0.0, max_tokens=24, seed=0)
+    expected = alone(target, prompt, 24, kv)
+    float_baseline = run_target(target, wrapped, **args)
+    runs = [run_target(target, wrapped, kv=kv, **args),
+            run_mlx_lm_spec(target, wrapped, near, "near", num_draft=3, kv=kv, **args),
+            run_specmlx(target, wrapped, ModelDrafter(near, vocab, "near"), "near", num_draft=3, kv=kv, **args),
+            run_specmlx(target, wrapped, PromptLookupDrafter(), "ngram", num_draft=3, kv=kv, **args)]
+    for m in runs:
+        assert list(m.tokens) == expected[: len(m.tokens)] and len(m.tokens) > 8, (m.mode, m.drafter)
+    assert list(float_baseline.tokens) != list(runs[0].tokens)  # the control: a float baseline answers otherwise
+    assert runs[2].accepted > 0

@@ -1,9 +1,13 @@
 """`serve --kv-bits`: a server whose target keeps its keys and values at 8 or 4 bits answers as the target alone
-with that quantized cache, with speculation and without; its conversations are kept on disk as quantized blocks,
+with that quantized cache, with speculation and without, one request at a time or several in its batch; its
+conversations are kept on disk as quantized blocks,
 which a restarted server restores and answers from as a fresh one does, and which a server at another setting
 never reads."""
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -38,17 +42,17 @@ def wide(tmp_path_factory):
         yield held, path
 
 
-def ask(url: str, drafter: str) -> dict:
-    body = {"model": MODEL, "messages": FIRST, "max_tokens": TOKENS, "temperature": 0,
+def ask(url: str, drafter: str, messages: list[dict] = FIRST) -> dict:
+    body = {"model": MODEL, "messages": messages, "max_tokens": TOKENS, "temperature": 0,
             "speculative": {"drafter": drafter, "num_draft": 3, "sources": True}}
     reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
     return reply.json()
 
 
-def expected(held, kv: KVBits) -> list[int]:
+def expected(held, kv: KVBits, messages: list[dict] = FIRST) -> list[int]:
     mlx, target, _ = held
-    prompt = chat_prompt(target.tokenizer, ChatRequest.model_validate({"model": MODEL, "messages": FIRST}))
+    prompt = chat_prompt(target.tokenizer, ChatRequest.model_validate({"model": MODEL, "messages": messages}))
     return mlx.call(alone, target.model, prompt, TOKENS, kv)
 
 
@@ -63,6 +67,28 @@ def test_answers_are_the_target_alone_with_the_same_quantized_cache(wide, bits):
             assert ask(url, drafter)["speculative"]["tokens"] == expected(held, kv), drafter
 
 
+def test_requests_sharing_the_batch_each_answer_as_the_target_alone(wide):
+    """Six requests at once, of three drafters and different prompts, in one batch of quantized rows."""
+    held, _ = wide
+    kv = KVBits(4, 32)
+    drafters = [NONE, NGRAM, DRAFTER] * 2
+    questions = [[{"role": "user", "content": f"question {i}: " + "how do caches work " * (i + 1)}]
+                 for i in range(len(drafters))]
+    background, worker = start(held, kv=kv, slots=6, max_batch=6)
+    with background as url:
+        line = threading.Barrier(len(drafters), timeout=30)
+
+        def together(i: int) -> dict:
+            line.wait()
+            return ask(url, drafters[i], questions[i])
+
+        with ThreadPoolExecutor(len(drafters)) as pool:
+            replies = list(pool.map(together, range(len(drafters))))
+    assert worker.runner.batch.widest > 1  # they did share rounds
+    for i, reply in enumerate(replies):
+        assert reply["speculative"]["tokens"] == expected(held, kv, questions[i]), drafters[i]
+
+
 def test_a_restarted_server_restores_quantized_blocks_and_another_setting_reads_none(wide, tmp_path):
     held, path = wide
     kv = KVBits(8, 32)
@@ -70,11 +96,10 @@ def test_a_restarted_server_restores_quantized_blocks_and_another_setting_reads_
 
     def served(at: KVBits) -> dict:
         disk = Keeper(DiskCache(tmp_path / "kept", 1 << 30), fingerprint(path, kv=at))  # as `serve` makes it
-        background, worker = start(held, kv=at, disk=disk)
+        background, _ = start(held, kv=at, disk=disk)
         with background as url:
             reply = ask(url, DRAFTER)
-            worker.slots.keep()
-            disk.flush()
+        disk.flush()  # the stopped server kept its slots (a slot is kept once free, which may follow the reply)
         return reply
 
     first = served(kv)
