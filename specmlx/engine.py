@@ -17,7 +17,7 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from .caches.kinds import KVBits
-from .caches.stream import cache_length, chunks, copy_prefix, copyable, make_cache, rewind
+from .caches.stream import make_cache
 from .caches import snapshot
 from .caches.snapshot import TARGET, leading
 from .drafters import Drafter, drafts_blocks, keeps_on_disk, missing_members, reads_hidden
@@ -27,7 +27,6 @@ from .generation import Generation
 from .grammar import Constraint, Grammar, grammar_tokenizer
 from .hidden import check_exposes_hidden, decoder_taps
 from .peers import ALONE, Peers
-from .caches.recurrent import reachable
 from .policy import DraftPolicy
 from .schedule import AutoDraft, AutoDrafts
 from .stats import StatsRecorder
@@ -127,7 +126,7 @@ class Engine:
         keep = min(common_prefix_len(covered, self.context), self.cache_length())
         drafter.rewind(keep)
         if hidden:
-            rewind(self.cache, keep)
+            self.cache.rewind(keep)
         self.drafter: Drafter = drafter
         self._reads_hidden = hidden
         self._fused_layers = tuple(drafter.fused_layers) if hidden else ()
@@ -145,13 +144,13 @@ class Engine:
         prefilled (a new conversation that shares a kept one's start, its images `images`); how many it
         holds. The drafter in use copies its own state from `source`'s, if `source` uses the same one.
         Where the target's caches cannot be copied, it holds what it held (0 is returned)."""
-        if not (copyable(self.cache) and copyable(source.cache)):
+        if not (self.cache.copyable and source.cache.copyable):
             return 0
         self.forget(0)
         length = agreement(source.images, images, min(length, len(source.context), source.cache_length()))
         same = source.drafter if source.drafter.name == self.drafter.name else None
         length = min(length, self.drafter.adopt(same, length))
-        length = copy_prefix(self.cache, source.cache, length)
+        length = self.cache.copy_prefix(source.cache, length)
         self.context, self.images = source.context[:length], source.images
         self.drafter.rewind(length)  # a drafter's copy past what the target's holds is dropped
         return length
@@ -187,20 +186,20 @@ class Engine:
 
     def rewind(self, length: int) -> None:
         """Both caches hold the first `length` committed tokens at most: an O(1) offset move."""
-        rewind(self.cache, length)
+        self.cache.rewind(length)
         self.drafter.rewind(length)
 
     def cache_length(self) -> int:
         """How many positions the target's cache holds."""
-        return cache_length(self.cache)
+        return self.cache.length
 
     def reusable(self, prompt: Sequence[int], images: Images | None = None) -> int:
         """How many of `prompt`'s tokens (its images `images`) the target's cache already holds: what
         prefill skips. A swap to a drafter that reads hidden states may have cut it; recurrent
-        layers reach back only to what they kept (`recurrent.reachable`); images only to where both
+        layers reach back only to what they kept (`Stream.reachable`); images only to where both
         prompts' images agree (`vision.images.agreement`)."""
         shared = min(common_prefix_len(self.context, prompt), len(prompt) - 1, self.cache_length())
-        return reachable(self.cache, agreement(self.images, images, shared))
+        return self.cache.reachable(agreement(self.images, images, shared))
 
     def room(self, prompt_tokens: int) -> int | None:
         """How many new tokens fit after a prompt of this length, or None without a known window.
@@ -238,7 +237,7 @@ class Engine:
         self.images = images  # the context becomes the prompt's, and its positions its images'
         kept = None if images is not None else self.on_prefilled
         # The decoder alone: prefill reads no logits, so the vocabulary projection is skipped.
-        for start, end in chunks(self.cache, len(prompt), None if kept is None else self.prefill_block):
+        for start, end in self.cache.chunks(len(prompt), None if kept is None else self.prefill_block):
             chunk = mx.array(prompt[start:end], dtype=mx.uint32)[None]
             if images is None:
                 hidden, taps = decoder_taps(self.target, chunk, self.cache, self.fused_layers)

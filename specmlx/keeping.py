@@ -13,8 +13,6 @@ import logging
 from functools import partial
 from typing import Hashable, Sequence
 
-from .caches.recurrent import rewindable
-from .caches.snapshot import keepable
 from .diskcache.blocks import BLOCK
 from .diskcache.keeper import Keeper
 from .diskcache.store import first_line
@@ -29,7 +27,7 @@ def restore(keeper: Keeper, engine: Engine, owner: Hashable, prompt: Sequence[in
     that gains enough, `Keeper.found`), and have its prefills keep their blocks for `owner` (within
     `shareable` tokens, if given); how many more it holds (0: none came from disk)."""
     watch(keeper, engine, owner, shareable)
-    if not keepable(engine.cache):
+    if not engine.cache.keepable:
         return 0
     held = engine.reusable(prompt)
     blocks = keeper.found(owner, prompt, held)
@@ -46,12 +44,12 @@ def restore(keeper: Keeper, engine: Engine, owner: Hashable, prompt: Sequence[in
 def keep(keeper: Keeper, engine: Engine, owner: Hashable, asked: int, shareable: int | None = None) -> None:
     """After `owner`'s answer: queue what `engine` holds that the disk lacks (`Keeper.keep`); `asked`: its
     last prompt's length."""
-    if keepable(engine.cache):
+    if engine.cache.keepable:
         keeper.keep(owner, engine.context[: engine.cache_length()], engine.capture, asked, shareable)
 
 
 def watch(keeper: Keeper, engine: Engine, owner: Hashable, shareable: int | None = None) -> None:
     """Have a hybrid target's prefills keep each block for `owner` as they complete it (`Keeper.keep_prefilled`)."""
-    hybrid = keepable(engine.cache) and rewindable(engine.cache)
+    hybrid = engine.cache.keepable and engine.cache.rewindable
     engine.on_prefilled = partial(keeper.keep_prefilled, owner, engine.capture, shareable=shareable) if hybrid else None
     engine.prefill_block = BLOCK if hybrid else None

@@ -10,7 +10,6 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
@@ -207,9 +206,9 @@ def test_caches_hold_exactly_the_committed_tokens_after_a_rejection(tokenizer, v
     stats = generation.stats
     assert stats.accepted < stats.drafted
     committed = engine.context
-    assert cache_length(engine.cache) == len(committed) - 1
+    assert engine.cache.length == len(committed) - 1
     for model, cache in [(target, engine.cache), (noisy_drafter, drafter.cache)]:
-        n = cache_length(cache)
+        n = cache.length
         assert n == len(committed) - 1  # everything but the token not yet scored
         fresh = make_prompt_cache(model)
         model(mx.array(committed[:n])[None], cache=fresh)
@@ -270,7 +269,7 @@ def test_stops_at_eos_without_emitting_it(tokenizer, vocab, target):
     assert [e.token for e in events] == reference[:cut]
     assert stats.finish_reason == "eos"
     assert engine.context == prompt + reference[: cut + 1]
-    assert cache_length(engine.cache) <= len(engine.context)
+    assert engine.cache.length <= len(engine.context)
 
 
 def test_a_requests_stop_tokens_end_it_as_eos_does(tokenizer, vocab, target):
@@ -373,7 +372,7 @@ def test_a_prompt_and_max_tokens_past_the_context_window_are_refused(tokenizer, 
                                            r"target's context window of 48 tokens; at most 9 new tokens fit"):
         engine.generate(prompt, GenerationConfig(max_tokens=10))
     assert len(list(engine.generate(prompt, GenerationConfig(max_tokens=9)).token_events())) == 9
-    assert cache_length(engine.cache) <= 48
+    assert engine.cache.length <= 48
 
 
 def test_a_target_whose_config_names_no_window_is_not_limited(vocab):
@@ -388,4 +387,4 @@ def test_a_token_consumer_that_stops_early_ends_the_generation(tokenizer, vocab,
         if i == 2:
             break
     assert generation.stats is not None and generation.stats.finish_reason == "cancelled"
-    assert cache_length(engine.cache) == len(engine.context) - 1  # only committed tokens are held
+    assert engine.cache.length == len(engine.context) - 1  # only committed tokens are held

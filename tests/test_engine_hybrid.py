@@ -7,7 +7,6 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
@@ -87,7 +86,7 @@ def test_a_next_turn_that_renders_the_prompts_end_anew_is_prefilled_from_its_che
     at = len(PROMPT) - min(RENDERED_AGAIN, len(PROMPT) // 2)
     assert engine.reusable(turn) == at  # what a server reports as cached
     engine.rewind(engine.reusable(turn))
-    assert engine.cache_length() == cache_length(drafter.cache) == at
+    assert engine.cache_length() == drafter.cache.length == at
     second = [e.token for e in engine.generate(turn, config).token_events()]
     assert second == greedy_alone(target, turn, 12)
 

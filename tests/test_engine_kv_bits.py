@@ -12,7 +12,6 @@ import mlx.core as mx
 import pytest
 
 from specmlx.caches.kinds import KVBits
-from specmlx.caches.stream import held_bytes
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -73,7 +72,7 @@ def test_quantized_keys_and_values_take_what_their_bits_say(qwen):
     for bits in (None, 8, 4):
         engine = Engine(qwen, NoDrafter(), eos_token_ids=[], kv=None if bits is None else KVBits(bits, GROUP))
         engine.prefill(PROMPT)
-        held[bits] = held_bytes(engine.cache)
+        held[bits] = engine.cache.held_bytes()
     assert held[8] / held[None] == pytest.approx(40 / 128) and held[4] / held[None] == pytest.approx(24 / 128)
 
 

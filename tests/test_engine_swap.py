@@ -89,15 +89,13 @@ def test_the_engine_tells_drafters_that_read_hidden_states_by_their_protocol(dra
 
 
 def test_using_the_current_drafter_changes_nothing(g4_target, drafters, tokenizer):
-    from specmlx.caches.stream import cache_length
-
     mtp = drafters["mtp"]
     engine = Engine(g4_target, mtp, eos_token_ids=[])
     prompt = tokenizer.encode("x = 1\ny = 2\n")
     first = [e.token for e in engine.generate(prompt, CONFIG).token_events()]
-    held = (list(engine.context), cache_length(engine.cache), mtp.history.length)
+    held = (list(engine.context), engine.cache.length, mtp.history.length)
     engine.use(mtp)
-    assert (engine.context, cache_length(engine.cache), mtp.history.length) == held
+    assert (engine.context, engine.cache.length, mtp.history.length) == held
 
 
 STATEFUL = ("model", "mtp", "assistant")

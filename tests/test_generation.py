@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import NoDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.peers import ALONE, Alone
@@ -27,6 +26,6 @@ def test_a_plain_round_looks_ahead_only_when_nothing_is_kept_in_step(tokenizer, 
         emitted, ahead = [], []
         for event in generation:
             emitted += [t.token for t in event.tokens]
-            ahead.append(cache_length(engine.cache) == len(engine.context))  # the next forward already fed
+            ahead.append(engine.cache.length == len(engine.context))  # the next forward already fed
         assert ahead == [looks_ahead] * 5 + [False]  # the last round has no next one to start
         assert emitted == reference_greedy(target, prompt, 6)

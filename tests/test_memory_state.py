@@ -11,7 +11,7 @@ import pytest
 from mlx_lm.models import granitemoehybrid, mamba2, nemotron_h, qwen3_5, qwen3_5_moe
 
 from specmlx import memory_state
-from specmlx.caches.stream import bytes_per_position, make_cache
+from specmlx.caches.stream import make_cache
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.memory_state import KEPT_FORWARDS, shapes, state_bytes
 from specmlx.caches.replay import recording
@@ -84,7 +84,7 @@ def test_attention_kv_and_recurrent_state_are_what_the_caches_hold(pair):
     cache = make_cache(model)
     forward(model, cache, 5)
     s = shapes(config)
-    assert s.kv_per_token == bytes_per_position(cache)  # the attention layers only
+    assert s.kv_per_token == cache.per_position()  # the attention layers only
     assert s.recurrent == recurrent_nbytes(cache) > 0
 
 
@@ -143,7 +143,6 @@ def test_an_architecture_it_does_not_read_adds_nothing():
 def test_what_an_engines_caches_hold_after_rounds_is_within_the_figure(pair):
     """After a generation (marks, records and the prompt's checkpoint held), the caches hold at most
     what `state_bytes` counts for their length, and at least the state and checkpoint."""
-    from specmlx.caches.stream import cache_length, held_bytes
     from specmlx.drafters import ModelDrafter
     from specmlx.engine import Engine, GenerationConfig
     from specmlx.policy import DraftPolicy
@@ -155,6 +154,6 @@ def test_what_an_engines_caches_hold_after_rounds_is_within_the_figure(pair):
     prompt = [(5 * i) % VOCAB for i in range(40)]
     list(engine.generate(prompt, GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=4))))
     s = shapes(config)
-    held = held_bytes(engine.cache)
-    assert s.kv_per_token * cache_length(engine.cache) + 2 * s.recurrent <= held
-    assert held <= state_bytes(config, context=cache_length(engine.cache), num_draft=4)
+    held = engine.cache.held_bytes()
+    assert s.kv_per_token * engine.cache.length + 2 * s.recurrent <= held
+    assert held <= state_bytes(config, context=engine.cache.length, num_draft=4)

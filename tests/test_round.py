@@ -6,7 +6,6 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from specmlx.drafters.mtp import MTPDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -28,7 +27,7 @@ def test_a_plain_round_feeds_its_token_to_the_target_before_it_is_read(tokenizer
     emitted, ahead = [], []
     for event in generation:
         emitted += [t.token for t in event.tokens]
-        ahead.append(cache_length(engine.cache) == len(engine.context))
+        ahead.append(engine.cache.length == len(engine.context))
     assert emitted == reference_greedy(target, prompt, 12)
     assert ahead == [True] * 11 + [False]  # the last round has no next one to start
     committed = engine.context
@@ -50,7 +49,7 @@ def test_an_end_in_an_overlapped_round_leaves_the_caches_right_for_the_next_prom
     engine = Engine(target, drafter, eos_token_ids=[eos])
     events, stats = run(engine, prompt, num_draft=0, max_tokens=8)
     assert [e.token for e in events] == want[: want.index(eos)] and stats.finish_reason == "eos"
-    assert cache_length(engine.cache) == len(engine.context) == drafter.history.length
+    assert engine.cache.length == len(engine.context) == drafter.history.length
     follow = engine.context + tokenizer.encode(" and then")
     rest, _ = run(engine, follow, num_draft=0, max_tokens=6)
     assert [e.token for e in rest] == reference_greedy(target, follow, 6)

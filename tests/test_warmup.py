@@ -5,7 +5,6 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter
 from specmlx.drafters.gemma4_assistant import Gemma4AssistantDrafter
 from specmlx.drafters.mtp import MTPDrafter
@@ -57,10 +56,10 @@ def test_the_warmed_engine_generates_as_a_fresh_one(tokenizer, vocab, target, no
 
     engine = Engine(target, ModelDrafter(noisy_drafter, vocab, name="noisy"), eos_token_ids=[])
     run(engine, prompt, **settings)  # caches and context held from an answer, then warmed
-    held, context = cache_length(engine.cache), list(engine.context)
-    drafter_held = cache_length(engine.drafter.cache)
+    held, context = engine.cache.length, list(engine.context)
+    drafter_held = engine.drafter.cache.length
     warm_up(target, engine.drafter, DraftPolicy(max_draft=4))
-    assert (cache_length(engine.cache), engine.context, cache_length(engine.drafter.cache)) == (
+    assert (engine.cache.length, engine.context, engine.drafter.cache.length) == (
         held, context, drafter_held)
     engine.forget(0)
     got, _ = run(engine, prompt, **settings)

@@ -22,8 +22,6 @@ from typing import Sequence
 
 import mlx.core as mx
 
-from ..caches.stream import cache_length
-from ..caches.recurrent import rewindable
 from ..drafters import Draft, ModelDrafting
 from ..sampling import sample, warp
 from ..vocab import fit_vocab
@@ -37,7 +35,7 @@ def shares(member: Member) -> bool:
     and no recurrent layers (its rows would rewind inside several forwards a round: it drafts on its own row)."""
     drafter = member.engine.drafter
     return (drafter.draft_model is not None and member.config.policy.p_min == 0
-            and member.constraint is None and not rewindable(drafter.cache))
+            and member.constraint is None and not drafter.cache.rewindable)
 
 
 class SharedDrafter:
@@ -51,7 +49,7 @@ class SharedDrafter:
 
     def join(self, member: Member) -> None:
         own = member.engine.drafter.cache
-        self.cache.move_in(own, cache_length(own))
+        self.cache.move_in(own, own.length)
         self.rows.append(member)
 
     def leave(self, member: Member) -> None:

@@ -192,7 +192,7 @@ def score(target: nn.Module, cache: BatchCache, members: Sequence[Member],
     scored = list(cache.lengths)
     # (B, width, H); taps (B, width, T, H) when a row's drafter fuses target layers
     union = fused_layers(members)
-    with recording(target, cache.layers):  # a recurrent layer's rows each keep their own length (`keep`)
+    with recording(target, cache):  # a recurrent layer's rows each keep their own length (`keep`)
         hidden, taps = decoder_taps(target, mx.stack(rows), cache.layers, union)
     cache.grown(width)
     read = [(i * width + len(p) - 1, d.size + 1) for i, (p, d) in enumerate(zip(pending, drafts))]

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 from mlx_lm.models import qwen3_5
 
-from ..caches.stream import make_cache, rewind
+from ..caches.stream import make_cache
 from ..drafters.block import BlockDrafter
 from ..drafters.native_mtp import NativeMTPDrafter
 from ..engine import Engine, GenerationConfig
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def run():
             out = target(mx.array([prompt[-rows:]]), cache=cache)
             mx.eval(out)
-            rewind(cache, CONTEXT - 1)  # back to before it: a recurrent layer to the mark the forward left
+            cache.rewind(CONTEXT - 1)  # back to before it: a recurrent layer to the mark the forward left
             return out
         return run
 

@@ -28,7 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..caches.kinds import KVBits
-from ..caches.stream import make_cache, prefill, rewind
+from ..caches.stream import make_cache, prefill
 from ..caches.replay import recording
 from ..drafters import Drafter
 from ..engine import Engine, GenerationConfig
@@ -82,7 +82,7 @@ def time_target_step(model: nn.Module, prompt: Sequence[int], steps: int, rows: 
             mx.eval(model(last, cache=cache))
         if i >= WARMUP:
             times.append(perf_counter() - start)
-        rewind(cache, len(prompt) - 1)
+        cache.rewind(len(prompt) - 1)
     return median(times)
 
 

@@ -152,8 +152,6 @@ def parse_options(args: argparse.Namespace) -> Options:
             raise SpecmlxError(f"{flag} must be >= {low}, got {value}")
     if args.skeleton is not None:
         check_skeleton(args.skeleton, args.distributed)
-    if args.kv_bits is not None and args.distributed:
-        raise SpecmlxError("--kv-bits is not offered with --distributed yet: the ranks keep the target's cache wide")
     if args.preset is not None:
         get_preset(args.preset)  # an unknown name fails here, listing the known ones
     return Options(

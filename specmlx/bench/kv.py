@@ -22,7 +22,6 @@ import mlx.core as mx
 from ..blas import describe, ensure_fast_blas
 from ..caches.kinds import KV_GROUP, KVBits
 from ..cli import run_cli
-from ..caches.stream import bytes_per_position, held_bytes
 from ..engine import Engine, GenerationConfig
 from ..loading import ONE_PROCESS, load_models
 from ..policy import DraftPolicy
@@ -46,10 +45,10 @@ def run(model, drafter, tokenizer, prompt: list[int], kv: KVBits | None, tokens:
     start = perf_counter()
     engine.prefill(prompt)
     prefill_s = perf_counter() - start
-    held = held_bytes(engine.cache)
+    held = engine.cache.held_bytes()
     answer = engine.generate(prompt, GenerationConfig(max_tokens=tokens, policy=DraftPolicy(num_draft=num_draft)))
     out = [e.token for e in answer.token_events()]
-    return {"per_position": bytes_per_position(engine.cache), "held": held, "prefill_s": prefill_s,
+    return {"per_position": engine.cache.per_position(), "held": held, "prefill_s": prefill_s,
             "tps": answer.stats.generation_tps, "tokens": out}
 
 

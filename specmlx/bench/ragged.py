@@ -67,7 +67,7 @@ def measure(target, rows: int, context: int, width: int, repeats: int) -> tuple[
 
         def forward() -> None:
             fed = mx.zeros((rows, width), dtype=mx.uint32)
-            with recording(target, cache.layers):
+            with recording(target, cache):
                 mx.eval(decoder(target, fed, cache.layers), [c.state for c in cache.layers])
             cache.grown(width)
 

@@ -29,7 +29,7 @@ from mlx_lm.models import nemotron_h, qwen3_5
 from mlx_lm.models.cache import make_prompt_cache
 
 from .ragged import measure as batch_measure
-from ..caches.stream import cache_length, make_cache, prefill, recurrent_bytes, rewind
+from ..caches.stream import make_cache, prefill, recurrent_bytes
 from ..caches.recurrent import mlx_lm_state
 from ..caches.replay import recording
 
@@ -127,7 +127,7 @@ def measure(model: nn.Module, k: int, rounds: int, prompt: int = 64) -> Costs:
     plain, ours = make_prompt_cache(model), make_cache(model)
     prefill(model, plain, tokens)
     prefill(model, ours, tokens)
-    restore, base = _restorer(plain, k + 1), cache_length(ours)
+    restore, base = _restorer(plain, k + 1), ours.length
     rows: list[tuple[float, ...]] = []
     for i in range(rounds + 1):  # the first round warms up
         plain_ms = _timed(lambda: model(block, cache=plain))
@@ -135,10 +135,10 @@ def measure(model: nn.Module, k: int, rounds: int, prompt: int = 64) -> Costs:
         with recording(model, ours):
             recorded_ms = _timed(lambda: (model(block, cache=ours), [c.state for c in ours]))
         start = perf_counter()
-        rewind(ours, base + 1 + i % k)
+        ours.rewind(base + 1 + i % k)
         rewind_ms = (perf_counter() - start) * 1e3
         replay_ms = _timed(lambda: [c.state for c in ours])
-        rewind(ours, base)
+        ours.rewind(base)
         rows.append((plain_ms, recorded_ms, rewind_ms, replay_ms))
     medians = [statistics.median(column) for column in zip(*rows[1:])]
     return Costs(*medians, per_position, recurrent_bytes(model), one - per_position)

@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         eyes.encode(picture)  # once untimed: MLX's first call of a shape pays for its setup
         tower_s = timed(lambda: eyes.encode(picture), args.repeats)
         patches = picture.grid[0] * picture.grid[1] * picture.grid[2]
-        print(f"{width}x{height:<5} {what:<24} {patches:>8} {picture.rows:>6} {read_ms:>8.1f} {tower_s:>8.2f} "
-              f"{1000 * tower_s / picture.rows:>7.2f}", flush=True)
+        print(f"{width}x{height:<5} {what:<24} {patches:>8} {picture.rows:>6} {read_ms:>8.1f} {tower_s:>8.3g} "
+              f"{1000 * tower_s / picture.rows:>7.3g}", flush=True)
     return 0
 
 

@@ -19,9 +19,8 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
-from .stream import clear, take_rows
 from ..errors import SpecmlxError
-from .kinds import kind_of
+from .stream import Stream
 
 COMPACT_AT = 256  # drop left padding every row has once it is this long: attention reads it
 
@@ -33,6 +32,7 @@ class BatchCache:
         # Each layer's kind is its first row's (`join`): KV, quantized KV or a recurrent state, read once.
         self.layers: list[Any] = [None] * layers
         self.kinds: list[Any] = []
+        self.rewindable = False  # a recurrent layer's rows are rewound by a replay (`replay.recording`)
         self.lengths: list[int] = []
         self.padding: list[int] = []  # each row's left padding, as in every layer
         self.size = 0  # positions every layer holds (mlx-lm's `_idx`)
@@ -45,15 +45,16 @@ class BatchCache:
     def nbytes(self) -> int:
         return sum(layer.nbytes for layer in self.layers if layer is not None)
 
-    def join(self, cache: Sequence[Any], length: int) -> None:
+    def join(self, cache: Stream, length: int) -> None:
         """Add a row holding the first `length` tokens of a single-row cache (copied)."""
-        kinds = [kind_of(c) for c in cache]
+        kinds = list(cache.kinds)
         if len(cache) != len(self.layers) or not all(kind.batched for kind in kinds):
             raise SpecmlxError("only a target whose every layer keeps a plain or quantized KV cache or a "
                                "recurrent state can be batched")
         first = not self.rows
         if first:
             self.kinds, self.layers = kinds, [kind.batch_layer(c) for kind, c in zip(kinds, cache)]
+            self.rewindable = any(kind.recurrent for kind in kinds)
         elif kinds != self.kinds:
             raise SpecmlxError("a row's layers are not of the batch's kinds")
         for i, (kind, one) in enumerate(zip(kinds, cache)):
@@ -64,14 +65,14 @@ class BatchCache:
         self.lengths.append(length)
         self.size = max(self.size, length)
 
-    def move_in(self, cache: Sequence[Any], length: int) -> None:
+    def move_in(self, cache: Stream, length: int) -> None:
         """`join` a slot's single-row cache, which is then emptied: its rows live in the batch now."""
         self.join(cache, length)
-        clear(cache)
+        cache.clear()
 
-    def move_out(self, row: int, cache: Sequence[Any]) -> None:
+    def move_out(self, row: int, cache: Stream) -> None:
         """Row `row` leaves (`leave`) into a slot's single-row cache, which holds what it held."""
-        take_rows(cache, self.leave(row))
+        cache.take_rows(self.leave(row))
 
     def leave(self, row: int) -> list[Any]:
         """Remove row `row`; its tokens come back as a single-row cache."""

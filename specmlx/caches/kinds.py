@@ -52,6 +52,7 @@ class KV:
     """A plain KV layer: keys and values (B, heads, positions, dim)."""
 
     positions = True  # its rows are positions: a prefix can be copied, a span kept by position
+    recurrent = False  # a state, rewound by a replay of its recorded forwards
     batched = True  # a batch takes rows of it (`batch.BatchCache`)
     label = "kv"
 
@@ -163,6 +164,7 @@ class Recurrent:
     """A recurrent layer's state (`RecurrentCache`): not positions; kept whole where it is held."""
 
     positions = False
+    recurrent = True
     batched = True
     label = "recurrent"
 
@@ -240,9 +242,3 @@ def kind_of(layer: Any) -> KV | Recurrent:
 def _quantized(bits: int, group_size: int) -> QuantizedKV:
     """One `QuantizedKV` a setting: a layer's kind is read without making one each time."""
     return QuantizedKV(bits, group_size)
-
-
-def known(layer: Any) -> bool:
-    """Whether `kind_of` reads this layer as one whose rows are all its positions (or a recurrent state):
-    what a prefix is copied and a span kept on disk from."""
-    return is_recurrent(layer) or type(layer) in (KVCache, QuantizedKVCache)

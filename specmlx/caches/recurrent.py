@@ -143,17 +143,3 @@ def mlx_lm_state(layer: Any) -> list | None:
 def is_recurrent(layer: Any) -> bool:
     """Whether a single stream's layer is recurrent (a `RecurrentCache`: rewound by its marks)."""
     return hasattr(layer, "reachable")
-
-
-def rewindable(cache: Sequence[Any]) -> bool:
-    """Whether any layer of `cache` is recurrent (records its forwards to be rewound)."""
-    return any(map(is_recurrent, cache))
-
-
-def reachable(cache: Sequence[Any], length: int) -> int:
-    """The longest prefix of at most `length` positions every layer can hold (KV layers: any)."""
-    while True:
-        common = min([length, *(layer.reachable(length) for layer in cache if is_recurrent(layer))])
-        if common == length:
-            return length
-        length = common

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -181,10 +181,11 @@ class _Layer:
 
 
 @contextmanager
-def recording(model: nn.Module, cache: Sequence[Any]) -> Iterator[None]:
-    """Forwards of `model` into `cache` in this block can be rewound to any of their positions
-    (`recurrent.RecurrentCache`); nothing is wrapped for a cache without recurrent layers."""
-    if not any(hasattr(layer, "pending") for layer in cache):  # a recurrent layer, alone or a batch's
+def recording(model: nn.Module, cache: Any) -> Iterator[None]:
+    """Forwards of `model` into `cache` (a stream's, `stream.Stream`, or a batch's, `batch.BatchCache`) in
+    this block can be rewound to any of their positions (`recurrent.RecurrentCache`); nothing is wrapped
+    for a cache without recurrent layers (which it knows since it was made: nothing is scanned here)."""
+    if not cache.rewindable:
         yield
         return
     layers = inner_model(model).layers

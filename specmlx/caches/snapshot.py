@@ -14,43 +14,39 @@ so a target's and a drafter's caches share one block's dict under two prefixes.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import mlx.core as mx
 
 from ..errors import SpecmlxError
-from .kinds import Arrays, kind_of, known
-from .stream import cache_length, clear, rewind
+from .kinds import Arrays
+from .stream import Stream
 
 TARGET = "target"  # the target's arrays' prefix; a drafter's are `drafter.{name}`
 
 
-def keepable(cache: list[Any]) -> bool:
-    """Whether every layer is one `capture` keeps: a KV layer, plain or quantized (rows are positions;
-    not a rotating window's buffer), or a recurrent layer."""
-    return all(map(known, cache))
-
-
-def capture(cache: list[Any], start: int, end: int, prefix: str = TARGET) -> Arrays:
+def capture(cache: Stream, start: int, end: int, prefix: str = TARGET) -> Arrays:
     """Copies of what `cache` holds for positions `start`..`end - 1`; a recurrent layer's state only
-    where it holds one at `end` (else the span cannot end a restored prefix: `restorable`)."""
-    if not 0 <= start < end <= cache_length(cache):
-        raise SpecmlxError(f"the cache holds {cache_length(cache)} positions, not {start}..{end - 1}")
-    if not keepable(cache):
+    where it holds one at `end` (else the span cannot end a restored prefix: `restorable`). Only a
+    `keepable` stream is kept: a KV layer, plain or quantized (rows are positions; not a rotating
+    window's buffer), or a recurrent layer."""
+    if not 0 <= start < end <= cache.length:
+        raise SpecmlxError(f"the cache holds {cache.length} positions, not {start}..{end - 1}")
+    if not cache.keepable:
         raise SpecmlxError(f"a cache of {sorted({type(c).__name__ for c in cache})} cannot be kept on disk")
     arrays = {f"{prefix}.span": mx.array([start, end], dtype=mx.int32)}
-    for i, layer in enumerate(cache):
-        arrays.update(kind_of(layer).capture(layer, start, end, prefix, i))
+    for i, (kind, layer) in enumerate(zip(cache.kinds, cache)):
+        arrays.update(kind.capture(layer, start, end, prefix, i))
     mx.eval(list(arrays.values()))
     return arrays
 
 
-def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
+def restorable(cache: Stream, blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
     """How many of `blocks` (from the first) `restore` can take: each must hold every position layer's
     rows under its kind's names (a block kept at another `--kv-bits`, or of a model of other layers, a
     drafter of the same name, restores nothing), and a recurrent layer is restored only from a block
     that holds its state, so the prefix ends at the last such block."""
-    kinds = [kind_of(layer) for layer in cache]
+    kinds = cache.kinds
     named = [name for i, kind in enumerate(kinds) for name in kind.names(prefix, i)]
     recurrent = [i for i, kind in enumerate(kinds) if not kind.positions]
     beyond = (f"{prefix}.{len(cache)}.", )
@@ -62,17 +58,17 @@ def restorable(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefi
     return 0
 
 
-def restore(cache: list[Any], blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
+def restore(cache: Stream, blocks: Sequence[Mapping[str, mx.array]], prefix: str = TARGET) -> int:
     """Make `cache` hold the positions `blocks` cover, from position 0, in order; how many."""
     spans = [span(block, prefix) for block in blocks]
     if not spans or spans[0][0] != 0 or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
         raise SpecmlxError(f"blocks of positions {spans} are not a prefix")
     if restorable(cache, blocks, prefix) != len(blocks):
         raise SpecmlxError("the blocks do not hold this cache's layers (the last one: no state for its recurrent layers)")
-    rewind(cache, 0)  # a recurrent layer's checkpoint would hold a state of other tokens
-    clear(cache)
-    for i, layer in enumerate(cache):
-        kind_of(layer).restore(layer, blocks, prefix, i)
+    cache.rewind(0)  # a recurrent layer's checkpoint would hold a state of other tokens
+    cache.clear()
+    for i, (kind, layer) in enumerate(zip(cache.kinds, cache)):
+        kind.restore(layer, blocks, prefix, i)
     mx.eval([layer.state for layer in cache])
     return spans[-1][1]
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..caches.kinds import KVBits
 from ..engine import Engine, GenerationConfig
 from ..errors import first_line
 from ..log import user_error
@@ -89,9 +90,10 @@ class RankMirror:
         self.lockstep.publish(None)  # the other ranks end with us
 
 
-def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str) -> int:
+def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str, kv: KVBits | None = None) -> int:
     """Run rank 0's jobs until it ends (exit 0) or is lost (SpecmlxError, via the caller's guard).
-    Slots are made as rank 0 first uses them: their count is rank 0's to choose."""
+    Slots are made as rank 0 first uses them: their count is rank 0's to choose; their caches keep this
+    rank's heads' keys and values as rank 0's keep its own (`kv`, `--kv-bits`)."""
     engines: dict[int, Engine] = {}
     while (job := lockstep.subscribe()) is not None:
         slot = job["slot"]
@@ -100,7 +102,7 @@ def follow(lockstep: Lockstep, target: nn.Module, tokenizer: Any, drafter: str) 
         if job["emptied"]:
             mx.clear_cache()
         if slot not in engines:
-            engines[slot] = Engine(target, Follower(drafter), tokenizer, peers=lockstep)
+            engines[slot] = Engine(target, Follower(drafter), tokenizer, peers=lockstep, kv=kv)
         if job["copied"] is not None:  # as rank 0's: the start of another slot's context, copied
             source, length = job["copied"]
             engines[slot].adopt(engines[source], length)

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..caches.stream import bytes_per_position, cache_length, held_bytes, rewind
+from ..caches.stream import Stream
 from ..errors import SpecmlxError
 from ..hidden import embed, output_head, text_model
 from ..models.dflash import BlockModel
@@ -37,7 +37,7 @@ class BlockDrafter(AlwaysMayPropose):
         self.model = model
         self.vocab_size = vocab_size
         self.name = name
-        self.cache = model.make_cache()
+        self.cache = Stream(model.make_cache())
         self.history = HiddenHistory()  # context rows (projected), one a committed position
         self.target: nn.Module | None = None
 
@@ -88,8 +88,8 @@ class BlockDrafter(AlwaysMayPropose):
             return Draft.empty()
         # The rows it has not fed, and the last one again at least: a forward needs a new row, and
         # feeding one it holds gives its cache what it held (the same prompt asked again feeds nothing new).
-        fed = min(cache_length(self.cache), n - 2)
-        rewind(self.cache, fed)
+        fed = min(self.cache.length, n - 2)
+        self.cache.rewind(fed)
         ids = mx.array(self.model.block(tokens[-1], self.proposals), dtype=mx.uint32)
         rows = embed(self.target, ids)
         scale = self.model.config.input_embedding_scale
@@ -106,7 +106,7 @@ class BlockDrafter(AlwaysMayPropose):
 
     def rewind(self, length: int) -> None:
         self.history.rewind(length)
-        rewind(self.cache, self.history.length)
+        self.cache.rewind(self.history.length)
 
     def adopt(self, source: "BlockDrafter | None", length: int) -> int:
         """Only the rows it copied: its cache is rebuilt from them as it drafts."""
@@ -120,13 +120,13 @@ class BlockDrafter(AlwaysMayPropose):
         return self.history.restore(blocks, prefix)
 
     def held_bytes(self) -> int:
-        return held_bytes(self.cache) + self.history.nbytes
+        return self.cache.held_bytes() + self.history.nbytes
 
     def bytes_per_token(self, target: nn.Module) -> int:
         """A context row a position, and its keys and values in every drafter layer."""
         config = self.model.config
         taps = mx.zeros((1, len(config.target_layer_ids), config.hidden_size),
                         dtype=embed(target, mx.array([0], dtype=mx.uint32)).dtype)
-        row, cache = self.model.context(taps), self.model.make_cache()
+        row, cache = self.model.context(taps), Stream(self.model.make_cache())
         self.model(row[None], row[None], cache)
-        return row.nbytes + bytes_per_position(cache)
+        return row.nbytes + cache.per_position()

@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..caches.stream import cache_length, clear, copy_prefix, held_bytes, kv_bytes_per_token, make_cache, prefill_prompt, rewind
+from ..caches.stream import kv_bytes_per_token, make_cache
 from ..caches.snapshot import capture, leading, restorable, restore
 from ..caches.replay import recording
 from ..vocab import fit_vocab
@@ -42,29 +42,29 @@ class ModelDrafter(AlwaysMayPropose):
     def adopt(self, source: "ModelDrafter | None", length: int) -> int:
         """What it lacks of the `length` tokens it prefills itself: it covers them all."""
         if source is not None:
-            copy_prefix(self.cache, source.cache, length)
+            self.cache.copy_prefix(source.cache, length)
         return length
 
     def held_bytes(self) -> int:
-        return held_bytes(self.cache)
+        return self.cache.held_bytes()
 
     def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
         # It may hold fewer positions than the target (it prefills lazily): then it keeps none.
-        return capture(self.cache, start, end, prefix) if end <= cache_length(self.cache) else {}
+        return capture(self.cache, start, end, prefix) if end <= self.cache.length else {}
 
     def restore(self, blocks: Sequence[Mapping[str, mx.array]], prefix: str) -> int:
         count = restorable(self.cache, blocks[: leading(blocks, prefix)], prefix)
         if count:
             return restore(self.cache, blocks[:count], prefix)
-        clear(self.cache)  # it prefills itself
+        self.cache.clear()  # it prefills itself
         return 0
 
     def bytes_per_token(self, target: nn.Module) -> int:
         return kv_bytes_per_token(self.model)
 
     def prefill(self, tokens: Sequence[int]) -> None:
-        rewind(self.cache, min(cache_length(self.cache), len(tokens) - 1))
-        prefill_prompt(self.model, self.cache, tokens)  # from what it holds: a recurrent cache may hold fewer
+        self.cache.rewind(min(self.cache.length, len(tokens) - 1))
+        self.cache.prefill_prompt(self.model, tokens)  # from what it holds: a recurrent cache may hold fewer
 
     def draft(
         self, tokens: Sequence[int], num_draft: int, sampling: SamplingParams, key: mx.array,
@@ -74,7 +74,7 @@ class ModelDrafter(AlwaysMayPropose):
             return Draft.empty()
         # Everything the cache has not seen: the last token, plus the final
         # draft of the previous round when all of it was accepted.
-        unseen = mx.array(tokens[cache_length(self.cache) :], dtype=mx.uint32)
+        unseen = mx.array(tokens[self.cache.length :], dtype=mx.uint32)
         return draft_loop(self._step, unseen, None, num_draft, sampling, key, p_min, allowed)
 
     def _step(self, fed: mx.array, state: None, greedy: bool) -> tuple[Scores, None]:
@@ -83,4 +83,4 @@ class ModelDrafter(AlwaysMayPropose):
         return Scores(fit_vocab(logits, self.vocab_size)), None
 
     def rewind(self, length: int) -> None:
-        rewind(self.cache, length)
+        self.cache.rewind(length)

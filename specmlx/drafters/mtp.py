@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..caches.stream import bytes_per_position, cache_length, held_bytes, rewind
+from ..caches.stream import Stream
 from ..errors import SpecmlxError
 from ..hidden import embed, text_model
 from ..sampling import SamplingParams
@@ -34,7 +34,7 @@ class MTPDrafter(AlwaysMayPropose):
         self.model = model
         self.vocab_size = vocab_size
         self.name = name
-        self.cache = model.make_cache()
+        self.cache = Stream(model.make_cache())
         self.history = HiddenHistory()
         self.real = 0  # cache entries built from the target's own hidden states
         self.target: nn.Module | None = None
@@ -69,7 +69,7 @@ class MTPDrafter(AlwaysMayPropose):
         mx.eval(rows)
 
     def held_bytes(self) -> int:
-        return held_bytes(self.cache) + self.history.nbytes
+        return self.cache.held_bytes() + self.history.nbytes
 
     def capture(self, start: int, end: int, prefix: str) -> dict[str, mx.array]:
         return self.history.capture(start, end, prefix)  # its own cache is rebuilt from them, as `adopt`'s is
@@ -80,9 +80,9 @@ class MTPDrafter(AlwaysMayPropose):
 
     def bytes_per_token(self, target: nn.Module) -> int:
         """A row of the target's a position, and its own cache's entry j: (embed(token j+1), hidden j)."""
-        hidden, cache = one_row(target), self.model.make_cache()
+        hidden, cache = one_row(target), Stream(self.model.make_cache())
         self.model(embed(target, mx.array([[0]], dtype=mx.uint32)), hidden, cache)
-        return hidden.nbytes + bytes_per_position(cache)
+        return hidden.nbytes + cache.per_position()
 
     def observe(self, start: int, hidden: mx.array, taps: mx.array | None = None) -> None:
         # A fused head keeps its input feature (the fusion), so drafting reads one row a position as before.
@@ -109,7 +109,7 @@ class MTPDrafter(AlwaysMayPropose):
         # Feed positions fed..n-2: (token j+1, real hidden j). Entries past `real` were speculative.
         n = len(tokens)
         fed = min(self.real, n - 2)
-        rewind(self.cache, fed)
+        self.cache.rewind(fed)
         self.real = n - 1
         ids = mx.array(tokens[fed + 1 : n], dtype=mx.uint32)
         hidden = self.history.rows(fed, n - 1)
@@ -127,7 +127,7 @@ class MTPDrafter(AlwaysMayPropose):
         self.history.rewind(length)
         # Cache entry j needs token j+1 and a real hidden state at j.
         self.real = max(min(self.real, length - 1, self.history.length), 0)
-        rewind(self.cache, min(cache_length(self.cache), self.real))
+        self.cache.rewind(min(self.cache.length, self.real))
 
 
 def head_rows(target: nn.Module, ids: mx.array) -> mx.array:

@@ -153,8 +153,6 @@ def serve(args: argparse.Namespace) -> int:
     for name in ("max_queue", "max_batch", "slots", "max_tokens", "port"):
         if getattr(args, name) is not None and getattr(args, name) < (0 if name == "port" else 1):
             raise SpecmlxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.kv_bits is not None and args.distributed:
-        raise SpecmlxError("--kv-bits is not offered with --distributed yet: the ranks keep the target's cache wide")
     keys, key_note = api_keys(args.api_key, dict(os.environ))
     allowed = access(args, keys)
     defaults_policy, sampling = draft_policy(args), sampling_params(args)
@@ -177,7 +175,8 @@ def serve(args: argparse.Namespace) -> int:
         where = placement(args, group)
         if not leads(group):  # loads its shard, then runs rank 0's jobs with it until rank 0 ends
             loaded = load_models(args.preset or args.target, specs, placement=where)
-            return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name)
+            return follow(loaded.peers, loaded.target.model, loaded.target.tokenizer, loaded.drafters[0].name,
+                          kv_bits(args))
         # Opened before minutes of loading: a folder it cannot use is one line now.
         store = None if args.no_disk_cache or args.distributed else disk_store(args)
         with closed_on_error(MLXThread()) as mlx:  # with ranks, every collective of rank 0 runs on it, in order

@@ -49,7 +49,7 @@ import mlx.nn as nn
 from mlx_lm.utils import common_prefix_len
 
 from ..caches.kinds import KVBits
-from ..caches.stream import held_bytes, kv_bytes_per_token, recurrent_bytes
+from ..caches.stream import kv_bytes_per_token, recurrent_bytes
 from ..drafters import Drafter, tell_finished, tell_owner
 from .. import keeping
 from ..diskcache.keeper import Keeper
@@ -86,7 +86,7 @@ class Slot:
     def held_bytes(self) -> int:
         """The target's KV cache and what each drafter's state holds: its own KV cache, the target's
         hidden states that one reading them (MTP-style) keeps, a row a position."""
-        return held_bytes(self.engine.cache) + sum(d.held_bytes() for d in self.drafters.values())
+        return self.engine.cache.held_bytes() + sum(d.held_bytes() for d in self.drafters.values())
 
 
 @dataclass

@@ -8,7 +8,6 @@ from mlx_lm.utils import common_prefix_len
 from app.session import ChatMessage, Finished, Session, Started, Streamed, in_turn, plain_transcript
 from app.settings import ChatSettings
 from specmlx.policy import DraftPolicy
-from specmlx.caches.stream import cache_length
 from specmlx.diskcache.blocks import BLOCK
 from specmlx.diskcache.fingerprint import Fingerprint
 from specmlx.diskcache.keeper import Keeper
@@ -92,19 +91,19 @@ def test_a_drafter_swapped_back_in_is_rewound_to_the_shared_context(tiny_engine)
     answer(session, "def add(a, b):")
     seen = list(session.engine.context)
     answer(session, "again", ChatSettings(max_tokens=16, drafter="none"))
-    held = cache_length(model.cache)  # what "noisy" computed before it was swapped out
+    held = model.cache.length  # what "noisy" computed before it was swapped out
     # A new chat answered without "noisy": the engine's context now diverges
     # from what "noisy" holds early, right after the chat template's opening.
     session.reset()
     answer(session, "for i in range(10):", ChatSettings(max_tokens=16, drafter="none"))
     shared = common_prefix_len(seen, session.engine.context)
     assert 0 < shared < held  # the premise: "noisy" holds more than the context shares with it
-    assert cache_length(model.cache) == held  # swapped out, it was left alone
+    assert model.cache.length == held  # swapped out, it was left alone
     session._select("noisy")  # the engine's swap-back
     assert session.engine.drafter is model
-    assert cache_length(model.cache) <= common_prefix_len(seen, session.engine.context)
+    assert model.cache.length <= common_prefix_len(seen, session.engine.context)
     # Rewound to the shared prefix, no further: what it still holds is reused.
-    assert cache_length(model.cache) == min(shared, held)
+    assert model.cache.length == min(shared, held)
     # And it drafts on from there: the next answer is the target's own greedy one.
     updates = answer(session, "and then?", ChatSettings(max_tokens=16, policy=DraftPolicy(num_draft=4)))  # drafts every round
     prompt, last = session._last[0], updates[-1]

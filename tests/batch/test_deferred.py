@@ -5,7 +5,7 @@ does not wait for that prefill. When it does draft, its drafter catches up on it
 from __future__ import annotations
 
 from specmlx.batch import Batch, Member
-from specmlx.caches.stream import cache_length, make_cache
+from specmlx.caches.stream import make_cache
 from tests.test_golden_generations import POLICIES, PROMPT, collect, engine_for, models
 
 from .test_batch import config
@@ -29,7 +29,7 @@ def held(batch: Batch, member: Member) -> int:
     for group in batch.shared.values():
         if member in group.rows:
             return group.cache.lengths[group.rows.index(member)]
-    return cache_length(member.engine.drafter.cache)
+    return member.engine.drafter.cache.length
 
 
 def test_a_row_admitted_under_load_that_never_drafts_never_prefills_its_drafter():

@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 
 from specmlx.bench.calibrate import Calibration, calibrate, pooled, rows_used, time_forwards, with_rows
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 
 
@@ -22,7 +21,7 @@ def test_steps_are_timed_and_the_drafter_left_empty(tokenizer, target, noisy_dra
     assert set(result.drafter_step_s) == set(drafters)
     assert all(s > 0 for s in result.drafter_step_s.values())
     # a model drafter starts the runs with an empty cache, as a fresh Engine expects
-    assert cache_length(drafters["noisy"].cache) == 0
+    assert drafters["noisy"].cache.length == 0
     # prompt lookup costs far less than a forward of a model
     assert result.cost_ratio("ngram") < result.cost_ratio("noisy")
 

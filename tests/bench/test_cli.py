@@ -45,7 +45,6 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--modes", "target,fast"], "--modes: unknown mode 'fast'"),
     (["--kv-bits", "6"], "argument --kv-bits: invalid choice"),
-    (["--kv-bits", "8", "--distributed"], "--kv-bits is not offered with --distributed yet"),
 ])
 def test_bad_arguments_are_one_line(capsys, argv, message):
     code, out, err = run(capsys, *argv)

@@ -13,7 +13,7 @@ from mlx_lm.models.cache import ArraysCache
 from specmlx.batch import Batch, Member
 from specmlx.caches.batch import BatchCache
 from specmlx.caches.batch_recurrent import BY_LENGTH, BatchRecurrentCache
-from specmlx.caches.stream import cache_length, make_cache, prefill, rewind
+from specmlx.caches.stream import make_cache, prefill
 from specmlx.drafters import ModelDrafter, PromptLookupDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.hidden import inner_model
@@ -80,14 +80,14 @@ def test_a_slots_cache_moves_in_and_out_holding_what_it_held():
     batch = BatchCache(len(slots[0]))
     for cache, n in zip(slots, lengths):
         batch.move_in(cache, n)
-        assert cache_length(cache) == 0 and not held_states(cache)
+        assert cache.length == 0 and not held_states(cache)
     batch.move_out(1, slots[1])
-    assert cache_length(slots[1]) == 0 and all(not mx.any(s).item() for s in held_states(slots[1]))
+    assert slots[1].length == 0 and all(not mx.any(s).item() for s in held_states(slots[1]))
     for i in (0, 2):
         batch.move_out(0, slots[i])
-        assert cache_length(slots[i]) == lengths[i]
+        assert slots[i].length == lengths[i]
         assert all(mx.array_equal(a, b).item() for a, b in zip(held_states(slots[i]), held[i], strict=True))
-    rewind(slots[0], lengths[0])  # its slot's engine goes on from it: the next turn feeds the rest
+    slots[0].rewind(lengths[0])  # its slot's engine goes on from it: the next turn feeds the rest
     prefill(target, slots[0], PROMPT[lengths[0] : 15])
     fresh = make_cache(target)
     prefill(target, fresh, PROMPT[:15])

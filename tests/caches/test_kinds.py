@@ -12,7 +12,7 @@ from mlx.utils import tree_flatten
 
 from specmlx.caches.kinds import KVBits, kind_of
 from specmlx.caches.snapshot import capture, restorable, restore
-from specmlx.caches.stream import cache_length, copy_prefix, make_cache, prefill
+from specmlx.caches.stream import Stream, make_cache, prefill
 from specmlx.errors import SpecmlxError
 
 from .. import tiny
@@ -43,7 +43,7 @@ def test_a_prefix_copied_and_a_span_restored_hold_the_same_rows(target, name):
     kv = SETTINGS[name]
     source = filled(target, kv)
     copied = make_cache(target, kv=kv)
-    assert copy_prefix(copied, source, 50) == 50 == cache_length(copied)
+    assert copied.copy_prefix(source, 50) == 50 == copied.length
     assert all(mx.array_equal(a, b) for a, b in zip(arrays(copied, 50), arrays(source, 50)))
     blocks = [capture(source, 0, 32), capture(source, 32, 60)]
     fresh = make_cache(target, kv=kv)
@@ -60,7 +60,7 @@ def test_a_span_kept_at_one_setting_restores_into_no_other(target):
             assert restorable(cache, blocks) == (1 if other == name else 0), (name, other)
         with pytest.raises(SpecmlxError, match="do not hold this cache's layers"):
             restore(cache, kept["4 bits" if name != "4 bits" else "float"])
-    assert copy_prefix(make_cache(target, kv=SETTINGS["8 bits"]), filled(target, None), 20) == 0
+    assert make_cache(target, kv=SETTINGS["8 bits"]).copy_prefix(filled(target, None), 20) == 0
 
 
 def test_a_chunked_window_is_counted_and_emptied_but_never_copied_nor_kept():
@@ -69,14 +69,11 @@ def test_a_chunked_window_is_counted_and_emptied_but_never_copied_nor_kept():
     or kept on disk."""
     from mlx_lm.models.cache import ChunkedKVCache
 
-    from specmlx.caches.snapshot import keepable
-    from specmlx.caches.stream import bytes_per_position, clear, copyable, held_bytes
-
     layer = ChunkedKVCache(chunk_size=8)
     layer.update_and_fetch(mx.zeros((1, 2, 5, 32)), mx.zeros((1, 2, 5, 32)))
-    cache = [layer]
-    assert held_bytes(cache) == layer.keys.nbytes + layer.values.nbytes > 0
-    assert bytes_per_position(cache) == 2 * 2 * 32 * 4
-    assert not copyable(cache) and not keepable(cache)
-    clear(cache)
-    assert layer.keys is None and held_bytes(cache) == 0
+    cache = Stream([layer])
+    assert cache.held_bytes() == layer.keys.nbytes + layer.values.nbytes > 0
+    assert cache.per_position() == 2 * 2 * 32 * 4
+    assert not cache.copyable and not cache.keepable
+    cache.clear()
+    assert layer.keys is None and cache.held_bytes() == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.caches.stream import cache_length, held_bytes, make_cache, prefill, prefill_prompt, rewind
+from specmlx.caches.stream import make_cache, prefill
 from specmlx.drafters import ModelDrafter
 from specmlx.engine import Engine, GenerationConfig
 from specmlx.policy import DraftPolicy
@@ -36,7 +36,7 @@ def layer_states(cache: list) -> list[mx.array]:
 
 def assert_holds(model, cache: list, tokens: list[int]) -> None:
     """`cache` holds what a fresh prefill of `tokens` gives, within float32 tolerance."""
-    assert cache_length(cache) == len(tokens)
+    assert cache.length == len(tokens)
     fresh = make_cache(model)
     prefill(model, fresh, tokens)
     for got, want in zip(layer_states(cache), layer_states(fresh), strict=True):
@@ -60,7 +60,7 @@ def test_every_layer_holds_a_fresh_prefill_of_the_committed_tokens_after_each_ro
         tokens += [t.token for t in event.tokens]
         partial += 0 < event.accepted < event.drafted
         assert_holds(target, engine.cache, tokens[: engine.cache_length()])
-        assert_holds(drafter, engine.drafter.cache, tokens[: cache_length(engine.drafter.cache)])
+        assert_holds(drafter, engine.drafter.cache, tokens[: engine.drafter.cache.length])
     assert partial  # rounds that kept some drafts and rejected others: the replay ran
 
 
@@ -72,7 +72,7 @@ def test_a_rewind_inside_a_recorded_forward_equals_a_prefill(pair):
     with recording(target, cache):
         target(mx.array([block]), cache=cache)
     for keep in (4, 2, 0):  # each rewind still reaches inside the same forward
-        rewind(cache, len(PROMPT) + keep)
+        cache.rewind(len(PROMPT) + keep)
         assert_holds(target, cache, PROMPT + block[:keep])
 
 
@@ -83,7 +83,7 @@ def test_a_state_one_position_late_is_told_apart(pair):
     prefill(target, cache, PROMPT)
     with recording(target, cache):
         target(mx.array([[11, 12, 13]]), cache=cache)
-    rewind(cache, len(PROMPT) + 2)
+    cache.rewind(len(PROMPT) + 2)
     recurrent = [layer for layer in cache if isinstance(layer, RecurrentCache)]
     for layer in recurrent:
         layer.offset -= 1  # a restore one position late, counted as the earlier one
@@ -100,8 +100,8 @@ def test_a_rewind_below_what_was_recorded_drops_everything(pair):
     target, _ = pair
     cache = make_cache(target)
     prefill(target, cache, PROMPT)
-    rewind(cache, len(PROMPT) - 3)
-    assert cache_length(cache) == 0
+    cache.rewind(len(PROMPT) - 3)
+    assert cache.length == 0
     prefill(target, cache, PROMPT[:-3])
     assert_holds(target, cache, PROMPT[:-3])
 
@@ -111,15 +111,15 @@ def test_a_prompts_prefill_keeps_a_checkpoint_before_its_last_tokens_and_a_rewin
     `RENDERED_AGAIN` before it, holding what a fresh prefill does, not nothing."""
     target, _ = pair
     cache = make_cache(target)
-    prefill_prompt(target, cache, PROMPT)
+    cache.prefill_prompt(target, PROMPT)
     at = len(PROMPT) - RENDERED_AGAIN
     with recording(target, cache):
         target(mx.array([[11, 12, 13]]), cache=cache)  # a round after it
-    rewind(cache, len(PROMPT) - 2)
-    assert cache_length(cache) == at
+    cache.rewind(len(PROMPT) - 2)
+    assert cache.length == at
     assert_holds(target, cache, PROMPT[:at])
-    rewind(cache, at - 1)  # below the checkpoint: it is dropped with the positions it holds
-    assert cache_length(cache) == 0
+    cache.rewind(at - 1)  # below the checkpoint: it is dropped with the positions it holds
+    assert cache.length == 0
 
 
 def test_a_checkpoint_and_the_recurrent_states_count_in_what_the_cache_holds(pair):
@@ -130,12 +130,12 @@ def test_a_checkpoint_and_the_recurrent_states_count_in_what_the_cache_holds(pai
     layer = next(c for c in kept if isinstance(c, RecurrentCache))
     state = sum(s.nbytes for s in layer.cache if s is not None)
     attention = sum(c.keys.nbytes + c.values.nbytes for c in plain if not isinstance(c, RecurrentCache))
-    assert held_bytes(plain) > attention  # the recurrent states are counted
+    assert plain.held_bytes() > attention  # the recurrent states are counted
     layer.checkpoint()
-    assert held_bytes(kept) == held_bytes(plain)  # the checkpoint is the state held now: counted once
+    assert kept.held_bytes() == plain.held_bytes()  # the checkpoint is the state held now: counted once
     for cache in (kept, plain):
         prefill(target, cache, [11, 12])
-    assert held_bytes(kept) == held_bytes(plain) + state
+    assert kept.held_bytes() == plain.held_bytes() + state
 
 
 def test_marks_stay_few_over_many_rounds(pair):
@@ -160,7 +160,7 @@ def test_a_generation_that_ends_inside_a_round_leaves_the_committed_tokens(pair)
     committed = PROMPT + alone[: alone.index(end) + 1]
     assert len(PROMPT) + len(out) <= engine.cache_length() <= len(committed)
     assert_holds(target, engine.cache, committed[: engine.cache_length()])
-    assert_holds(target, engine.drafter.cache, committed[: cache_length(engine.drafter.cache)])
+    assert_holds(target, engine.drafter.cache, committed[: engine.drafter.cache.length])
 
 
 @pytest.mark.parametrize("build", ["qwen3_5_9b", "nemotron_h_8b"])
@@ -178,7 +178,7 @@ def test_what_a_cache_holds_after_rounds_is_what_dropping_it_frees_without_the_c
     engine = Engine(target, ModelDrafter(target, VOCAB), eos_token_ids=[])
     list(engine.generate(PROMPT, GenerationConfig(max_tokens=12, policy=DraftPolicy(num_draft=3))))
     mx.eval([c.state for c in (*engine.cache, *engine.drafter.cache)])  # the last rewind's replay is lazy
-    held = held_bytes(engine.cache) + held_bytes(engine.drafter.cache)
+    held = engine.cache.held_bytes() + engine.drafter.cache.held_bytes()
     assert max(len(layer._marks) for layer in engine.cache if isinstance(layer, RecurrentCache)) >= 2
     gc.collect()
     gc.disable()

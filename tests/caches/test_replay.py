@@ -6,10 +6,10 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from specmlx.caches.stream import rewind
 from specmlx.errors import SpecmlxError
 from specmlx.caches.recurrent import RecurrentCache
 from specmlx.caches.replay import recording
+from specmlx.caches.stream import Stream
 
 
 class Mixer(nn.Module):
@@ -60,11 +60,11 @@ def forward(model, cache, rows: int, mask=None):
 
 
 def test_a_replay_answers_with_the_recorded_rows_and_reads_no_weight():
-    model, cache = Model(Layer(Mixer())), [RecurrentCache(1)]
+    model, cache = Model(Layer(Mixer())), Stream([RecurrentCache(1)])
     forward(model, cache, 5)
     rows = model.model.layers[0].mixer.proj(mx.arange(20, dtype=mx.float32).reshape(1, 5, 4) / 10)
     model.model.layers[0].mixer.proj.weight *= 0  # a replay that computed the projection again would see this
-    rewind(cache, 3)
+    cache.rewind(3)
     assert cache[0].offset == 3
     assert mx.allclose(cache[0][0], rows[:, :3].sum(axis=1, keepdims=True)).item()
     assert isinstance(model.model.layers[0], Layer) and isinstance(model.model.layers[0].mixer.proj, nn.Linear)
@@ -72,24 +72,24 @@ def test_a_replay_answers_with_the_recorded_rows_and_reads_no_weight():
 
 def test_a_mixer_that_does_not_advance_its_cache_is_refused():
     with pytest.raises(SpecmlxError, match="cannot rewind Mixer: it does not advance its cache"):
-        forward(Model(Layer(Mixer(advances=False))), [RecurrentCache(1)], 3)
+        forward(Model(Layer(Mixer(advances=False))), Stream([RecurrentCache(1)]), 3)
 
 
 def test_a_layer_that_keeps_its_state_itself_is_refused_by_name():
     with pytest.raises(SpecmlxError, match="cannot rewind the recurrent layer Layer: it hands its cache to none"):
-        forward(Model(Layer(Mixer(), hands=False)), [RecurrentCache(1)], 3)
+        forward(Model(Layer(Mixer(), hands=False)), Stream([RecurrentCache(1)]), 3)
 
 
 def test_a_masked_forward_is_refused():
     with pytest.raises(SpecmlxError, match="cannot record Mixer under a mask"):
-        forward(Model(Layer(Mixer())), [RecurrentCache(1)], 3, mask=mx.ones((1, 3), dtype=mx.bool_))
+        forward(Model(Layer(Mixer())), Stream([RecurrentCache(1)]), 3, mask=mx.ones((1, 3), dtype=mx.bool_))
 
 
 def test_the_model_is_left_as_it_was_after_a_failed_record():
     model = Model(Layer(Mixer(advances=False)))
     layer, proj = model.model.layers[0], model.model.layers[0].mixer.proj
     with pytest.raises(SpecmlxError):
-        forward(model, [RecurrentCache(1)], 3)
+        forward(model, Stream([RecurrentCache(1)]), 3)
     assert model.model.layers[0] is layer and layer.mixer.proj is proj
 
 

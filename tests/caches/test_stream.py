@@ -5,7 +5,7 @@ import mlx.nn as nn
 import pytest
 from mlx_lm.models.cache import ArraysCache, CacheList, KVCache
 
-from specmlx.caches.stream import cache_length, clear, make_cache, prefill, rewind, take_rows
+from specmlx.caches.stream import make_cache, prefill
 from specmlx.errors import SpecmlxError
 
 from .. import tiny
@@ -15,11 +15,11 @@ def test_rewind_is_an_offset_move(target):
     cache = make_cache(target)
     prefill(target, cache, list(range(1, 40)))
     keys = cache[0].keys
-    rewind(cache, 30)
-    assert cache_length(cache) == 30
+    cache.rewind(30)
+    assert cache.length == 30
     assert cache[0].keys is keys  # nothing copied or recomputed
-    rewind(cache, 35)  # rewinding forward is a no-op
-    assert cache_length(cache) == 30
+    cache.rewind(35)  # rewinding forward is a no-op
+    assert cache.length == 30
 
 
 def test_prefill_in_chunks_equals_one_pass(target, monkeypatch):
@@ -72,12 +72,12 @@ def test_a_cache_takes_rows_without_copying_and_clears_to_nothing(target):
     source = make_cache(target)
     prefill(target, source, list(range(1, 12)))
     cache = make_cache(target)
-    take_rows(cache, source)
-    assert cache_length(cache) == 11
+    cache.take_rows(source)
+    assert cache.length == 11
     assert all(mine.keys is theirs.keys and mine.values is theirs.values for mine, theirs in zip(cache, source))
-    clear(cache)
+    cache.clear()
     assert all(layer.keys is None and layer.values is None and layer.offset == 0 for layer in cache)
-    assert cache_length(source) == 11  # the arrays it let go of are still the source's
+    assert source.length == 11  # the arrays it let go of are still the source's
 
 
 def test_a_hybrids_state_bytes_are_what_its_recurrent_layers_hold_after_a_prefill():
@@ -110,3 +110,31 @@ def test_the_default_slot_count_counts_a_hybrids_state_and_checkpoint_per_slot()
     budget = (per_token * TOKENS_PER_SLOT + 2 * state) * 5  # and a checkpoint: a second state
     assert default_count([model], budget) == 5
     assert default_count([model], budget - 1) == 4
+
+
+def test_a_streams_kinds_are_read_once_when_it_is_made(monkeypatch):
+    """Once the engine's and its drafter's streams are made, no round reads a layer's kind again: a
+    generation of a hybrid (rewinds, replays, a prefill's checkpoint) runs with every way of reading
+    one broken, and answers as the target alone."""
+    from specmlx.caches import kinds, recurrent, stream
+    from specmlx.drafters import ModelDrafter
+    from specmlx.engine import Engine, GenerationConfig
+    from specmlx.policy import DraftPolicy
+
+    from ..test_engine_hybrid import VOCAB, greedy_alone
+    from ..tiny_hybrid import tiny_qwen3_5
+
+    target, prompt = tiny_qwen3_5(VOCAB, seed=1), [3, 1, 4, 1, 5, 9, 2, 6] * 3
+    engine = Engine(target, ModelDrafter(tiny_qwen3_5(VOCAB, seed=4), VOCAB), eos_token_ids=[])
+    expected = greedy_alone(target, prompt, 16)
+
+    def read_again(layer):
+        raise AssertionError("a layer's kind was read again")
+
+    for module in (kinds, stream):
+        monkeypatch.setattr(module, "kind_of", read_again, raising=False)
+    for module in (kinds, recurrent):
+        monkeypatch.setattr(module, "is_recurrent", read_again)
+    run = engine.generate(prompt, GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=3)))
+    assert [e.token for e in run.token_events()] == expected
+    assert 0 < run.stats.accepted < run.stats.drafted  # rounds rewound both streams

@@ -10,7 +10,7 @@ from functools import partial
 
 import pytest
 
-from specmlx.caches.stream import cache_length, make_cache
+from specmlx.caches.stream import Stream, make_cache
 from specmlx import keeping
 from specmlx.diskcache.blocks import BLOCK
 from specmlx.diskcache.fingerprint import Fingerprint
@@ -87,7 +87,7 @@ def test_a_restarted_engine_continues_from_what_the_disk_kept(build, keeper, kin
     assert gained == first.cache_length() == second.reusable(turn) > 2 * BLOCK
     if kind == "model":  # its own cache came back for the blocks it held in full (it lags the target's);
         # a hybrid drafter held no state at their end, so it prefills itself
-        assert cache_length(second.drafter.cache) == (0 if hybrid(target) else 2 * BLOCK)
+        assert second.drafter.cache.length == (0 if hybrid(target) else 2 * BLOCK)
     if kind == "mtp":  # the target's hidden states it drafts from came back
         assert second.drafter.history.length == gained
     assert answer(second, turn) == greedy_alone(target, turn, CONFIG.max_tokens)
@@ -177,7 +177,7 @@ def test_blocks_of_a_model_of_other_layers_restore_nothing(target, keeper):
     first, turn = answered(target, keeper, drafters(target)["model"])
     blocks = keeper.store.load("alice", FP, keeper.store.longest("alice", FP, turn))
     fewer = ModelDrafter(tiny.perturbed(target, target.args, noise=0.5, seed=3), VOCAB)
-    fewer.cache = fewer.cache[:-1]  # as a drafter of one layer fewer
+    fewer.cache = Stream(fewer.cache[:-1])  # as a drafter of one layer fewer
     assert fewer.restore(blocks, f"drafter.{first.drafter.name}") == 0
 
 

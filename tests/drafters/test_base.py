@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.caches.stream import cache_length, prefill
+from specmlx.caches.stream import prefill
 from specmlx.distributed import Follower
 from specmlx.drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter, drafts_blocks, missing_members
 from specmlx.drafters.block import BlockDrafter
@@ -47,12 +47,12 @@ def test_a_model_drafter_adopts_a_copy_of_another_instances_cache_and_covers_eve
     source = drafters()["model"]
     prefill(source.model, source.cache, list(range(1, 11)))
     mine = source.fresh()
-    assert mine.adopt(source, 6) == 6 and cache_length(mine.cache) == 6
+    assert mine.adopt(source, 6) == 6 and mine.cache.length == 6
     for ours, theirs in zip(mine.cache, source.cache):
         assert ours.keys is not theirs.keys  # its own buffers: the source may be rewound or freed
         assert mx.array_equal(ours.keys[..., :6, :], theirs.keys[..., :6, :])
     alone = source.fresh()
-    assert alone.adopt(None, 6) == 6 and cache_length(alone.cache) == 0  # its prefill feeds what it lacks
+    assert alone.adopt(None, 6) == 6 and alone.cache.length == 0  # its prefill feeds what it lacks
 
 
 @pytest.mark.parametrize("kind", ["mtp", "gemma4"])

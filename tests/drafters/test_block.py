@@ -13,7 +13,6 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import Draft
 from specmlx.drafters.block import BlockDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -146,7 +145,7 @@ def test_after_each_round_its_cache_holds_what_a_fresh_feed_of_the_context_gives
     engine = Engine(target, drafter, eos_token_ids=[])
     rounds = 0
     for _ in engine.generate(PROMPT, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=4))):
-        n, context = cache_length(drafter.cache), engine.context
+        n, context = drafter.cache.length, engine.context
         assert n <= drafter.history.length <= len(context) - 1
         if not n:
             continue

@@ -12,7 +12,6 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import gemma4_text
 from scipy.stats import chisquare
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters.gemma4_assistant import HF_WINDOW_EXTRA, Gemma4AssistantDrafter
 from specmlx.models.gemma4_assistant import (
     AssistantConfig, AssistantLayer, Gemma4AssistantModel, load_gemma4_assistant,
@@ -191,7 +190,7 @@ def test_rewound_state_matches_a_fresh_prefill(tokenizer, vocab, g4_target, assi
     for max_tokens in (6, 13):  # the second reuses the first's prefix, then rewinds within it
         run(engine, prompt, max_tokens=max_tokens, num_draft=3)
         context = engine.context
-        assert drafter.history.length == cache_length(engine.cache) == len(context) - 1
+        assert drafter.history.length == engine.cache.length == len(context) - 1
     fresh_engine, fresh = prefilled(g4_target, assistant, vocab, context[:-1])
     assert fresh_engine.context == context  # the greedy continuation is the same token
     for sampling in (SamplingParams(), SAMPLED):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters.mtp import MTPDrafter, head_rows
 from specmlx.models.mtp import is_mtp_dir, load_mtp, save_mtp
 from specmlx.engine import Engine, GenerationConfig
@@ -82,8 +81,8 @@ def test_after_each_generation_the_head_holds_only_real_positions(tokenizer, voc
     for max_tokens in (7, 19):
         run(engine, tokenizer.encode(PROMPTS[0]), max_tokens=max_tokens, num_draft=4)
         n = len(engine.context)
-        assert drafter.history.length == cache_length(engine.cache)
-        assert drafter.real <= n - 1 and cache_length(drafter.cache) <= drafter.real
+        assert drafter.history.length == engine.cache.length
+        assert drafter.real <= n - 1 and drafter.cache.length <= drafter.real
 
 
 def test_a_new_prompt_reusing_the_prefix_stays_exact(tokenizer, vocab, target, mtp_model):

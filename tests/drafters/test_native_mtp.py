@@ -9,7 +9,6 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specmlx.caches.stream import cache_length
 from specmlx.drafters import Draft
 from specmlx.drafters.native_mtp import NativeMTPDrafter
 from specmlx.engine import Engine, GenerationConfig
@@ -67,7 +66,7 @@ def test_after_a_generation_its_cache_holds_only_real_positions(target):
     for max_tokens in (7, 19):
         list(engine.generate(PROMPT, GenerationConfig(max_tokens=max_tokens, policy=DraftPolicy(num_draft=3))))
         assert drafter.history.length == engine.cache_length()
-        assert cache_length(drafter.cache) <= drafter.real <= len(engine.context) - 1
+        assert drafter.cache.length <= drafter.real <= len(engine.context) - 1
 
 
 def test_after_each_round_its_cache_holds_what_a_fresh_feed_of_the_committed_tokens_gives(target):
@@ -78,7 +77,7 @@ def test_after_each_round_its_cache_holds_what_a_fresh_feed_of_the_committed_tok
     engine = Engine(target, drafter, eos_token_ids=[])
     rounds = 0
     for _ in engine.generate(PROMPT, GenerationConfig(max_tokens=30, policy=DraftPolicy(num_draft=3))):
-        n = cache_length(drafter.cache)
+        n = drafter.cache.length
         context = engine.context
         hidden = decoder(target, mx.array([context[:n]]), make_prompt_cache(target))
         fresh = drafter.model.make_cache()
