@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
+from specmlx.kv_flags import add_kv_arguments
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -21,10 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "'none', or a drafter of the preset (e.g. mtp); "
                                           "default: the preset's drafter, or ngram with --target DIR")
     parser.add_argument("--system", default="", help="system prompt for new chats")
-    parser.add_argument("--kv-bits", type=int, choices=(4, 8), default=None,
-                        help="keep the target's keys and values at 8 or 4 bits, for long chats (mlx-lm's flag)")
-    parser.add_argument("--kv-group-size", type=int, choices=(32, 64, 128), default=64,
-                        help="values sharing a scale and a bias in --kv-bits (default 64)")
+    add_kv_arguments(parser)  # MLX-free: parsed before MLX is imported
     parser.add_argument("--no-disk-cache", action="store_true", help="keep chats' caches in memory only (default: "
                         "kept on disk too, so a reopened chat continues without prefilling it again)")
     return parser

@@ -20,7 +20,8 @@ from .engine import Engine, GenerationConfig
 from .errors import SpecmlxError
 from .events import Source
 from .loading import load_models
-from .options import (Parser, add_draft_arguments, add_kv_arguments, add_model_arguments, add_sampling_arguments,
+from .kv_flags import add_kv_arguments
+from .options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments,
                       draft_policy, kv_bits, sampling_params)
 from .prompting import encode_chat, encode_output, encode_text, has_chat_template
 from .schedule import AutoEstimate

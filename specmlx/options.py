@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from .caches.kinds import KV_BITS, KV_GROUP, KVBits
+from .caches.kinds import KVBits
 from .errors import SpecmlxError
 from .loading import MODEL_DRAFTERS
 from .policy import AUTO, START_DRAFT, DraftPolicy, part
@@ -99,16 +99,6 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, per_request: bool = 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(args.temp, args.top_p, args.top_k, args.min_p)
-
-
-def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
-    """--kv-bits and --kv-group-size (mlx-lm's names): the target's keys and values kept quantized."""
-    parser.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, metavar="{4,8}",
-                        help="keep the target's keys and values at 8 or 4 bits (mlx's affine quantization): about "
-                        "half or a quarter of a 16-bit cache's memory a token, for long contexts; the answer is the "
-                        "target's own with that cache, exactly, speculation or not (default: as the weights)")
-    parser.add_argument("--kv-group-size", type=int, choices=(32, 64, 128), default=KV_GROUP, metavar="N",
-                        help=f"values sharing a scale and a bias in --kv-bits (default {KV_GROUP})")
 
 
 def kv_bits(args: argparse.Namespace) -> KVBits | None:

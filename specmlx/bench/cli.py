@@ -21,7 +21,8 @@ from ..distributed.load import AUTO
 from ..distributed.watchdog import PEER_TIMEOUT
 from ..errors import SpecmlxError
 from ..caches.kinds import KVBits
-from ..options import Parser, add_kv_arguments, add_model_arguments, kv_bits
+from ..kv_flags import add_kv_arguments
+from ..options import Parser, add_model_arguments, kv_bits
 from ..presets import default_preset_name, get_preset
 from ..prompting import (EncodedPrompt, encode_prompts, has_chat_template, packaged_prompts_path,
                          read_prompts)

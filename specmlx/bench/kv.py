@@ -20,7 +20,8 @@ from time import perf_counter
 import mlx.core as mx
 
 from ..blas import describe, ensure_fast_blas
-from ..caches.kinds import KV_GROUP, KVBits
+from ..caches.kinds import KVBits
+from ..kv_flags import KV_GROUP
 from ..cli import run_cli
 from ..engine import Engine, GenerationConfig
 from ..loading import ONE_PROCESS, load_models

@@ -22,13 +22,12 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache
 
 from ..errors import SpecmlxError
+from ..kv_flags import KV_GROUP
 from .batch_quantized import BatchQuantizedKVCache
 from .batch_recurrent import BatchRecurrentCache
 from .recurrent import RecurrentCache, is_recurrent
 
 Arrays = dict[str, mx.array]
-KV_BITS = (4, 8)  # what `--kv-bits` takes (mlx-lm's name); its group size by default mlx-lm's, 64
-KV_GROUP = 64
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ from ..loading import load_models, ships_mtp
 from ..memory import FREE_SHARE, GB, memory_limit, size_text
 from ..mlx_thread import MLXThread, closed_on_error
 from ..paths import CACHE_DIR_ENV
-from ..options import (Parser, add_draft_arguments, add_kv_arguments, add_model_arguments, add_sampling_arguments,
+from ..kv_flags import add_kv_arguments
+from ..options import (Parser, add_draft_arguments, add_model_arguments, add_sampling_arguments,
                        draft_policy, kv_bits, sampling_params)
 from ..vision.checkpoint import has_vision, load_vision
 from ..vision.tower import VisionTower

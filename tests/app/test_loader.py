@@ -105,7 +105,7 @@ def test_a_target_directory_with_its_own_mtp_layers_offers_them(tmp_path, tokeni
 def test_kv_bits_reach_the_sessions_engine(tmp_path):
     """`specmlx-chat --kv-bits 8`: the session's target keeps its keys and values at 8 bits."""
     from app.__main__ import build_parser
-    from specmlx.caches.kinds import KVBits, kind_of
+    from specmlx.caches.kinds import KVBits
     from specmlx.options import kv_bits
 
     from .. import tiny
@@ -116,4 +116,16 @@ def test_kv_bits_reach_the_sessions_engine(tmp_path):
     asked = kv_bits(build_parser().parse_args(["--kv-bits", "8", "--kv-group-size", "32"]))
     assert asked == KVBits(8, 32)
     session = load_session(ModelChoice(str(path), disk_cache=False, kv=asked))
-    assert {kind_of(layer).label for layer in session.engine.cache} == {"kv8g32"}
+    assert set(session.engine.cache.labels) == {"kv8g32"}
+
+
+def test_the_chat_takes_the_commands_kv_flags_before_mlx_is_imported():
+    """`specmlx-chat` parses its arguments before MLX is imported (it may re-execute itself to load a fast
+    BLAS first), with the same `--kv-bits` and `--kv-group-size` as `generate`, `serve` and `bench`."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, app.__main__ as m; a = m.build_parser().parse_args(['--kv-bits', '4']); "
+             "print(a.kv_bits, a.kv_group_size, sorted(k for k in sys.modules if k.split('.')[0] == 'mlx'))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["4", "64", "[]"], out.stderr[-800:]
