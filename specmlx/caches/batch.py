@@ -1,4 +1,5 @@
-"""The target's KV cache for a batch of rows: mlx-lm's `BatchKVCache`, one per layer.
+"""The target's cache for a batch of rows: each layer its kind's batch form (`kinds.py`), mlx-lm's
+`BatchKVCache` for a plain KV layer.
 
 mlx-lm keeps rows right-aligned with left padding, and offers `merge`,
 `extend`, `extract` and `filter` for rows that join and leave, and a roll
@@ -9,6 +10,7 @@ drafts and drops the rest. `keep` does it: the part every row drops is a
 plain O(1) trim, and only the difference between rows is rolled (a copy of
 the cache; none for a batch of one, or when every row drops the same).
 Lengths and padding are mirrored on the host so that nothing here syncs.
+A quantized layer's rows are three of those, moved alike (`batch_quantized.py`).
 A hybrid target's recurrent layers hold each row's state instead, rewound at
 each row's own length by a replay of the forward (`batch_recurrent.py`).
 """

@@ -78,6 +78,7 @@ class BatchQuantizedKVCache(_BaseCache):
 
     @property
     def state(self) -> list[Any]:
+        """Its parts' arrays, to evaluate; never set: a batch layer is made by `merge` and grown by `extend`."""
         return [part.state for part in self.parts]
 
     def prepare(self, **kwargs: Any) -> None:
@@ -92,6 +93,7 @@ class BatchQuantizedKVCache(_BaseCache):
         return [part.trim(n) for part in self.parts][0]
 
     def filter(self, rows: mx.array) -> None:
+        # Each part reads its left padding on the host (a sync each): only as a row leaves, or at a compaction.
         for part in self.parts:
             part.filter(rows)
 

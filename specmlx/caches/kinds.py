@@ -1,5 +1,6 @@
 """The kinds of a single stream's cache layer, one class each, and `kind_of`: the one place a layer's
-kind is read (the batch's forms are `batch.py`'s and `batch_recurrent.py`'s).
+kind is read, once, when its stream is made (`stream.Stream`). Each kind also makes its batch form
+(mlx-lm's `BatchKVCache`, `batch_quantized.py`'s, `batch_recurrent.py`'s), which `batch.py` joins rows into.
 
 - `KV`: mlx-lm's `KVCache`; rows are positions, rewound by lowering an offset.
 - `QuantizedKV`: mlx-lm's `QuantizedKVCache` (`--kv-bits`); rows are positions as for `KV`, each kept

@@ -108,7 +108,7 @@ class Stream(list):
     those answers, and no round scans the layers for them again."""
 
     def __init__(self, layers: Iterable[Any] = ()) -> None:
-        super().__init__(layers)
+        super().__init__(layers)  # its layers are fixed from here: what it read of them stays true
         self.kinds = tuple(kind_of(layer) for layer in self)
         self.recurrent = tuple(layer for kind, layer in zip(self.kinds, self) if kind.recurrent)
         self.rewindable = bool(self.recurrent)  # its forwards are recorded, to be rewound by a replay
@@ -117,6 +117,12 @@ class Stream(list):
         self.copyable = all(kind.positions for kind in self.kinds)
         self.keepable = all(kind.positions or kind.recurrent for kind in self.kinds)
         self.labels = tuple(kind.label for kind in self.kinds)  # each layer's kind by name and setting
+
+    def _fixed(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a stream's layers are fixed when it is made: make another Stream (a slice is a plain list)")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = _fixed
+    sort = reverse = _fixed
 
     @property
     def length(self) -> int:

@@ -132,9 +132,19 @@ def test_a_streams_kinds_are_read_once_when_it_is_made(monkeypatch):
         raise AssertionError("a layer's kind was read again")
 
     for module in (kinds, stream):
-        monkeypatch.setattr(module, "kind_of", read_again, raising=False)
+        monkeypatch.setattr(module, "kind_of", read_again)
     for module in (kinds, recurrent):
         monkeypatch.setattr(module, "is_recurrent", read_again)
     run = engine.generate(prompt, GenerationConfig(max_tokens=16, policy=DraftPolicy(num_draft=3)))
     assert [e.token for e in run.token_events()] == expected
     assert 0 < run.stats.accepted < run.stats.drafted  # rounds rewound both streams
+
+
+def test_a_streams_layers_are_fixed_once_it_is_made(target):
+    """What it read of its layers stays true: it refuses to gain, lose or swap one."""
+    cache = make_cache(target)
+    for change in (lambda: cache.append(KVCache()), lambda: cache.__setitem__(0, KVCache()), cache.pop,
+                   lambda: cache.extend([KVCache()]), lambda: cache.__delitem__(0)):
+        with pytest.raises(TypeError, match="fixed when it is made"):
+            change()
+    assert len(cache) == len(target.layers) and type(cache[:1]) is list
