@@ -53,15 +53,14 @@ class BatchCache:
         if len(cache) != len(self.layers) or not all(kind.batched for kind in kinds):
             raise SpecmlxError("only a target whose every layer keeps a plain or quantized KV cache or a "
                                "recurrent state can be batched")
-        first = not self.rows
-        if first:
-            self.kinds, self.layers = kinds, [kind.batch_layer(c) for kind, c in zip(kinds, cache)]
+        if not self.rows:  # the first row's kinds are the batch's; its join makes each layer
+            self.kinds, self.layers = kinds, [None] * len(kinds)
             self.rewindable = any(kind.recurrent for kind in kinds)
         elif kinds != self.kinds:
             raise SpecmlxError("a row's layers are not of the batch's kinds")
         for i, (kind, one) in enumerate(zip(kinds, cache)):
             one.trim(max(one.offset - length, 0))
-            self.layers[i] = kind.join(self.layers[i], one, length, first)
+            self.layers[i] = kind.join(self.layers[i], one, length)
         padding = max(self.size - length, 0)
         self.padding = [p + max(length - self.size, 0) for p in self.padding] + [padding]
         self.lengths.append(length)

@@ -9,7 +9,7 @@ kind is read, once, when its stream is made (`stream.Stream`). Each kind also ma
 
 Each says what the stream's verbs (`stream.py`, `snapshot.py`) need of a layer: its bytes, its bytes a
 position, letting go of its arrays, holding a row's, copying a prefix, a span as named arrays and back; and
-what the batch's (`batch.py`) need: its batch form, a row joining it, leaving it, and every row keeping its
+what the batch's (`batch.py`) need: a row joining its batch form, leaving it, and every row keeping its
 own length after a forward.
 """
 
@@ -89,18 +89,19 @@ class KV:
     def restore(self, layer: Any, blocks: Sequence[Mapping[str, mx.array]], prefix: str, i: int) -> None:
         layer.update_and_fetch(*(mx.concatenate([b[name] for b in blocks], axis=2) for name in self.names(prefix, i)))
 
-    def batch_layer(self, one: Any) -> Any:
-        """An empty batch layer for rows like `one`."""
-        return BatchKVCache([])
-
-    def join(self, layer: Any, one: Any, length: int, first: bool) -> Any:
+    def join(self, layer: Any, one: Any, length: int) -> Any:
         """The batch layer with `one` (holding its row's `length` positions) as its last row, copied:
-        `layer` extended, or the row alone where it is the first."""
-        row = BatchKVCache.merge([one]) if one.keys is not None else BatchKVCache([0])
-        if first:
+        `layer` extended, or the row alone where there is none yet (the first row's)."""
+        row = self.row(one)
+        if layer is None:
             return row
         layer.extend(row)
         return layer
+
+    @staticmethod
+    def row(one: Any) -> Any:
+        """`one`'s positions as a batch of one row."""
+        return BatchKVCache.merge([one]) if one.keys is not None else BatchKVCache([0])
 
     def leave(self, layer: Any, row: int, start: int, end: int, length: int) -> Any:
         """Row `row`'s positions `start:end` (past its left padding) as a single row's layer holding `length`."""
@@ -145,16 +146,10 @@ class QuantizedKV(KV):
         parts = [mx.concatenate([b[name] for b in blocks], axis=2) for name in self.names(prefix, i)]
         layer.keys, layer.values, layer.offset = parts[:3], parts[3:], parts[0].shape[2]
 
-    def batch_layer(self, one: Any) -> Any:
-        return BatchQuantizedKVCache(self.bits, self.group_size)
-
-    def join(self, layer: Any, one: Any, length: int, first: bool) -> Any:
-        """As `KV.join`, the packed rows themselves (quantized again, they need not come back the same)."""
-        row = BatchQuantizedKVCache.merge(one)
-        if first:
-            return row
-        layer.extend(row)
-        return layer
+    @staticmethod
+    def row(one: Any) -> Any:
+        """Its packed rows themselves (quantized again, they need not come back the same)."""
+        return BatchQuantizedKVCache.merge(one)
 
     def leave(self, layer: Any, row: int, start: int, end: int, length: int) -> Any:
         return layer.extract(row, start, end, length)
@@ -192,13 +187,11 @@ class Recurrent:
         last, length = blocks[-1], int(blocks[-1][f"{prefix}.span"][1].item())
         layer.hold([last.get(f"{prefix}.{i}.state.{j}") for j in range(len(layer.cache))], length)
 
-    def batch_layer(self, one: Any) -> Any:
-        return BatchRecurrentCache(len(one.cache))
-
-    def join(self, layer: Any, one: Any, length: int, first: bool) -> Any:
+    def join(self, layer: Any, one: Any, length: int) -> Any:
         """Its row's state, which must be the state after `length` positions (a state cannot be cut)."""
         if one.offset != length:
             raise SpecmlxError(f"a recurrent layer holds {one.offset} positions, not {length}")
+        layer = layer if layer is not None else BatchRecurrentCache(len(one.cache))
         layer.join(one.cache)
         return layer
 

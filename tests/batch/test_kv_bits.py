@@ -27,9 +27,9 @@ from .. import tiny, tiny_hybrid
 from ..quantized import alone
 from ..test_engine_distribution import LENGTH, RUNS, chi_square_pvalue
 from ..test_engine_kv_bits import GROUP, SMALL, SHORT, exact_quantized
+from ..test_engine_kv_bits import VOCAB, qwen  # noqa: F401  (a target its quantized keys change: a fixture)
 from ..test_engine_kv_bits import pair  # noqa: F401  (the tiny target and its drafter, a fixture)
 
-VOCAB = 64
 BASE = random.Random(0).choices(range(VOCAB), k=24)
 PROMPTS = [BASE * 2, BASE[:5], BASE[3:] + [4, 4, 8], [7], BASE[:9] * 3, BASE[6:]]
 DRAFT_LENGTHS = [4, 2, 3, 1, 3, 2]
@@ -52,12 +52,6 @@ def serve(target, drafters: list, kv: KVBits, max_rows: int = 4) -> tuple[list[M
             out[id(m)] += [t.token for t in event.tokens]
         rounds += 1
     return members, out, widest
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    """A target flat enough (sharpness 1) that its quantized keys change its greedy answer."""
-    return tiny.build(tiny.qwen2_args(VOCAB, hidden=128), seed=1, sharpness=1.0)
 
 
 @pytest.mark.parametrize("bits", [8, 4])
